@@ -1,0 +1,168 @@
+//! Foundation figures (issue 1): `status` with a live, a refused and a hung
+//! endpoint; MCP cold start to the `tools/list` answer; idle RSS of `serve`.
+//!
+//! Run: `cargo bench --bench foundation`. Prints a Markdown table.
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (fake, silent) = rt.block_on(async {
+        (
+            support::fake_llama::spawn(Default::default()).await,
+            support::net::silent_listener().await,
+        )
+    });
+    let refused = support::net::refused_addr();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  live:\n    base_url: {}\n  refused:\n    base_url: http://{refused}\n  hung:\n    base_url: http://{}\ndefaults:\n  probe_timeout_s: 2.5\n",
+            fake.url(),
+            silent.addr
+        ),
+    )
+    .expect("write config");
+
+    // 1. status with three endpoints.
+    let mut status_s = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .args(["status", "--json"])
+            .env("HOME", tmp.path())
+            .output()
+            .expect("run status");
+        status_s.push(t.elapsed().as_secs_f64());
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let ups: Vec<bool> = v["endpoints"]
+            .as_array()
+            .expect("endpoints")
+            .iter()
+            .map(|e| e["up"].as_bool().unwrap_or(false))
+            .collect();
+        assert_eq!(ups, [true, false, false]);
+    }
+    status_s.sort_by(f64::total_cmp);
+
+    // 2. cold start to tools/list, 3. idle RSS.
+    let mut start_ms = Vec::new();
+    let mut rss_init = Vec::new();
+    let mut rss_after_list = 0;
+    for i in 0..30 {
+        let t = Instant::now();
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("serve")
+            .env("HOME", tmp.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn serve");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let msgs = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        ];
+        for m in msgs {
+            writeln!(stdin, "{m}").expect("write");
+        }
+        stdin.flush().expect("flush");
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stdout.read_line(&mut line).expect("read") == 0 {
+                panic!("serve exited early");
+            }
+            if line.contains("\"id\":2") {
+                break;
+            }
+        }
+        start_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(line.contains("list_models"));
+        if i < 5 {
+            std::thread::sleep(Duration::from_millis(500));
+            rss_init.push(rss_kb(child.id()));
+        }
+        if i == 0 {
+            writeln!(
+                stdin,
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"list_models","arguments":{{}}}}}}"#
+            )
+            .expect("write");
+            stdin.flush().expect("flush");
+            loop {
+                line.clear();
+                if stdout.read_line(&mut line).expect("read") == 0 || line.contains("\"id\":3") {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            rss_after_list = rss_kb(child.id());
+        }
+        drop(stdin);
+        let _ = child.wait();
+    }
+    start_ms.sort_by(f64::total_cmp);
+    rss_init.sort();
+
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    println!(
+        "| `status` with live + refused + hung endpoint (budget 2.5 s), 5 runs | min {:.3} s, median {:.3} s, max {:.3} s | <= 2.8 s |",
+        status_s[0],
+        pct(&status_s, 0.5),
+        status_s[status_s.len() - 1]
+    );
+    println!(
+        "| `serve` cold start to `tools/list` answer, 30 runs | p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms | < 30 ms |",
+        pct(&start_ms, 0.5),
+        pct(&start_ms, 0.95),
+        start_ms[start_ms.len() - 1]
+    );
+    println!(
+        "| `serve` idle RSS after initialize | median {:.1} MB | < 20 MB |",
+        pct(&rss_init.iter().map(|&k| k as f64).collect::<Vec<_>>(), 0.5) / 1024.0
+    );
+    println!(
+        "| `serve` idle RSS after one `list_models` (3 endpoints probed) | {:.1} MB | < 20 MB |",
+        rss_after_list as f64 / 1024.0
+    );
+    drop(fake);
+}

@@ -1,0 +1,242 @@
+//! The command line: argument definitions and the code that renders results
+//! for a person. Every command is a thin layer over [`crate::api`],
+//! [`crate::registry`] or [`crate::config`].
+//!
+//! Exit codes: 0 on success (also when endpoints are down: that is a
+//! finding, not a failure of the command), 1 on a runtime error, 2 on a
+//! usage or config error.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anstyle::{AnsiColor, Style};
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::Context;
+use crate::config::{self, Discovery};
+use crate::probe::EndpointStatus;
+use crate::registry::{self, Status};
+
+/// Hand Claude Code's grunt work to a model on your own llama.cpp or vLLM server.
+#[derive(Debug, Parser)]
+#[command(name = "localagents", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Config file; replaces the user and project models.yaml (its sidecar still merges over it).
+    #[arg(long, global = true, env = "LOCALAGENTS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where job records and logs live [default: $XDG_STATE_HOME/localagents].
+    #[arg(long, global = true, env = "LOCALAGENTS_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the MCP server on stdio (what Claude Code starts).
+    Serve,
+    /// Probe every endpoint: what is up, what it serves, window, slots, latency.
+    Status {
+        /// Print the stable JSON object (the same as the list_models tool).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the merged config and print it.
+    Check,
+    /// List the files that are read, in merge order.
+    Path,
+}
+
+impl Global {
+    pub fn context(&self) -> Context {
+        Context {
+            explicit_config: self.config.clone(),
+            state_dir: self
+                .state_dir
+                .clone()
+                .unwrap_or_else(crate::paths::default_state_dir),
+        }
+    }
+}
+
+/// Run a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ctx = cli.global.context();
+    match cli.command {
+        Command::Serve => {
+            crate::mcp::serve_stdio(ctx).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { json } => status(&ctx, json).await,
+        Command::Config(ConfigCommand::Check) => config_check(&ctx),
+        Command::Config(ConfigCommand::Path) => config_path(&ctx),
+    }
+}
+
+fn config_error(e: &dyn std::fmt::Display) -> ExitCode {
+    let _ = writeln!(anstream::stderr(), "localagents: config error: {e}");
+    ExitCode::from(2)
+}
+
+async fn status(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
+    let discovery = ctx.discovery();
+    let (_, st) = match registry::status(&discovery).await {
+        Ok(x) => x,
+        Err(e) => return Ok(config_error(&e)),
+    };
+    let mut out = anstream::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &st)?;
+        writeln!(out)?;
+    } else {
+        render_status(&mut out, &st)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+const GREEN: Style = AnsiColor::Green.on_default().bold();
+const RED: Style = AnsiColor::Red.on_default().bold();
+const YELLOW: Style = AnsiColor::Yellow.on_default();
+const DIM: Style = Style::new().dimmed();
+const BOLD: Style = Style::new().bold();
+
+/// One line per endpoint, then the menu and warnings. Colour is written
+/// unconditionally; `anstream` strips it when stdout is not a terminal.
+pub fn render_status(out: &mut impl Write, st: &Status) -> std::io::Result<()> {
+    let name_w = st
+        .endpoints
+        .iter()
+        .map(|e| e.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let files = if st.config.is_empty() {
+        "built-in default (no models.yaml found)".to_string()
+    } else {
+        st.config
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    writeln!(out, "{DIM}config: {files}{DIM:#}")?;
+    for e in &st.endpoints {
+        writeln!(out, "{}", endpoint_line(e, name_w))?;
+    }
+    if !st.models.is_empty() {
+        writeln!(out, "{BOLD}menu{BOLD:#}")?;
+        for m in &st.models {
+            let where_ = if m.running_on.is_empty() {
+                format!("{YELLOW}not running{YELLOW:#}")
+            } else {
+                format!("{GREEN}on{GREEN:#} {}", m.running_on.join(", "))
+            };
+            let host = m
+                .host
+                .as_deref()
+                .map(|h| format!(" (host {h})"))
+                .unwrap_or_default();
+            writeln!(out, "  {}{host}: {where_}", m.name)?;
+        }
+    }
+    let mut warnings: Vec<String> = st.warnings.clone();
+    for e in &st.endpoints {
+        warnings.extend(e.warnings.iter().map(|w| format!("{}: {w}", e.name)));
+    }
+    for w in warnings {
+        writeln!(out, "{YELLOW}warning:{YELLOW:#} {w}")?;
+    }
+    Ok(())
+}
+
+fn endpoint_line(e: &EndpointStatus, name_w: usize) -> String {
+    let head = format!("{:<name_w$}  {:<9}", e.name, e.backend);
+    if !e.up {
+        return format!(
+            "{head}  {RED}down{RED:#}  {}",
+            e.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    let models = if e.models.is_empty() {
+        "(no model)".to_string()
+    } else {
+        e.models
+            .iter()
+            .map(|m| match m.context {
+                Some(c) => format!("{} ({c}/slot)", m.id),
+                None => format!("{} (window unknown)", m.id),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let slots = match (&e.slots, &e.load) {
+        (Some(s), _) => format!("  slots {}/{} busy", s.busy, s.total),
+        (None, Some(l)) => format!("  running {} waiting {}", l.running, l.waiting),
+        _ => String::new(),
+    };
+    let latency = e
+        .latency_ms
+        .map(|l| format!("  {l} ms"))
+        .unwrap_or_default();
+    format!("{head}  {GREEN}up{GREEN:#}    {models}{slots}{DIM}{latency}{DIM:#}")
+}
+
+fn config_check(ctx: &Context) -> anyhow::Result<ExitCode> {
+    let discovery = ctx.discovery();
+    let loaded = match config::load(&discovery) {
+        Ok(l) => l,
+        Err(e) => return Ok(config_error(&e)),
+    };
+    let mut err = anstream::stderr().lock();
+    if loaded.files.is_empty() {
+        writeln!(err, "no models.yaml found: the built-in default is in use")?;
+    } else {
+        for f in &loaded.files {
+            writeln!(err, "read {}", f.display())?;
+        }
+    }
+    for w in &loaded.warnings {
+        writeln!(err, "{YELLOW}warning:{YELLOW:#} {w}")?;
+    }
+    writeln!(
+        err,
+        "ok: {} endpoint(s), {} model name(s)",
+        loaded.config.endpoints.len(),
+        loaded.config.models.len()
+    )?;
+    let mut out = anstream::stdout().lock();
+    write!(out, "{}", config::render(&loaded.config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn config_path(ctx: &Context) -> anyhow::Result<ExitCode> {
+    let discovery: Discovery = ctx.discovery();
+    let mut out = anstream::stdout().lock();
+    for path in discovery.candidates() {
+        let state = if path.is_file() { "read" } else { "absent" };
+        writeln!(out, "{state:<6}  {}", path.display())?;
+    }
+    if let Some(side) = discovery.active_sidecar() {
+        writeln!(
+            out,
+            "{DIM}register_endpoint writes {}{DIM:#}",
+            side.display()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,348 @@
+//! `models.yaml`: where the files are, how they merge, what they mean.
+//!
+//! The registry is re-read on every call, because users edit it while Claude
+//! Code is running and expect the next tool call to see the edit. Reading is
+//! cheap: each file's parse is cached by (mtime, size), so an unchanged file
+//! costs one `stat`.
+//!
+//! Merge order (later wins, mappings merge key by key, lists are replaced):
+//!
+//! 1. `--config FILE` / `LOCALAGENTS_CONFIG`, then its sidecar; *or*
+//! 2. `~/.config/localagents/models.yaml`, its sidecar, then the project's
+//!    `./models.yaml` and its sidecar (the project is the cwd at call time).
+//!
+//! The sidecar of `models.yaml` is `models.local.yaml` beside it. It is the
+//! only file this program ever writes (`register_endpoint`); hand-written
+//! files are never rewritten.
+//!
+//! A file that is not valid YAML, or has a value of the wrong type, is a
+//! [`ConfigError`] naming file, line and column. An unknown key is only a
+//! warning that names the nearest valid key; the key is ignored. A broken
+//! entry (an endpoint without a usable `base_url`) is dropped with a warning,
+//! so one bad line never takes every tool down.
+
+mod schema;
+
+pub use schema::{Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use serde_yaml_ng::{Mapping, Value};
+
+/// A config problem that stops us from knowing what the user meant.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read {path}: {source}; check its permissions")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// YAML syntax error, or a value of the wrong type.
+    #[error("{path}:{line}:{column}: {message}; fix that line (the file is re-read on every call)")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// The top level is not a mapping, or a section is not a mapping.
+    #[error("{path}: {message}; see models.example.yaml for the layout")]
+    Shape { path: PathBuf, message: String },
+    /// `--config` / `LOCALAGENTS_CONFIG` names a file that does not exist.
+    #[error(
+        "config file {path} (from {origin}) does not exist; create it from models.example.yaml or point {origin} elsewhere"
+    )]
+    Missing { path: PathBuf, origin: &'static str },
+}
+
+/// Where to look for config files. Built fresh for every call, because the
+/// project part depends on the cwd at call time.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// `--config` / `LOCALAGENTS_CONFIG`.
+    pub explicit: Option<PathBuf>,
+    /// The user config dir, normally `~/.config/localagents`.
+    pub user_dir: Option<PathBuf>,
+    /// The project directory (the cwd at call time).
+    pub project_dir: Option<PathBuf>,
+}
+
+impl Discovery {
+    /// The standard discovery: explicit file if any, else the XDG config dir
+    /// and the current directory.
+    pub fn standard(explicit: Option<PathBuf>) -> Self {
+        Discovery {
+            explicit,
+            user_dir: crate::paths::config_dir(),
+            project_dir: std::env::current_dir().ok(),
+        }
+    }
+
+    /// The main files, in merge order, without sidecars.
+    fn main_files(&self) -> Vec<PathBuf> {
+        if let Some(explicit) = &self.explicit {
+            return vec![explicit.clone()];
+        }
+        let mut files = Vec::new();
+        if let Some(dir) = &self.user_dir {
+            files.push(dir.join("models.yaml"));
+        }
+        if let Some(dir) = &self.project_dir {
+            let project = dir.join("models.yaml");
+            // A project inside ~/.config/localagents is the user file itself.
+            if !files.contains(&project) {
+                files.push(project);
+            }
+        }
+        files
+    }
+
+    /// Every candidate file, sidecars included, in merge order.
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for file in self.main_files() {
+            let side = sidecar_of(&file);
+            out.push(file);
+            out.push(side);
+        }
+        out
+    }
+
+    /// The sidecar that `register_endpoint` writes: beside the explicit
+    /// config, else beside the project's `models.yaml` if there is one, else
+    /// in the user config dir.
+    pub fn active_sidecar(&self) -> Option<PathBuf> {
+        if let Some(explicit) = &self.explicit {
+            return Some(sidecar_of(explicit));
+        }
+        if let Some(dir) = &self.project_dir {
+            let project = dir.join("models.yaml");
+            if project.is_file() {
+                return Some(sidecar_of(&project));
+            }
+        }
+        self.user_dir.as_ref().map(|d| d.join("models.local.yaml"))
+    }
+}
+
+/// `models.yaml` → `models.local.yaml`; `x.yml` → `x.local.yml`.
+pub fn sidecar_of(file: &Path) -> PathBuf {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "models".into());
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}.local.{}", ext.to_string_lossy()),
+        None => format!("{stem}.local"),
+    };
+    file.with_file_name(name)
+}
+
+/// The merged, validated config plus how it was made.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Arc<Config>,
+    /// The files that were read, in merge order.
+    pub files: Vec<PathBuf>,
+    /// Unknown keys, dropped entries, and similar.
+    pub warnings: Vec<String>,
+    /// True when no file existed and the built-in default is in use.
+    pub builtin: bool,
+}
+
+/// Load and merge the config for this discovery.
+pub fn load(discovery: &Discovery) -> Result<Loaded, ConfigError> {
+    if let Some(explicit) = &discovery.explicit
+        && !explicit.exists()
+    {
+        return Err(ConfigError::Missing {
+            path: explicit.clone(),
+            origin: "--config / LOCALAGENTS_CONFIG",
+        });
+    }
+    let mut merged = Value::Mapping(Mapping::new());
+    let mut files = Vec::new();
+    let mut warnings = Vec::new();
+    for path in discovery.candidates() {
+        let Some(parsed) = read_cached(&path)? else {
+            continue;
+        };
+        warnings.extend(parsed.warnings.iter().cloned());
+        merge(&mut merged, parsed.value.clone());
+        files.push(path);
+    }
+    let builtin = files.is_empty();
+    let (config, more) = schema::build(merged);
+    warnings.extend(more);
+    Ok(Loaded {
+        config: Arc::new(config),
+        files,
+        warnings,
+        builtin,
+    })
+}
+
+/// Parse a config text on its own: the value with unknown keys removed, and
+/// the warnings about them. `path` only labels messages.
+pub fn parse_text(path: &Path, text: &str) -> Result<(Value, Vec<String>), ConfigError> {
+    // Typed pass first: it gives line and column for syntax and type errors.
+    if let Err(e) = serde_yaml_ng::from_str::<schema::FileShape>(text) {
+        return Err(parse_error(path, &e));
+    }
+    let mut value: Value = serde_yaml_ng::from_str(text).map_err(|e| parse_error(path, &e))?;
+    if value.is_null() {
+        value = Value::Mapping(Mapping::new());
+    }
+    if !value.is_mapping() {
+        return Err(ConfigError::Shape {
+            path: path.to_path_buf(),
+            message: "the top level must be a mapping with `endpoints`, `models` and `defaults`"
+                .into(),
+        });
+    }
+    let mut warnings = Vec::new();
+    schema::strip_unknown(path, &mut value, &mut warnings);
+    Ok((value, warnings))
+}
+
+fn parse_error(path: &Path, e: &serde_yaml_ng::Error) -> ConfigError {
+    let (line, column) = e
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((0, 0));
+    let mut message = e.to_string();
+    // serde_yaml_ng appends " at line L column C"; we already say where.
+    if let Some(idx) = message.rfind(" at line ") {
+        message.truncate(idx);
+    }
+    ConfigError::Parse {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    }
+}
+
+struct Parsed {
+    value: Value,
+    warnings: Vec<String>,
+}
+
+type Stamp = (SystemTime, u64);
+type ParseCache = Mutex<HashMap<PathBuf, (Stamp, Arc<Parsed>)>>;
+
+fn cache() -> &'static ParseCache {
+    static CACHE: OnceLock<ParseCache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Read and parse one file, reusing the last parse while mtime and size are
+/// unchanged. `Ok(None)` when the file does not exist.
+fn read_cached(path: &Path) -> Result<Option<Arc<Parsed>>, ConfigError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let stamp = (
+        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        meta.len(),
+    );
+    if let Ok(cache) = cache().lock()
+        && let Some((s, parsed)) = cache.get(path)
+        && *s == stamp
+    {
+        return Ok(Some(parsed.clone()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (value, warnings) = parse_text(path, &text)?;
+    let parsed = Arc::new(Parsed { value, warnings });
+    if let Ok(mut cache) = cache().lock() {
+        cache.insert(path.to_path_buf(), (stamp, parsed.clone()));
+    }
+    Ok(Some(parsed))
+}
+
+/// Deep merge: mappings merge key by key (new keys keep their order, after
+/// the old ones), anything else is replaced.
+pub fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Mapping(b), Value::Mapping(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(existing) if existing.is_mapping() && v.is_mapping() => merge(existing, v),
+                    _ => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o,
+    }
+}
+
+/// Render the merged config as YAML (for `config check`). API keys are never
+/// in the config, only the names of env vars that hold them.
+pub fn render(config: &Config) -> String {
+    serde_yaml_ng::to_string(&config.to_value())
+        .unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+}
+
+/// Write `endpoints.<name>` into the sidecar, keeping everything else in it.
+/// The write is atomic (temp file + rename). A sidecar that does not parse
+/// is left alone and reported, so nothing is lost.
+pub fn write_sidecar_endpoint(
+    sidecar: &Path,
+    name: &str,
+    entry: Mapping,
+) -> Result<(), ConfigError> {
+    let mut root = if sidecar.exists() {
+        let text = std::fs::read_to_string(sidecar).map_err(|source| ConfigError::Read {
+            path: sidecar.to_path_buf(),
+            source,
+        })?;
+        let (value, _) = parse_text(sidecar, &text)?;
+        value
+    } else {
+        Value::Mapping(Mapping::new())
+    };
+    let Value::Mapping(map) = &mut root else {
+        return Err(ConfigError::Shape {
+            path: sidecar.to_path_buf(),
+            message: "the top level must be a mapping".into(),
+        });
+    };
+    let endpoints = map
+        .entry(Value::String("endpoints".into()))
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if !endpoints.is_mapping() {
+        *endpoints = Value::Mapping(Mapping::new());
+    }
+    if let Value::Mapping(eps) = endpoints {
+        eps.insert(Value::String(name.into()), Value::Mapping(entry));
+    }
+    let body = serde_yaml_ng::to_string(&root).map_err(|e| ConfigError::Shape {
+        path: sidecar.to_path_buf(),
+        message: format!("cannot serialise: {e}"),
+    })?;
+    let header = "# Written by localagents (register_endpoint). Merged over the file beside it.\n";
+    crate::paths::write_atomic(sidecar, format!("{header}{body}").as_bytes()).map_err(|source| {
+        ConfigError::Read {
+            path: sidecar.to_path_buf(),
+            source,
+        }
+    })
+}

@@ -1,0 +1,22 @@
+//! localagents: hand Claude Code's grunt work to a model on your own
+//! llama.cpp or vLLM server.
+//!
+//! The crate is both the `localagents` binary and a library, so tests and
+//! benchmarks drive the same code paths the binary does. Each concern has
+//! its own module:
+//!
+//! - [`config`]: `models.yaml` discovery, merging, validation, caching.
+//! - [`probe`]: what each server really serves, its window and load.
+//! - [`registry`]: the status object and model-name resolution.
+//! - [`api`]: the operations behind MCP tools and CLI commands.
+//! - [`mcp`]: the MCP server on stdio.
+//! - [`cli`]: argument parsing and human-readable output.
+//! - [`paths`]: XDG dirs and atomic writes.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod mcp;
+pub mod paths;
+pub mod probe;
+pub mod registry;

@@ -1,0 +1,38 @@
+//! The `localagents` binary: parse arguments, set up logging on stderr, run.
+//!
+//! stdout is reserved for command output and, in `serve` mode, for the MCP
+//! protocol, so logs go to stderr only (`LOCALAGENTS_LOG=debug` for more).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use localagents::cli::{self, Cli};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCALAGENTS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("localagents: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("localagents: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Live probing of endpoints: what each server really serves, its real
+//! per-slot window, how busy it is, and, when it is down, why in one
+//! sentence that names the fix.
+//!
+//! Every endpoint is probed concurrently and each gets the whole
+//! `probe_timeout_s` budget, so one dead host never slows the others. All
+//! requests of one endpoint run in parallel too, so a healthy probe costs one
+//! round trip. Results are cached for about a second: Claude often calls
+//! several tools in a burst, and a burst should cost one probe.
+
+pub mod classify;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::{Backend, Config, Endpoint};
+pub use classify::FailureKind;
+use metrics::Counters;
+
+/// How long a probe result is reused.
+pub const CACHE_TTL: Duration = Duration::from_millis(1000);
+
+/// Below this per-slot window Claude Code compacts all the time.
+pub const SMALL_WINDOW: u64 = 131_072;
+
+/// One model id a server serves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServedModel {
+    pub id: String,
+    /// Per-slot context window in tokens, when known.
+    pub context: Option<u64>,
+    /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
+    /// `slots.n_ctx`, `max_model_len`, or `config`.
+    pub context_source: Option<String>,
+}
+
+/// Slot occupancy (llama.cpp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Slots {
+    pub total: u64,
+    pub busy: u64,
+    pub free: u64,
+}
+
+/// Queue state (vLLM `/metrics`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Load {
+    pub running: f64,
+    pub waiting: f64,
+    /// KV-cache usage, 0..1, when reported.
+    pub kv_cache_usage: Option<f64>,
+}
+
+/// What the chat template says about itself (llama.cpp `/props`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TemplateCaps {
+    pub supports_system_role: Option<bool>,
+    pub supports_tool_calls: Option<bool>,
+}
+
+/// The live state of one endpoint. This is the `endpoints[]` object of
+/// `status --json` and `list_models`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointStatus {
+    pub name: String,
+    pub base_url: String,
+    /// Configured, or detected when the config leaves it out; `unknown` when
+    /// it could not be detected.
+    pub backend: String,
+    /// True when `backend` was detected rather than configured.
+    pub backend_detected: bool,
+    pub host: Option<String>,
+    pub notes: Option<String>,
+    pub up: bool,
+    /// One sentence: what failed and what to do. Null when up.
+    pub error: Option<String>,
+    /// Machine-readable failure class (`refused`, `timeout`, ...).
+    pub error_kind: Option<FailureKind>,
+    /// Round trip of `GET /v1/models`.
+    pub latency_ms: Option<u64>,
+    pub models: Vec<ServedModel>,
+    pub slots: Option<Slots>,
+    pub load: Option<Load>,
+    /// Whether `/metrics` answers.
+    pub metrics: bool,
+    pub chat_template: Option<TemplateCaps>,
+    /// Non-fatal findings, e.g. a small window.
+    pub warnings: Vec<String>,
+    /// The raw `/metrics` numbers, for per-job deltas. Not serialised.
+    #[serde(skip)]
+    pub counters: Option<Counters>,
+}
+
+impl EndpointStatus {
+    pub(crate) fn new(ep: &Endpoint) -> Self {
+        EndpointStatus {
+            name: ep.name.clone(),
+            base_url: ep.base_url.clone(),
+            backend: ep
+                .backend
+                .map(|b| b.as_str().to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            backend_detected: ep.backend.is_none(),
+            host: ep.host.clone(),
+            notes: ep.notes.clone(),
+            up: false,
+            error: None,
+            error_kind: None,
+            latency_ms: None,
+            models: Vec::new(),
+            slots: None,
+            load: None,
+            metrics: false,
+            chat_template: None,
+            warnings: Vec::new(),
+            counters: None,
+        }
+    }
+
+    fn fail(mut self, kind: FailureKind, sentence: String) -> Self {
+        self.up = false;
+        self.error_kind = Some(kind);
+        self.error = Some(sentence);
+        self
+    }
+}
+
+/// The shared HTTP client. Proxies are off on purpose: backends are on this
+/// machine or the LAN, and a corporate proxy would only get in the way.
+pub fn http_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
+type CacheKey = (String, String, Option<Backend>, Option<String>);
+
+type ProbeCache = Mutex<HashMap<CacheKey, (Instant, EndpointStatus)>>;
+
+fn cache() -> &'static ProbeCache {
+    static CACHE: OnceLock<ProbeCache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn key_of(ep: &Endpoint) -> CacheKey {
+    (
+        ep.name.clone(),
+        ep.base_url.clone(),
+        ep.backend,
+        ep.api_key_env.clone(),
+    )
+}
+
+/// Probe every endpoint of the config concurrently, reusing results younger
+/// than [`CACHE_TTL`]. Order follows the config.
+pub async fn probe_all(config: &Config) -> Vec<EndpointStatus> {
+    let budget = Duration::from_secs_f64(config.defaults.probe_timeout_s);
+    let futs = config.endpoints.iter().map(|ep| probe_cached(ep, budget));
+    futures::future::join_all(futs).await
+}
+
+/// Probe one endpoint, through the cache.
+pub async fn probe_cached(ep: &Endpoint, budget: Duration) -> EndpointStatus {
+    let key = key_of(ep);
+    if let Ok(c) = cache().lock()
+        && let Some((at, st)) = c.get(&key)
+        && at.elapsed() < CACHE_TTL
+    {
+        return st.clone();
+    }
+    let st = probe(ep, budget).await;
+    if let Ok(mut c) = cache().lock() {
+        c.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+        c.insert(key, (Instant::now(), st.clone()));
+    }
+    st
+}
+
+/// Forget cached probes (after `register_endpoint`, or in tests).
+pub fn invalidate() {
+    if let Ok(mut c) = cache().lock() {
+        c.clear();
+    }
+}
+
+/// A fetched path: status and body, or a transport failure.
+struct Fetched {
+    status: u16,
+    body: Vec<u8>,
+    elapsed: Duration,
+}
+
+async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, reqwest::Error> {
+    let started = Instant::now();
+    let remaining = deadline.saturating_duration_since(started);
+    let mut req = http_client()
+        .get(format!("{}{}", ep.base_url, path))
+        .timeout(remaining.max(Duration::from_millis(1)));
+    if let Some(key) = ep.api_key() {
+        req = req.bearer_auth(key);
+    }
+    let resp = req.send().await?;
+    let status = resp.status().as_u16();
+    let body = resp.bytes().await?.to_vec();
+    Ok(Fetched {
+        status,
+        body,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn json_of(f: &Result<Fetched, reqwest::Error>) -> Option<Value> {
+    match f {
+        Ok(f) if f.status == 200 => serde_json::from_slice(&f.body).ok(),
+        _ => None,
+    }
+}
+
+/// Probe one endpoint now, within `budget`.
+pub async fn probe(ep: &Endpoint, budget: Duration) -> EndpointStatus {
+    let deadline = Instant::now() + budget;
+    // A hard stop slightly after the deadline, in case a body trickles.
+    match tokio::time::timeout(
+        budget + Duration::from_millis(50),
+        probe_inner(ep, deadline),
+    )
+    .await
+    {
+        Ok(st) => st,
+        Err(_) => {
+            let (kind, sentence) = classify::timeout_sentence(ep, budget, true);
+            EndpointStatus::new(ep).fail(kind, sentence)
+        }
+    }
+}
+
+async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
+    let mut st = EndpointStatus::new(ep);
+    let budget = deadline.saturating_duration_since(Instant::now());
+    let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
+    let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
+
+    let models_f = fetch(ep, "/v1/models", deadline);
+    let props_f = async {
+        if want_llama {
+            Some(fetch(ep, "/props", deadline).await)
+        } else {
+            None
+        }
+    };
+    let slots_f = async {
+        if want_llama {
+            Some(fetch(ep, "/slots", deadline).await)
+        } else {
+            None
+        }
+    };
+    let metrics_f = async {
+        if want_metrics {
+            Some(fetch(ep, "/metrics", deadline).await)
+        } else {
+            None
+        }
+    };
+    let (models_r, props_r, slots_r, metrics_r) =
+        tokio::join!(models_f, props_f, slots_f, metrics_f);
+
+    // /v1/models decides up or down.
+    let models_fetched = match models_r {
+        Err(e) => {
+            let (kind, sentence) = classify::transport(ep, &e, budget);
+            return st.fail(kind, sentence);
+        }
+        Ok(f) => f,
+    };
+    st.latency_ms = Some(models_fetched.elapsed.as_millis() as u64);
+    if models_fetched.status != 200 {
+        let (kind, sentence) = classify::http(
+            ep,
+            "/v1/models",
+            models_fetched.status,
+            &models_fetched.body,
+        );
+        return st.fail(kind, sentence);
+    }
+    let list: Option<Value> = serde_json::from_slice(&models_fetched.body).ok();
+    let data = list
+        .as_ref()
+        .and_then(|v| v.get("data"))
+        .and_then(Value::as_array)
+        .filter(|d| {
+            d.iter()
+                .all(|m| m.get("id").and_then(Value::as_str).is_some())
+        });
+    let Some(data) = data else {
+        let (kind, sentence) = classify::bad_body(ep, "/v1/models", &models_fetched.body);
+        return st.fail(kind, sentence);
+    };
+
+    let props = props_r.as_ref().and_then(json_of);
+    let props = props.filter(|p| {
+        p.get("default_generation_settings").is_some() || p.get("total_slots").is_some()
+    });
+
+    // Backend: configured, else detected.
+    let backend = match ep.backend {
+        Some(b) => b,
+        None => detect(data, props.is_some()),
+    };
+    st.backend = backend.as_str().to_string();
+    st.up = true;
+
+    let props_ctx = props
+        .as_ref()
+        .and_then(|p| {
+            p.pointer("/default_generation_settings/n_ctx")
+                .or_else(|| p.get("n_ctx"))
+        })
+        .and_then(Value::as_u64);
+    let slots_json = slots_r.as_ref().and_then(json_of);
+    let slots_arr = slots_json.as_ref().and_then(Value::as_array);
+    let slot_ctx = slots_arr
+        .and_then(|a| a.first())
+        .and_then(|s| s.get("n_ctx"))
+        .and_then(Value::as_u64);
+    let single = data.len() == 1;
+    for m in data {
+        let id = m
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let meta_ctx = m.pointer("/meta/n_ctx").and_then(Value::as_u64);
+        let (context, source) = match backend {
+            Backend::Vllm => (
+                m.get("max_model_len").and_then(Value::as_u64),
+                "max_model_len",
+            ),
+            _ => {
+                if let (true, Some(c)) = (single, props_ctx) {
+                    (Some(c), "props.n_ctx")
+                } else if let Some(c) = meta_ctx {
+                    (Some(c), "v1/models meta.n_ctx")
+                } else if let Some(c) = props_ctx {
+                    (Some(c), "props.n_ctx")
+                } else if let Some(c) = slot_ctx {
+                    (Some(c), "slots.n_ctx")
+                } else if let Some(c) = m.get("max_model_len").and_then(Value::as_u64) {
+                    (Some(c), "max_model_len")
+                } else {
+                    (None, "")
+                }
+            }
+        };
+        st.models.push(ServedModel {
+            id,
+            context,
+            context_source: context.map(|_| source.to_string()),
+        });
+    }
+
+    if let Some(p) = &props {
+        let caps = p.get("chat_template_caps");
+        if let Some(caps) = caps {
+            st.chat_template = Some(TemplateCaps {
+                supports_system_role: caps.get("supports_system_role").and_then(Value::as_bool),
+                supports_tool_calls: caps.get("supports_tool_calls").and_then(Value::as_bool),
+            });
+        }
+        if p.get("is_sleeping").and_then(Value::as_bool) == Some(true) {
+            st.warnings
+                .push("the server is sleeping: the first request will reload the model".into());
+        }
+    }
+
+    // Metrics.
+    let counters = match &metrics_r {
+        Some(Ok(f)) if f.status == 200 => {
+            let text = String::from_utf8_lossy(&f.body);
+            let c = metrics::parse(&text);
+            if c.is_empty() { None } else { Some(c) }
+        }
+        _ => None,
+    };
+    st.metrics = counters.is_some();
+
+    // Slots: /slots first, else /props total plus the processing gauge.
+    if let Some(arr) = slots_arr {
+        let total = arr.len() as u64;
+        let busy = arr
+            .iter()
+            .filter(|s| {
+                s.get("is_processing")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                    || s.get("state")
+                        .and_then(Value::as_u64)
+                        .is_some_and(|v| v != 0)
+            })
+            .count() as u64;
+        st.slots = Some(Slots {
+            total,
+            busy,
+            free: total.saturating_sub(busy),
+        });
+    } else if let (Some(total), Some(c)) = (
+        props
+            .as_ref()
+            .and_then(|p| p.get("total_slots"))
+            .and_then(Value::as_u64),
+        counters.as_ref(),
+    ) && let Some(busy) = metrics::first(c, &["llamacpp:requests_processing"])
+    {
+        let busy = (busy as u64).min(total);
+        st.slots = Some(Slots {
+            total,
+            busy,
+            free: total - busy,
+        });
+    }
+
+    if backend == Backend::Vllm
+        && let Some(c) = &counters
+    {
+        st.load = Some(Load {
+            running: metrics::first(c, &["vllm:num_requests_running"]).unwrap_or(0.0),
+            waiting: metrics::first(c, &["vllm:num_requests_waiting"]).unwrap_or(0.0),
+            kv_cache_usage: metrics::first(
+                c,
+                &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+            ),
+        });
+    }
+    st.counters = counters;
+
+    if st.models.is_empty() {
+        st.warnings
+            .push("the server answers but serves no model yet".into());
+    }
+    for m in &st.models {
+        if let Some(c) = m.context
+            && c < SMALL_WINDOW
+        {
+            st.warnings.push(format!(
+                "{}: window {} per slot is under 128k; Claude Code will compact constantly (give each slot 128k or more)",
+                m.id, c
+            ));
+        }
+    }
+    if backend == Backend::LlamaCpp && props.is_none() {
+        st.warnings
+            .push("GET /props did not answer: per-slot window and slots unknown".into());
+    }
+    st
+}
+
+/// Backend from `owned_by` and which endpoints answered.
+fn detect(data: &[Value], props_answered: bool) -> Backend {
+    let owned: Vec<&str> = data
+        .iter()
+        .filter_map(|m| m.get("owned_by").and_then(Value::as_str))
+        .collect();
+    if owned.iter().any(|o| o.eq_ignore_ascii_case("vllm")) {
+        Backend::Vllm
+    } else if owned.iter().any(|o| o.eq_ignore_ascii_case("llamacpp")) || props_answered {
+        Backend::LlamaCpp
+    } else if data.iter().any(|m| m.get("max_model_len").is_some()) {
+        Backend::Vllm
+    } else {
+        Backend::Other
+    }
+}

@@ -1,0 +1,254 @@
+//! models.yaml discovery, merging, errors and warnings.
+
+use std::fs;
+use std::path::Path;
+
+use localagents::config::{self, ConfigError, Discovery};
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn discovery(user: &Path, project: &Path) -> Discovery {
+    Discovery {
+        explicit: None,
+        user_dir: Some(user.to_path_buf()),
+        project_dir: Some(project.to_path_buf()),
+    }
+}
+
+#[test]
+fn merge_order_user_sidecar_project_sidecar() {
+    let tmp = tempfile::tempdir().unwrap();
+    let user = tmp.path().join("user");
+    let proj = tmp.path().join("proj");
+    write(
+        &user.join("models.yaml"),
+        "endpoints:\n  a:\n    base_url: http://10.0.0.1:8080\n    notes: from user\n  b:\n    base_url: http://10.0.0.2:8080\ndefaults:\n  max_turns: 10\n",
+    );
+    write(
+        &user.join("models.local.yaml"),
+        "endpoints:\n  a:\n    notes: from user sidecar\n",
+    );
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  b:\n    base_url: http://10.0.0.3:9000\n  c:\n    base_url: http://10.0.0.4:8000\n    backend: vllm\ndefaults:\n  max_turns: 20\n",
+    );
+    write(
+        &proj.join("models.local.yaml"),
+        "defaults:\n  max_turns: 30\n",
+    );
+    let loaded = config::load(&discovery(&user, &proj)).unwrap();
+    let names: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b", "c"], "config order survives the merge");
+    let a = loaded.config.endpoint("a").unwrap();
+    assert_eq!(a.base_url, "http://10.0.0.1:8080");
+    assert_eq!(a.notes.as_deref(), Some("from user sidecar"));
+    assert_eq!(
+        loaded.config.endpoint("b").unwrap().base_url,
+        "http://10.0.0.3:9000"
+    );
+    assert_eq!(loaded.config.defaults.max_turns, 30);
+    assert_eq!(loaded.files.len(), 4);
+    assert_eq!(loaded.files[0], user.join("models.yaml"));
+    assert_eq!(loaded.files[3], proj.join("models.local.yaml"));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn explicit_config_replaces_discovery_but_keeps_its_sidecar() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("proj");
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  p:\n    base_url: http://10.9.9.9:1\n",
+    );
+    let file = tmp.path().join("cfg/my.yaml");
+    write(
+        &file,
+        "endpoints:\n  x:\n    base_url: http://127.0.0.1:1234\n",
+    );
+    write(
+        &tmp.path().join("cfg/my.local.yaml"),
+        "endpoints:\n  y:\n    base_url: http://127.0.0.1:1235\n",
+    );
+    let d = Discovery {
+        explicit: Some(file.clone()),
+        user_dir: None,
+        project_dir: Some(proj),
+    };
+    let loaded = config::load(&d).unwrap();
+    let names: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["x", "y"]);
+    assert_eq!(
+        d.active_sidecar().unwrap(),
+        tmp.path().join("cfg/my.local.yaml")
+    );
+}
+
+#[test]
+fn missing_explicit_config_is_an_error_that_names_the_file() {
+    let d = Discovery {
+        explicit: Some("/nonexistent/models.yaml".into()),
+        user_dir: None,
+        project_dir: None,
+    };
+    let err = config::load(&d).unwrap_err();
+    assert!(matches!(err, ConfigError::Missing { .. }));
+    assert!(err.to_string().contains("/nonexistent/models.yaml"));
+}
+
+#[test]
+fn zero_config_uses_builtin_local_endpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let loaded = config::load(&discovery(&tmp.path().join("u"), &tmp.path().join("p"))).unwrap();
+    assert!(loaded.builtin);
+    assert!(loaded.files.is_empty());
+    assert_eq!(loaded.config.endpoints.len(), 1);
+    let e = &loaded.config.endpoints[0];
+    assert_eq!(e.name, "local");
+    assert_eq!(e.base_url, "http://127.0.0.1:8080");
+    assert_eq!(e.backend, Some(config::Backend::LlamaCpp));
+    assert_eq!(loaded.config.defaults.permission_mode, "acceptEdits");
+    assert_eq!(loaded.config.defaults.probe_timeout_s, 2.5);
+    assert_eq!(loaded.config.defaults.max_turns, 60);
+    assert_eq!(loaded.config.defaults.disallowed_tools, ["Agent", "Task"]);
+}
+
+#[test]
+fn yaml_syntax_error_names_file_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  a:\n    base_url: http://x:1\n   bad: [unclosed\n",
+    );
+    let err = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap_err();
+    match &err {
+        ConfigError::Parse {
+            path, line, column, ..
+        } => {
+            assert_eq!(path, &proj.join("models.yaml"));
+            assert_eq!(*line, 4, "{err}");
+            assert!(*column > 0, "{err}");
+        }
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("models.yaml:4:"), "{text}");
+}
+
+#[test]
+fn wrong_type_names_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(&proj.join("models.yaml"), "defaults:\n  max_turns: many\n");
+    let err = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("models.yaml:2:"), "{text}");
+    assert!(text.contains("max_turns"), "{text}");
+}
+
+#[test]
+fn unknown_key_warns_with_nearest_and_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(
+        &proj.join("models.yaml"),
+        "enpoints:\n  a:\n    base_url: http://x:1\nendpoints:\n  b:\n    base_url: http://10.1.1.1:8080\n    bse_url: nope\nmodels:\n  m:\n    note: hi\n",
+    );
+    let loaded = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap();
+    let w = loaded.warnings.join("\n");
+    assert!(w.contains("`enpoints` (did you mean `endpoints`?)"), "{w}");
+    assert!(
+        w.contains("`endpoints.b.bse_url` (did you mean `base_url`?)"),
+        "{w}"
+    );
+    assert!(w.contains("`models.m.note` (did you mean `notes`?)"), "{w}");
+    let names: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["b"]);
+}
+
+#[test]
+fn broken_entry_is_dropped_with_a_warning_others_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  bad:\n    base_url: ftp://x\n  nourl:\n    host: h\n  good:\n    base_url: http://127.0.0.1:8080/\n    backend: llama-cpp\n",
+    );
+    let loaded = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap();
+    let names: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["good"]);
+    assert_eq!(loaded.config.endpoints[0].base_url, "http://127.0.0.1:8080");
+    let w = loaded.warnings.join("\n");
+    assert!(w.contains("only http and https"), "{w}");
+    assert!(w.contains("`nourl` has no base_url"), "{w}");
+}
+
+#[test]
+fn edits_are_seen_on_the_next_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    let file = proj.join("models.yaml");
+    write(
+        &file,
+        "endpoints:\n  a:\n    base_url: http://127.0.0.1:1\n",
+    );
+    let d = discovery(&tmp.path().join("u"), &proj);
+    assert_eq!(
+        config::load(&d).unwrap().config.endpoints[0].base_url,
+        "http://127.0.0.1:1"
+    );
+    write(
+        &file,
+        "endpoints:\n  a:\n    base_url: http://127.0.0.1:22222\n",
+    );
+    assert_eq!(
+        config::load(&d).unwrap().config.endpoints[0].base_url,
+        "http://127.0.0.1:22222"
+    );
+}
+
+#[test]
+fn sidecar_write_keeps_other_entries_and_refuses_a_broken_sidecar() {
+    let tmp = tempfile::tempdir().unwrap();
+    let side = tmp.path().join("models.local.yaml");
+    write(&side, "defaults:\n  max_turns: 7\n");
+    let mut entry = serde_yaml_ng::Mapping::new();
+    entry.insert("base_url".into(), "http://127.0.0.1:9".into());
+    config::write_sidecar_endpoint(&side, "gpu", entry.clone()).unwrap();
+    let text = fs::read_to_string(&side).unwrap();
+    assert!(text.contains("max_turns: 7"), "{text}");
+    assert!(text.contains("gpu:"), "{text}");
+
+    write(&side, "endpoints: [broken\n");
+    let err = config::write_sidecar_endpoint(&side, "gpu", entry).unwrap_err();
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+    assert_eq!(
+        fs::read_to_string(&side).unwrap(),
+        "endpoints: [broken\n",
+        "nothing lost"
+    );
+}

@@ -1,0 +1,7 @@
+//! Integration tests, in one binary so the 2-core CI links once.
+
+mod support;
+
+mod config;
+mod mcp_stdio;
+mod probe;

@@ -1,0 +1,220 @@
+//! The MCP server over stdio, driven by rmcp's client against the built
+//! binary: initialize, tools/list, list_models, register_endpoint.
+
+use std::path::Path;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::{Value, json};
+
+use crate::support::fake_llama;
+
+async fn client(
+    config: &Path,
+    home: &Path,
+    cwd: &Path,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
+        c.arg("--config")
+            .arg(config)
+            .arg("--state-dir")
+            .arg(home.join("state"))
+            .arg("serve")
+            .env("HOME", home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("LOCALAGENTS_CONFIG")
+            .current_dir(cwd);
+    });
+    let transport = TokioChildProcess::new(cmd).expect("spawn localagents serve");
+    ().serve(transport).await.expect("initialize")
+}
+
+fn result_json(r: &rmcp::model::CallToolResult) -> Value {
+    let text = r
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .expect("text content");
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+fn args(v: Value) -> serde_json::Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn initialize_list_tools_list_models_register_endpoint() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    let hand_written = format!(
+        "# my servers, by hand\nendpoints:\n  box:\n    base_url: {}   # the fake\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n",
+        fake.url()
+    );
+    std::fs::write(&cfg, &hand_written).unwrap();
+
+    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let info = client.peer_info().expect("server info");
+    assert_eq!(
+        info.server_info.clone().expect("server_info").name,
+        "localagents"
+    );
+    let instructions = info.instructions.clone().unwrap_or_default();
+    assert!(instructions.contains("list_models") && instructions.contains("run_agent"));
+
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"list_models".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"register_endpoint".to_string()),
+        "{names:?}"
+    );
+    let reg = tools
+        .iter()
+        .find(|t| t.name == "register_endpoint")
+        .unwrap();
+    let props = reg.input_schema.get("properties").unwrap();
+    assert!(
+        props
+            .get("api_key_env")
+            .unwrap()
+            .get("description")
+            .is_some(),
+        "doc comments become descriptions"
+    );
+
+    // list_models
+    let r = client
+        .call_tool(CallToolRequestParams::new("list_models"))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true));
+    let v = result_json(&r);
+    assert_eq!(v["config"][0], json!(cfg));
+    let ep = &v["endpoints"][0];
+    assert_eq!(ep["name"], "box");
+    assert_eq!(ep["up"], true);
+    assert_eq!(ep["backend"], "llama.cpp");
+    assert_eq!(ep["models"][0]["id"], "gemma3-270m");
+    assert_eq!(ep["models"][0]["context"], 32768);
+    assert_eq!(ep["slots"]["total"], 2);
+    assert_eq!(
+        v["models"][0]["running_on"][0], "box/gemma3-270m",
+        "fuzzy match of the menu name"
+    );
+    assert!(v["guidance"]["next"].is_string());
+
+    // register_endpoint
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("register_endpoint").with_arguments(args(json!({
+                "name": "second",
+                "base_url": fake.url(),
+                "host": "gpu-box",
+                "notes": "registered by the test"
+            }))),
+        )
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{:?}", r.content);
+    let v = result_json(&r);
+    assert_eq!(v["endpoint"]["up"], true);
+    assert_eq!(v["endpoint"]["models"][0]["id"], "gemma3-270m");
+    let sidecar = tmp.path().join("models.local.yaml");
+    assert_eq!(v["written_to"], json!(sidecar));
+    let side_text = std::fs::read_to_string(&sidecar).unwrap();
+    assert!(
+        side_text.contains("second:") && side_text.contains("gpu-box"),
+        "{side_text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&cfg).unwrap(),
+        hand_written,
+        "hand-written file untouched"
+    );
+
+    let r = client
+        .call_tool(CallToolRequestParams::new("list_models"))
+        .await
+        .unwrap();
+    let v = result_json(&r);
+    let names: Vec<_> = v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("box"), json!("second")]);
+
+    // Bad input: a tool error that says what to do, not a protocol error.
+    for (bad, needle) in [
+        (
+            json!({"name": "../etc", "base_url": "http://127.0.0.1:1"}),
+            "invalid endpoint name",
+        ),
+        (
+            json!({"name": "ok", "base_url": "file:///etc/passwd"}),
+            "only http and https",
+        ),
+        (
+            json!({"name": "ok", "base_url": "http://127.0.0.1:1", "backend": "ollama"}),
+            "unknown backend",
+        ),
+        (
+            json!({"name": "ok", "base_url": "http://127.0.0.1:1", "api_key_env": "sk-abc 123"}),
+            "NAME of an environment variable",
+        ),
+    ] {
+        let r = client
+            .call_tool(
+                CallToolRequestParams::new("register_endpoint").with_arguments(args(bad.clone())),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.is_error, Some(true), "{bad}");
+        let text = result_json(&r).to_string();
+        assert!(text.contains(needle), "{bad}: {text}");
+    }
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), hand_written);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn config_error_comes_back_as_a_tool_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(&cfg, "endpoints:\n  a: {base_url: http://x\n").unwrap();
+    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let r = client
+        .call_tool(CallToolRequestParams::new("list_models"))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let text = result_json(&r).to_string();
+    assert!(
+        text.contains("config error") && text.contains("models.yaml:"),
+        "{text}"
+    );
+    // Fixing the file heals the next call without a restart.
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  a:\n    base_url: http://{}\n",
+            crate::support::net::refused_addr()
+        ),
+    )
+    .unwrap();
+    let r = client
+        .call_tool(CallToolRequestParams::new("list_models"))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true));
+    assert_eq!(result_json(&r)["endpoints"][0]["error_kind"], "refused");
+    client.cancel().await.unwrap();
+}

@@ -1,0 +1,258 @@
+//! Probing real-shaped fakes, and every failure class.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use localagents::config::{Backend, Endpoint};
+use localagents::probe::{self, FailureKind};
+
+use crate::support::{fake_llama, fake_vllm, net};
+
+fn ep(name: &str, url: &str, backend: Option<Backend>) -> Endpoint {
+    Endpoint {
+        name: name.into(),
+        base_url: url.into(),
+        backend,
+        host: None,
+        notes: None,
+        env: IndexMap::new(),
+        api_key_env: None,
+    }
+}
+
+const BUDGET: Duration = Duration::from_millis(2500);
+
+#[tokio::test]
+async fn llama_cpp_window_slots_metrics_and_template_caps() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        n_ctx: 65536,
+        slots: 2,
+        supports_system_role: false,
+        ..Default::default()
+    })
+    .await;
+    fake.state.busy.store(1, Ordering::SeqCst);
+    let st = probe::probe(&ep("l", fake.url(), Some(Backend::LlamaCpp)), BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(st.backend, "llama.cpp");
+    assert_eq!(st.models.len(), 1);
+    assert_eq!(st.models[0].id, "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL");
+    assert_eq!(st.models[0].context, Some(65536));
+    assert_eq!(st.models[0].context_source.as_deref(), Some("props.n_ctx"));
+    let slots = st.slots.expect("slots");
+    assert_eq!((slots.total, slots.busy, slots.free), (2, 1, 1));
+    assert!(st.metrics);
+    let caps = st.chat_template.expect("caps");
+    assert_eq!(caps.supports_system_role, Some(false));
+    assert!(st.latency_ms.is_some());
+    assert!(
+        st.warnings.iter().any(|w| w.contains("under 128k")),
+        "{:?}",
+        st.warnings
+    );
+    let hits = fake.hits();
+    for p in ["/v1/models", "/props", "/slots", "/metrics"] {
+        assert!(hits.iter().any(|h| h == p), "{p} not probed: {hits:?}");
+    }
+}
+
+#[tokio::test]
+async fn llama_cpp_without_slots_endpoint_uses_metrics_gauge() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        slots_endpoint: false,
+        slots: 4,
+        ..Default::default()
+    })
+    .await;
+    fake.state.busy.store(3, Ordering::SeqCst);
+    let st = probe::probe(&ep("l", fake.url(), None), BUDGET).await;
+    assert!(st.up);
+    assert_eq!(st.backend, "llama.cpp", "detected from owned_by");
+    assert!(st.backend_detected);
+    let s = st.slots.expect("slots from /props + /metrics");
+    assert_eq!((s.total, s.busy, s.free), (4, 3, 1));
+    assert!(st.warnings.is_empty(), "{:?}", st.warnings);
+}
+
+#[tokio::test]
+async fn llama_cpp_without_metrics_reports_metrics_false() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        metrics: false,
+        ..Default::default()
+    })
+    .await;
+    let st = probe::probe(&ep("l", fake.url(), Some(Backend::LlamaCpp)), BUDGET).await;
+    assert!(st.up);
+    assert!(!st.metrics);
+    assert!(st.counters.is_none());
+}
+
+#[tokio::test]
+async fn vllm_is_detected_with_window_and_load() {
+    let fake = fake_vllm::spawn(fake_vllm::VllmOpts::default()).await;
+    fake.state.running.store(2, Ordering::SeqCst);
+    fake.state.waiting.store(5, Ordering::SeqCst);
+    let st = probe::probe(&ep("v", fake.url(), None), BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(st.backend, "vllm");
+    assert_eq!(st.models[0].id, "deepseek-v4-flash");
+    assert_eq!(st.models[0].context, Some(163840));
+    assert_eq!(
+        st.models[0].context_source.as_deref(),
+        Some("max_model_len")
+    );
+    let load = st.load.expect("load");
+    assert_eq!((load.running, load.waiting), (2.0, 5.0));
+    assert_eq!(load.kv_cache_usage, Some(0.25));
+    assert!(st.slots.is_none());
+    assert!(st.metrics);
+}
+
+#[tokio::test]
+async fn refused_says_nothing_listens_on_the_port() {
+    let addr = net::refused_addr();
+    let st = probe::probe(&ep("r", &format!("http://{addr}"), None), BUDGET).await;
+    assert!(!st.up);
+    assert_eq!(st.error_kind, Some(FailureKind::Refused));
+    let e = st.error.unwrap();
+    assert!(
+        e.contains(&format!("nothing listens on port {}", addr.port())),
+        "{e}"
+    );
+    assert!(e.contains("start the server or fix the port"), "{e}");
+}
+
+#[tokio::test]
+async fn silent_listener_times_out_within_the_budget() {
+    let silent = net::silent_listener().await;
+    let budget = Duration::from_millis(600);
+    let started = Instant::now();
+    let st = probe::probe(&ep("s", &format!("http://{}", silent.addr), None), budget).await;
+    let took = started.elapsed();
+    assert!(!st.up);
+    assert_eq!(st.error_kind, Some(FailureKind::Timeout));
+    assert!(st.error.unwrap().contains("no answer within 0.6s"));
+    // Not a speed test: it must end, bounded by the budget, not hang.
+    assert!(took < budget + Duration::from_millis(1000), "took {took:?}");
+}
+
+#[tokio::test]
+async fn api_key_missing_then_given() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        api_key: Some("sekrit-123".into()),
+        ..Default::default()
+    })
+    .await;
+    let mut e = ep("k", fake.url(), Some(Backend::LlamaCpp));
+    let st = probe::probe(&e, BUDGET).await;
+    assert_eq!(st.error_kind, Some(FailureKind::Unauthorized));
+    assert!(
+        st.error
+            .as_deref()
+            .unwrap()
+            .contains("the server wants an API key: set api_key_env")
+    );
+
+    e.api_key_env = Some("LOCALAGENTS_TEST_PROBE_KEY_UNSET".into());
+    let st = probe::probe(&e, BUDGET).await;
+    assert!(
+        st.error
+            .as_deref()
+            .unwrap()
+            .contains("LOCALAGENTS_TEST_PROBE_KEY_UNSET")
+    );
+
+    // SAFETY: a name only this test uses; no other thread reads it.
+    unsafe { std::env::set_var("LOCALAGENTS_TEST_PROBE_KEY", "sekrit-123") };
+    e.api_key_env = Some("LOCALAGENTS_TEST_PROBE_KEY".into());
+    let st = probe::probe(&e, BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(
+        st.slots.map(|s| s.total),
+        Some(2),
+        "probes of /slots send the key too"
+    );
+    let json = serde_json::to_string(&st).unwrap();
+    assert!(
+        !json.contains("sekrit-123"),
+        "the key never appears in output"
+    );
+}
+
+#[tokio::test]
+async fn loading_model_is_classified() {
+    let fake = fake_llama::spawn(Default::default()).await;
+    fake.state.loading.store(true, Ordering::SeqCst);
+    let st = probe::probe(&ep("l", fake.url(), None), BUDGET).await;
+    assert!(!st.up);
+    assert_eq!(st.error_kind, Some(FailureKind::Loading));
+    assert!(st.error.unwrap().contains("model still loading"));
+}
+
+#[tokio::test]
+async fn garbage_bodies_are_bad_body_not_panics() {
+    for body in [
+        "<html><body>router login</body></html>",
+        "{\"data\": 5}",
+        "{\"data\":[{\"name\":1}]}",
+        "",
+    ] {
+        let srv = net::fixed_response(200, "text/html", body).await;
+        let st = probe::probe(&ep("g", &srv.url, Some(Backend::LlamaCpp)), BUDGET).await;
+        assert!(!st.up, "{body}");
+        assert_eq!(st.error_kind, Some(FailureKind::BadBody), "{body}");
+        assert!(st.error.unwrap().contains("not with a model list"));
+    }
+}
+
+#[tokio::test]
+async fn http_errors_are_named_with_status_and_message() {
+    let srv = net::fixed_response(
+        500,
+        "application/json",
+        r#"{"error":{"code":500,"message":"CUDA out of memory","type":"server_error"}}"#,
+    )
+    .await;
+    let st = probe::probe(&ep("h", &srv.url, None), BUDGET).await;
+    assert_eq!(st.error_kind, Some(FailureKind::Http));
+    let e = st.error.unwrap();
+    assert!(
+        e.contains("HTTP 500") && e.contains("CUDA out of memory"),
+        "{e}"
+    );
+
+    let srv = net::fixed_response(404, "application/json", r#"{"detail":"Not Found"}"#).await;
+    let st = probe::probe(&ep("h", &format!("{}/v1", srv.url), None), BUDGET).await;
+    assert!(st.error.unwrap().contains("drop the /v1"));
+}
+
+#[tokio::test]
+async fn probe_all_is_concurrent_and_cached() {
+    let fake = fake_llama::spawn(Default::default()).await;
+    let silent = net::silent_listener().await;
+    let mut cfg = localagents::config::Config::builtin();
+    cfg.defaults.probe_timeout_s = 0.8;
+    cfg.endpoints = vec![
+        ep("live", fake.url(), None),
+        ep("dead", &format!("http://{}", net::refused_addr()), None),
+        ep("hung", &format!("http://{}", silent.addr), None),
+    ];
+    let started = Instant::now();
+    let all = probe::probe_all(&cfg).await;
+    let took = started.elapsed();
+    assert_eq!(
+        all.iter().map(|s| s.up).collect::<Vec<_>>(),
+        [true, false, false]
+    );
+    // Concurrent: one budget in all, not one per endpoint (generous bound).
+    assert!(took < Duration::from_millis(800 * 2), "took {took:?}");
+    let before = fake.hits().len();
+    let again = probe::probe_all(&cfg).await;
+    assert!(again[0].up);
+    assert_eq!(
+        fake.hits().len(),
+        before,
+        "a burst within the TTL is served from cache"
+    );
+}

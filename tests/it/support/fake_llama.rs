@@ -1,0 +1,320 @@
+//! A fake llama.cpp `llama-server`: `/health`, `/props`, `/slots`,
+//! `/metrics`, `/v1/models`, with the field names and error bodies of the
+//! real server (every error is `{"error":{"code","message","type"}}`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+/// How the fake is started: the flags a real `llama-server` would get.
+#[derive(Debug, Clone)]
+pub struct LlamaOpts {
+    /// `--alias`: the served id.
+    pub alias: String,
+    /// Per-slot window (`-c / --parallel`).
+    pub n_ctx: u64,
+    /// `--parallel`.
+    pub slots: u64,
+    /// `--slots` (on by default in new builds).
+    pub slots_endpoint: bool,
+    /// `--metrics`.
+    pub metrics: bool,
+    /// `--api-key`.
+    pub api_key: Option<String>,
+    /// Whether the chat template accepts a system role at all.
+    pub supports_system_role: bool,
+}
+
+impl Default for LlamaOpts {
+    fn default() -> Self {
+        LlamaOpts {
+            alias: "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL".into(),
+            n_ctx: 131072,
+            slots: 2,
+            slots_endpoint: true,
+            metrics: true,
+            api_key: None,
+            supports_system_role: true,
+        }
+    }
+}
+
+/// Shared, mutable state of a running fake.
+#[derive(Debug)]
+pub struct LlamaState {
+    pub opts: LlamaOpts,
+    /// While true every endpoint but `/health` answers 503 "Loading model".
+    pub loading: AtomicBool,
+    /// Slots currently processing.
+    pub busy: AtomicU64,
+    /// Paths requested, in order.
+    pub hits: Mutex<Vec<String>>,
+    /// Counters behind `/metrics`.
+    pub prompt_tokens: AtomicU64,
+    pub prompt_tokens_cached: AtomicU64,
+}
+
+/// A server running on a loopback port; stops when dropped.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub async fn serve(app: Router) -> Running {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Running {
+            addr,
+            url: format!("http://{addr}"),
+            task,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub struct FakeLlama {
+    pub server: Running,
+    pub state: Arc<LlamaState>,
+}
+
+impl FakeLlama {
+    pub fn url(&self) -> &str {
+        &self.server.url
+    }
+    pub fn hits(&self) -> Vec<String> {
+        self.state
+            .hits
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_default()
+    }
+}
+
+pub fn err_body(code: u16, typ: &str, message: &str) -> Value {
+    json!({"error": {"code": code, "message": message, "type": typ}})
+}
+
+fn err(code: u16, typ: &str, message: &str) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        axum::Json(err_body(code, typ, message)),
+    )
+        .into_response()
+}
+
+async fn gate(
+    State(st): State<Arc<LlamaState>>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    let path = req.uri().path().to_string();
+    if let Ok(mut h) = st.hits.lock() {
+        h.push(path.clone());
+    }
+    if path == "/health" {
+        return next.run(req).await;
+    }
+    if let Some(key) = &st.opts.api_key {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        if bearer != Some(key.as_str()) && x_key != Some(key.as_str()) {
+            return err(401, "authentication_error", "Invalid API Key");
+        }
+    }
+    if st.loading.load(Ordering::SeqCst) {
+        return err(503, "unavailable_error", "Loading model");
+    }
+    next.run(req).await
+}
+
+async fn health(State(st): State<Arc<LlamaState>>) -> Response {
+    if st.loading.load(Ordering::SeqCst) {
+        return err(503, "unavailable_error", "Loading model");
+    }
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+async fn props(State(st): State<Arc<LlamaState>>) -> Response {
+    let o = &st.opts;
+    axum::Json(json!({
+        "default_generation_settings": {
+            "id": 0, "id_task": -1, "n_ctx": o.n_ctx, "speculative": false, "is_processing": false,
+            "params": {"n_predict": -1, "temperature": 0.8, "top_k": 40, "top_p": 0.95},
+            "prompt": "", "next_token": {"has_next_token": true}
+        },
+        "total_slots": o.slots,
+        "model_alias": o.alias,
+        "model_path": format!("/models/{}.gguf", o.alias.replace('/', "_")),
+        "modalities": {"vision": false, "audio": false},
+        "endpoint_slots": o.slots_endpoint,
+        "endpoint_props": false,
+        "endpoint_metrics": o.metrics,
+        "webui": true,
+        "chat_template": "{% for message in messages %}...{% endfor %}",
+        "chat_template_caps": {
+            "supports_object_arguments": true,
+            "supports_parallel_tool_calls": true,
+            "supports_preserve_reasoning": false,
+            "supports_string_content": true,
+            "supports_system_role": o.supports_system_role,
+            "supports_tool_calls": true,
+            "supports_tools": true,
+            "supports_typed_content": false
+        },
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "build_info": "b7777-fake",
+        "is_sleeping": false
+    }))
+    .into_response()
+}
+
+async fn slots(State(st): State<Arc<LlamaState>>) -> Response {
+    let o = &st.opts;
+    if !o.slots_endpoint {
+        return err(
+            501,
+            "not_supported_error",
+            "This server does not support slots endpoint. Start it with `--slots`",
+        );
+    }
+    let busy = st.busy.load(Ordering::SeqCst);
+    let arr: Vec<Value> = (0..o.slots)
+        .map(|i| {
+            json!({
+                "id": i, "id_task": if i < busy { 7 } else { -1 }, "n_ctx": o.n_ctx,
+                "speculative": false, "is_processing": i < busy,
+                "params": {"n_predict": -1}, "next_token": {"has_next_token": true, "n_decoded": 0}
+            })
+        })
+        .collect();
+    axum::Json(Value::Array(arr)).into_response()
+}
+
+async fn metrics(State(st): State<Arc<LlamaState>>) -> Response {
+    if !st.opts.metrics {
+        return err(
+            501,
+            "not_supported_error",
+            "This server does not support metrics endpoint. Start it with `--metrics`",
+        );
+    }
+    let busy = st.busy.load(Ordering::SeqCst);
+    let text = format!(
+        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n\
+# TYPE llamacpp:prompt_tokens_total counter\n\
+llamacpp:prompt_tokens_total {}\n\
+# HELP llamacpp:prompt_seconds_total Prompt process time\n\
+# TYPE llamacpp:prompt_seconds_total counter\n\
+llamacpp:prompt_seconds_total 1.5\n\
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n\
+# TYPE llamacpp:tokens_predicted_total counter\n\
+llamacpp:tokens_predicted_total 42\n\
+# HELP llamacpp:tokens_predicted_seconds_total Predict process time\n\
+# TYPE llamacpp:tokens_predicted_seconds_total counter\n\
+llamacpp:tokens_predicted_seconds_total 0.7\n\
+# HELP llamacpp:prompt_tokens_cached_total Number of prompt tokens served from cache.\n\
+# TYPE llamacpp:prompt_tokens_cached_total counter\n\
+llamacpp:prompt_tokens_cached_total {}\n\
+# HELP llamacpp:n_decode_total Total number of llama_decode() calls\n\
+# TYPE llamacpp:n_decode_total counter\n\
+llamacpp:n_decode_total 12\n\
+# HELP llamacpp:requests_processing Number of requests processing.\n\
+# TYPE llamacpp:requests_processing gauge\n\
+llamacpp:requests_processing {busy}\n\
+# HELP llamacpp:requests_deferred Number of requests deferred.\n\
+# TYPE llamacpp:requests_deferred gauge\n\
+llamacpp:requests_deferred 0\n",
+        st.prompt_tokens.load(Ordering::SeqCst),
+        st.prompt_tokens_cached.load(Ordering::SeqCst),
+    );
+    (
+        StatusCode::OK,
+        [("content-type", "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
+}
+
+async fn models(State(st): State<Arc<LlamaState>>) -> Response {
+    let o = &st.opts;
+    axum::Json(json!({
+        "models": [{
+            "name": o.alias, "model": o.alias, "modified_at": "", "size": "", "digest": "",
+            "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+            "parameters": "", "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "", "quantization_level": ""}
+        }],
+        "object": "list",
+        "data": [{
+            "id": o.alias,
+            "object": "model",
+            "created": 1764460800,
+            "owned_by": "llamacpp",
+            "meta": {
+                "vocab_type": 2, "n_vocab": 151936, "n_ctx_train": 262144, "n_ctx": o.n_ctx,
+                "n_embd": 5120, "n_params": 27000000000u64, "size": 16000000000u64
+            }
+        }]
+    }))
+    .into_response()
+}
+
+async fn not_found() -> Response {
+    err(404, "not_found_error", "File Not Found")
+}
+
+/// The router, for tests that want to extend it.
+pub fn router(state: Arc<LlamaState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/props", get(props))
+        .route("/slots", get(slots))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state)
+}
+
+pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
+    Arc::new(LlamaState {
+        opts,
+        loading: AtomicBool::new(false),
+        busy: AtomicU64::new(0),
+        hits: Mutex::new(Vec::new()),
+        prompt_tokens: AtomicU64::new(0),
+        prompt_tokens_cached: AtomicU64::new(0),
+    })
+}
+
+/// Start a fake llama-server on a free loopback port.
+pub async fn spawn(opts: LlamaOpts) -> FakeLlama {
+    let state = state(opts);
+    let server = Running::serve(router(state.clone())).await;
+    FakeLlama { server, state }
+}

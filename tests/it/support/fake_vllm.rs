@@ -1,0 +1,135 @@
+//! A fake vLLM OpenAI server: `/health`, `/v1/models` with `max_model_len`,
+//! and `/metrics` with `model_name` labels. Unknown paths answer FastAPI's
+//! `{"detail":"Not Found"}`; errors on the API routes use OpenAI's shape.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use super::fake_llama::Running;
+
+#[derive(Debug, Clone)]
+pub struct VllmOpts {
+    /// `--served-model-name`.
+    pub served: String,
+    /// `--max-model-len`.
+    pub max_model_len: u64,
+}
+
+impl Default for VllmOpts {
+    fn default() -> Self {
+        VllmOpts {
+            served: "deepseek-v4-flash".into(),
+            max_model_len: 163840,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct VllmState {
+    pub opts: VllmOpts,
+    pub running: AtomicU64,
+    pub waiting: AtomicU64,
+}
+
+pub struct FakeVllm {
+    pub server: Running,
+    pub state: Arc<VllmState>,
+}
+
+impl FakeVllm {
+    pub fn url(&self) -> &str {
+        &self.server.url
+    }
+}
+
+async fn models(State(st): State<Arc<VllmState>>) -> Response {
+    let o = &st.opts;
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": o.served,
+            "object": "model",
+            "created": 1764460800,
+            "owned_by": "vllm",
+            "root": format!("/models/{}", o.served),
+            "parent": null,
+            "max_model_len": o.max_model_len,
+            "permission": [{
+                "id": "modelperm-fake", "object": "model_permission", "created": 1764460800,
+                "allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
+                "allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false,
+                "organization": "*", "group": null, "is_blocking": false
+            }]
+        }]
+    }))
+    .into_response()
+}
+
+async fn metrics(State(st): State<Arc<VllmState>>) -> Response {
+    let m = &st.opts.served;
+    let text = format!(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+# TYPE vllm:num_requests_running gauge\n\
+vllm:num_requests_running{{engine=\"0\",model_name=\"{m}\"}} {}\n\
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{{engine=\"0\",model_name=\"{m}\"}} {}\n\
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+# TYPE vllm:kv_cache_usage_perc gauge\n\
+vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"{m}\"}} 0.25\n\
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n\
+# TYPE vllm:prefix_cache_queries_total counter\n\
+vllm:prefix_cache_queries_total{{engine=\"0\",model_name=\"{m}\"}} 1000.0\n\
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n\
+# TYPE vllm:prefix_cache_hits_total counter\n\
+vllm:prefix_cache_hits_total{{engine=\"0\",model_name=\"{m}\"}} 900.0\n\
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n\
+# TYPE vllm:prompt_tokens_total counter\n\
+vllm:prompt_tokens_total{{engine=\"0\",model_name=\"{m}\"}} 1000.0\n\
+# HELP vllm:generation_tokens_total Number of generation tokens processed.\n\
+# TYPE vllm:generation_tokens_total counter\n\
+vllm:generation_tokens_total{{engine=\"0\",model_name=\"{m}\"}} 50.0\n",
+        st.running.load(Ordering::SeqCst),
+        st.waiting.load(Ordering::SeqCst),
+    );
+    (
+        StatusCode::OK,
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"detail": "Not Found"})),
+    )
+        .into_response()
+}
+
+pub fn router(state: Arc<VllmState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+pub async fn spawn(opts: VllmOpts) -> FakeVllm {
+    let state = Arc::new(VllmState {
+        opts,
+        running: AtomicU64::new(0),
+        waiting: AtomicU64::new(0),
+    });
+    let server = Running::serve(router(state.clone())).await;
+    FakeVllm { server, state }
+}
