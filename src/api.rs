@@ -36,6 +36,51 @@ pub enum ApiError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Invalid(String),
+    /// Nothing serves the model: the message says whom to ask for what.
+    #[error("{}", .0.message)]
+    Unavailable(Box<registry::Unavailable>),
+}
+
+/// A model resolved to a live endpoint, with what a shim route needs.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub config: std::sync::Arc<config::Config>,
+    pub resolved: registry::Resolved,
+    pub endpoint: config::Endpoint,
+    pub backend: config::Backend,
+}
+
+/// Load, probe and resolve `model` (or the default) on `endpoint` (or any).
+pub async fn resolve_target(
+    ctx: &Context,
+    model: Option<&str>,
+    endpoint: Option<&str>,
+) -> Result<Target, ApiError> {
+    let loaded = config::load(&ctx.discovery())?;
+    let probes = probe::probe_all(&loaded.config).await;
+    let resolved = registry::resolve(&loaded.config, &probes, model, endpoint)
+        .map_err(ApiError::Unavailable)?;
+    let ep = loaded
+        .config
+        .endpoint(&resolved.endpoint)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::Invalid(format!(
+                "endpoint `{}` vanished from the config",
+                resolved.endpoint
+            ))
+        })?;
+    let backend = probes
+        .iter()
+        .find(|p| p.name == resolved.endpoint)
+        .and_then(|p| config::Backend::parse(&p.backend))
+        .unwrap_or(config::Backend::Other);
+    Ok(Target {
+        config: loaded.config.clone(),
+        resolved,
+        endpoint: ep,
+        backend,
+    })
 }
 
 /// `list_models`: the status object plus short guidance.

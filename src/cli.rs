@@ -49,9 +49,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a shim for a whole local Claude Code session; prints its URL, then the env for `claude`.
+    Shim(ShimArgs),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+/// `localagents shim`.
+#[derive(Debug, Args)]
+pub struct ShimArgs {
+    /// Model name, served id or glob (default: `defaults.model`, else the first served model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Serve at the bare URL, without the unguessable /j/<token> prefix (for a fixed local setup).
+    #[arg(long)]
+    pub no_token: bool,
+    /// Write the `claude --settings` JSON to stdout and exit (needs --port and --no-token, so the URL stays valid).
+    #[arg(long)]
+    pub print_settings: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +105,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json } => status(&ctx, json).await,
+        Command::Shim(args) => shim(&ctx, args).await,
         Command::Config(ConfigCommand::Check) => config_check(&ctx),
         Command::Config(ConfigCommand::Path) => config_path(&ctx),
     }
@@ -239,4 +262,132 @@ fn config_path(ctx: &Context) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn shim(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitCode> {
+    use crate::shim::{Route, Shim, log::RequestLog};
+    if args.print_settings && (args.port == 0 || !args.no_token) {
+        let _ = writeln!(
+            anstream::stderr(),
+            "localagents: --print-settings writes settings for a shim you start separately, so its URL must not change: add --port PORT --no-token (and start the shim with the same flags)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let target = match crate::api::resolve_target(
+        ctx,
+        args.model.as_deref(),
+        args.endpoint.as_deref(),
+    )
+    .await
+    {
+        Ok(t) => t,
+        Err(crate::api::ApiError::Config(e)) => return Ok(config_error(&e)),
+        Err(e) => {
+            let _ = writeln!(anstream::stderr(), "localagents: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let r = &target.resolved;
+    if args.print_settings {
+        let url = format!("http://127.0.0.1:{}", args.port);
+        let env = crate::session_env::session_env(&url, &r.served_id, r.context);
+        let mut out = anstream::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &crate::session_env::settings_json(&env))?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
+    let log_dir = ctx.state_dir.join("shim").join(started);
+    let dump = target.config.defaults.dump_requests
+        || std::env::var("LOCALAGENTS_DUMP_REQUESTS").is_ok_and(|v| v == "1");
+    let route = Route {
+        label: "standalone".into(),
+        endpoint: target.endpoint.clone(),
+        backend: target.backend,
+        served_id: r.served_id.clone(),
+        window: r.context,
+        log: RequestLog::new(&log_dir, dump),
+        idle_timeout: std::time::Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
+    };
+    let server = match Shim::start(args.port).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(
+                anstream::stderr(),
+                "localagents: cannot listen on 127.0.0.1:{}: {e}; pick another --port or stop what uses it",
+                args.port
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let reg = if args.no_token {
+        server.register_open(route)
+    } else {
+        server.register(route)?
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", reg.base_url)?;
+        out.flush()?;
+    }
+    let env = crate::session_env::session_env(&reg.base_url, &r.served_id, r.context);
+    let mut err = anstream::stderr().lock();
+    let window = r
+        .context
+        .map(|w| w.to_string())
+        .unwrap_or_else(|| "unknown".into());
+    writeln!(
+        err,
+        "localagents shim: {} on `{}` ({}), window {window}, at {}",
+        r.served_id, r.endpoint, target.endpoint.base_url, reg.base_url
+    )?;
+    if let Some(q) = &r.queued_note {
+        writeln!(err, "{YELLOW}note:{YELLOW:#} {q}")?;
+    }
+    writeln!(
+        err,
+        "requests are logged to {}",
+        log_dir.join("requests.jsonl").display()
+    )?;
+    writeln!(err, "point claude at it with this env:")?;
+    for (k, v) in &env {
+        writeln!(err, "  export {k}={}", crate::session_env::sh_quote(v))?;
+    }
+    writeln!(
+        err,
+        "or: claude --settings {}",
+        crate::session_env::sh_quote(&crate::session_env::settings_json(&env).to_string())
+    )?;
+    writeln!(
+        err,
+        "(if claude asks you to log in, also export ANTHROPIC_API_KEY=local; the shim never forwards it)"
+    )?;
+    writeln!(err, "serving until interrupted (Ctrl-C)")?;
+    drop(err);
+    wait_for_shutdown().await;
+    drop(reg);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn wait_for_shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -9,8 +9,10 @@
 //! - [`probe`]: what each server really serves, its window and load.
 //! - [`registry`]: the status object and model-name resolution.
 //! - [`api`]: the operations behind MCP tools and CLI commands.
+//! - [`shim`]: the HTTP shim between a delegate and its backend.
 //! - [`mcp`]: the MCP server on stdio.
 //! - [`cli`]: argument parsing and human-readable output.
+//! - [`session_env`]: the env that points Claude Code at a shim.
 //! - [`paths`]: XDG dirs and atomic writes.
 
 pub mod api;
@@ -20,3 +22,5 @@ pub mod mcp;
 pub mod paths;
 pub mod probe;
 pub mod registry;
+pub mod session_env;
+pub mod shim;

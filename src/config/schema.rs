@@ -33,6 +33,7 @@ pub const DEFAULT_KEYS: &[&str] = &[
     "system_prompt_append",
     "dump_requests",
     "claude_path",
+    "stream_idle_timeout_s",
 ];
 
 /// One file, every field optional. Only used for its type errors.
@@ -84,6 +85,7 @@ struct DefaultsShape {
     system_prompt_append: Option<String>,
     dump_requests: Option<bool>,
     claude_path: Option<String>,
+    stream_idle_timeout_s: Option<u64>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -199,6 +201,8 @@ pub struct Defaults {
     pub system_prompt_append: String,
     pub dump_requests: bool,
     pub claude_path: Option<String>,
+    /// Longest silence tolerated inside a streamed answer.
+    pub stream_idle_timeout_s: u64,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -219,6 +223,7 @@ impl Default for Defaults {
             system_prompt_append: DEFAULT_SYSTEM_PROMPT_APPEND.into(),
             dump_requests: false,
             claude_path: None,
+            stream_idle_timeout_s: 300,
         }
     }
 }
@@ -574,6 +579,9 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         }
         if let Some(v) = get_str(d, "claude_path") {
             defaults.claude_path = Some(v);
+        }
+        if let Some(v) = d.get("stream_idle_timeout_s").and_then(Value::as_u64) {
+            defaults.stream_idle_timeout_s = v.max(1);
         }
     }
     if top.get("endpoints").is_none() {

@@ -4,5 +4,7 @@ mod support;
 
 mod cli;
 mod config;
+mod fold_prop;
 mod mcp_stdio;
 mod probe;
+mod shim;

@@ -11,7 +11,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+
+use super::script::{self, Reply, Script};
 use serde_json::{Value, json};
 
 /// How the fake is started: the flags a real `llama-server` would get.
@@ -31,6 +33,13 @@ pub struct LlamaOpts {
     pub api_key: Option<String>,
     /// Whether the chat template accepts a system role at all.
     pub supports_system_role: bool,
+    /// A strict template (like Qwen's): any `role:"system"` entry inside
+    /// `messages` gets llama.cpp's 500 Jinja error.
+    pub strict_template: bool,
+    /// Prompt tokens to report; None: body bytes / 4.
+    pub prompt_tokens: Option<u64>,
+    /// Serve /v1/messages/count_tokens.
+    pub count_tokens: bool,
 }
 
 impl Default for LlamaOpts {
@@ -43,12 +52,14 @@ impl Default for LlamaOpts {
             metrics: true,
             api_key: None,
             supports_system_role: true,
+            strict_template: false,
+            prompt_tokens: None,
+            count_tokens: true,
         }
     }
 }
 
 /// Shared, mutable state of a running fake.
-#[derive(Debug)]
 pub struct LlamaState {
     pub opts: LlamaOpts,
     /// While true every endpoint but `/health` answers 503 "Loading model".
@@ -60,6 +71,16 @@ pub struct LlamaState {
     /// Counters behind `/metrics`.
     pub prompt_tokens: AtomicU64,
     pub prompt_tokens_cached: AtomicU64,
+    /// The scripted model.
+    pub script: Mutex<Script>,
+    /// Every /v1/messages body received.
+    pub bodies: Mutex<Vec<Value>>,
+    /// Requests to /v1/messages that held an in-`messages` system entry.
+    pub system_entries_seen: AtomicU64,
+    /// Status codes answered on /v1/messages, in order.
+    pub statuses: Mutex<Vec<u16>>,
+    /// Authorization headers seen on /v1/messages.
+    pub auth_seen: Mutex<Vec<String>>,
 }
 
 /// A server running on a loopback port; stops when dropped.
@@ -107,6 +128,15 @@ impl FakeLlama {
             .lock()
             .map(|h| h.clone())
             .unwrap_or_default()
+    }
+    pub fn set_script(&self, s: Script) {
+        *self.state.script.lock().unwrap() = s;
+    }
+    pub fn bodies(&self) -> Vec<Value> {
+        self.state.bodies.lock().unwrap().clone()
+    }
+    pub fn statuses(&self) -> Vec<u16> {
+        self.state.statuses.lock().unwrap().clone()
     }
 }
 
@@ -283,6 +313,112 @@ async fn models(State(st): State<Arc<LlamaState>>) -> Response {
     .into_response()
 }
 
+/// The llama.cpp template error body for a non-leading system message.
+pub fn jinja_error() -> Value {
+    err_body(
+        500,
+        "server_error",
+        "Jinja Exception: System message must be at the beginning.",
+    )
+}
+
+async fn messages(
+    State(st): State<Arc<LlamaState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return err(
+                400,
+                "invalid_request_error",
+                &format!("Failed to parse JSON: {e}"),
+            );
+        }
+    };
+    if let Ok(mut a) = st.auth_seen.lock() {
+        a.push(
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    if let Ok(mut b) = st.bodies.lock() {
+        b.push(req.clone());
+    }
+    let has_system = req["messages"]
+        .as_array()
+        .is_some_and(|ms| ms.iter().any(|m| m["role"] == "system"));
+    if has_system {
+        st.system_entries_seen.fetch_add(1, Ordering::SeqCst);
+    }
+    let record = |code: u16| {
+        if let Ok(mut s) = st.statuses.lock() {
+            s.push(code);
+        }
+    };
+    if has_system && st.opts.strict_template {
+        record(500);
+        return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(jinja_error())).into_response();
+    }
+    let input = st.opts.prompt_tokens.unwrap_or(body.len() as u64 / 4);
+    if input > st.opts.n_ctx {
+        record(400);
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {
+                "code": 400, "type": "exceed_context_size_error",
+                "message": format!("request ({input} tokens) exceeds the available context size ({} tokens), try increasing it", st.opts.n_ctx),
+                "n_prompt_tokens": input, "n_ctx": st.opts.n_ctx
+            }})),
+        )
+            .into_response();
+    }
+    let script = st.script.lock().map(|s| s.clone()).ok();
+    let reply = match script {
+        Some(f) => f(&req),
+        None => Reply::Text("ok".into()),
+    };
+    // A second request with the same prefix is mostly cached.
+    let cached = if st.bodies.lock().map(|b| b.len()).unwrap_or(0) > 1 {
+        input * 9 / 10
+    } else {
+        0
+    };
+    st.prompt_tokens.fetch_add(input - cached, Ordering::SeqCst);
+    st.prompt_tokens_cached.fetch_add(cached, Ordering::SeqCst);
+    let model = req["model"].as_str().unwrap_or(&st.opts.alias).to_string();
+    if let Reply::Error { status, body } = &reply {
+        record(*status);
+        return (
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(body.clone()),
+        )
+            .into_response();
+    }
+    record(200);
+    if req["stream"] == true || matches!(reply, Reply::RawSse(_)) {
+        let text = script::message_sse(&model, &reply, input - cached, cached);
+        return (
+            StatusCode::OK,
+            [("content-type", "text/event-stream")],
+            text,
+        )
+            .into_response();
+    }
+    axum::Json(script::message_json(&model, &reply, input - cached, cached)).into_response()
+}
+
+async fn count_tokens(State(st): State<Arc<LlamaState>>, body: axum::body::Bytes) -> Response {
+    if !st.opts.count_tokens {
+        return err(404, "not_found_error", "File Not Found");
+    }
+    axum::Json(json!({"input_tokens": body.len() / 4})).into_response()
+}
+
 async fn not_found() -> Response {
     err(404, "not_found_error", "File Not Found")
 }
@@ -296,6 +432,8 @@ pub fn router(state: Arc<LlamaState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)
@@ -309,6 +447,11 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         hits: Mutex::new(Vec::new()),
         prompt_tokens: AtomicU64::new(0),
         prompt_tokens_cached: AtomicU64::new(0),
+        script: Mutex::new(script::text("ok")),
+        bodies: Mutex::new(Vec::new()),
+        system_entries_seen: AtomicU64::new(0),
+        statuses: Mutex::new(Vec::new()),
+        auth_seen: Mutex::new(Vec::new()),
     })
 }
 

@@ -36,6 +36,10 @@ pub struct VllmState {
     pub opts: VllmOpts,
     pub running: AtomicU64,
     pub waiting: AtomicU64,
+    /// `max_tokens` of every /v1/messages request, in order.
+    pub max_tokens_seen: std::sync::Mutex<Vec<u64>>,
+    /// Prompt tokens to report for every request.
+    pub prompt_tokens: AtomicU64,
 }
 
 pub struct FakeVllm {
@@ -107,6 +111,35 @@ vllm:generation_tokens_total{{engine=\"0\",model_name=\"{m}\"}} 50.0\n",
         .into_response()
 }
 
+/// vLLM counts prompt + max_tokens against the window (form 3 of backends.md).
+async fn messages(State(st): State<Arc<VllmState>>, body: axum::body::Bytes) -> Response {
+    let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let max_tokens = req["max_tokens"].as_u64().unwrap_or(0);
+    st.max_tokens_seen.lock().unwrap().push(max_tokens);
+    let prompt = st.prompt_tokens.load(Ordering::SeqCst);
+    let len = st.opts.max_model_len;
+    if prompt + max_tokens > len {
+        let msg = format!(
+            "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context length is {len} tokens and your request has {prompt} input tokens ({max_tokens} > {len} - {prompt})."
+        );
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(
+                json!({"type": "error", "error": {"type": "BadRequestError", "message": msg}}),
+            ),
+        )
+            .into_response();
+    }
+    let reply = super::script::Reply::Text("ok".into());
+    axum::Json(super::script::message_json(
+        &st.opts.served,
+        &reply,
+        prompt,
+        0,
+    ))
+    .into_response()
+}
+
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -120,6 +153,7 @@ pub fn router(state: Arc<VllmState>) -> Router {
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
+        .route("/v1/messages", axum::routing::post(messages))
         .fallback(not_found)
         .with_state(state)
 }
@@ -129,6 +163,8 @@ pub async fn spawn(opts: VllmOpts) -> FakeVllm {
         opts,
         running: AtomicU64::new(0),
         waiting: AtomicU64::new(0),
+        max_tokens_seen: std::sync::Mutex::new(Vec::new()),
+        prompt_tokens: AtomicU64::new(1000),
     });
     let server = Running::serve(router(state.clone())).await;
     FakeVllm { server, state }

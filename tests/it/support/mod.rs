@@ -6,3 +6,4 @@
 pub mod fake_llama;
 pub mod fake_vllm;
 pub mod net;
+pub mod script;

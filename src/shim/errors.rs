@@ -1,0 +1,454 @@
+//! Backend errors in the form Claude Code acts on.
+//!
+//! Claude Code understands one overflow form, 400 `invalid_request_error`
+//! "prompt is too long: N tokens > M maximum", on which it compacts and
+//! retries. It retries every 5xx and 529 with backoff for minutes, so an
+//! error that can never succeed (a chat template that rejects the request)
+//! must go back as a 4xx. Everything else gets Anthropic's error shape with
+//! the type that matches the status.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::{Value, json};
+
+use crate::config::Backend;
+
+/// An error body to return, and what we rewrote (for the log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translated {
+    pub status: u16,
+    pub body: Value,
+    /// E.g. `context_overflow 40123>32768`, `template_error`.
+    pub note: Option<String>,
+}
+
+/// What an overflow message told us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow {
+    /// Prompt tokens, when the backend said.
+    pub prompt: Option<u64>,
+    /// The window.
+    pub max: Option<u64>,
+    /// Output tokens requested, when the backend said (vLLM).
+    pub requested_output: Option<u64>,
+}
+
+impl Overflow {
+    /// True when the prompt alone fits and only `max_tokens` pushed it over
+    /// (vLLM counts both).
+    pub fn only_max_tokens(&self) -> bool {
+        matches!((self.prompt, self.max, self.requested_output), (Some(p), Some(m), Some(_)) if p < m)
+    }
+}
+
+/// Anthropic's error type for a status.
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 | 503 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Anthropic's error body.
+pub fn anthropic_error(typ: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": typ, "message": message}})
+}
+
+/// The message and type of an error body in llama.cpp's
+/// (`{"error":{code,message,type}}`), mid-stream llama.cpp's
+/// (`{code,message,type}`), Anthropic's or OpenAI's shape.
+pub fn message_of(body: &Value) -> (Option<String>, Option<String>) {
+    let err = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
+    let msg = err
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| body.get("detail").and_then(Value::as_str))
+        .or_else(|| body.get("error").and_then(Value::as_str))
+        .map(str::to_string);
+    let typ = err.get("type").and_then(Value::as_str).map(str::to_string);
+    (msg, typ)
+}
+
+static LLAMA_OVERFLOW: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
+        .expect("regex")
+});
+// vLLM form 1.
+static VLLM_1: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"You passed (\d+) input tokens and requested (\d+) output tokens\. However, the model's context length is only (\d+) tokens")
+        .expect("regex")
+});
+// vLLM form 2.
+static VLLM_2: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"maximum context length is (\d+) tokens\. However, you requested (\d+) output tokens and your prompt contains at least (\d+) input tokens")
+        .expect("regex")
+});
+// vLLM form 3.
+static VLLM_3: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"is too large: (\d+)\. This model's maximum context length is (\d+) tokens and your request has (\d+) input tokens")
+        .expect("regex")
+});
+// vLLM form 4.
+static VLLM_4: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"maximum context length is (\d+) tokens\. However, you requested (\d+) tokens \((\d+) in the messages, (\d+) in the completion\)")
+        .expect("regex")
+});
+// Claude Code's own form (already translated, or a backend that speaks it).
+static ANTHROPIC_FORM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"prompt is too long: (\d+) tokens > (\d+) maximum").expect("regex")
+});
+
+fn n(c: &regex::Captures, i: usize) -> Option<u64> {
+    c.get(i).and_then(|m| m.as_str().parse().ok())
+}
+
+/// Recognise a context overflow in any backend's words.
+pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
+    let (msg, typ) = message_of(body);
+    let msg = msg.unwrap_or_default();
+    let err = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
+    if typ.as_deref() == Some("exceed_context_size_error") {
+        let from_fields = (
+            err.get("n_prompt_tokens").and_then(Value::as_u64),
+            err.get("n_ctx").and_then(Value::as_u64),
+        );
+        let from_text = LLAMA_OVERFLOW.captures(&msg).map(|c| (n(&c, 1), n(&c, 2)));
+        let (prompt, max) = match (from_fields, from_text) {
+            ((Some(p), Some(m)), _) => (Some(p), Some(m)),
+            (_, Some((p, m))) => (p, m),
+            _ => (None, window),
+        };
+        return Some(Overflow {
+            prompt,
+            max,
+            requested_output: None,
+        });
+    }
+    if let Some(c) = LLAMA_OVERFLOW.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 1),
+            max: n(&c, 2),
+            requested_output: None,
+        });
+    }
+    if msg.contains("Context size has been exceeded") {
+        return Some(Overflow {
+            prompt: None,
+            max: window,
+            requested_output: None,
+        });
+    }
+    if let Some(c) = VLLM_1.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 1),
+            max: n(&c, 3),
+            requested_output: n(&c, 2),
+        });
+    }
+    if let Some(c) = VLLM_2.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 3),
+            max: n(&c, 1),
+            requested_output: n(&c, 2),
+        });
+    }
+    if let Some(c) = VLLM_3.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 3),
+            max: n(&c, 2),
+            requested_output: n(&c, 1),
+        });
+    }
+    if let Some(c) = VLLM_4.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 3),
+            max: n(&c, 1),
+            requested_output: n(&c, 4),
+        });
+    }
+    if let Some(c) = ANTHROPIC_FORM.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 1),
+            max: n(&c, 2),
+            requested_output: None,
+        });
+    }
+    None
+}
+
+/// The "prompt is too long" answer for an overflow. When the backend did not
+/// say how long the prompt was, it is reported as one over the window.
+pub fn overflow_answer(o: &Overflow) -> Translated {
+    let max = o.max.unwrap_or(0);
+    let total = match (o.prompt, o.requested_output) {
+        (Some(p), Some(out)) if p < max => p + out,
+        (Some(p), _) => p,
+        (None, _) => max + 1,
+    };
+    let total = total.max(max + 1);
+    Translated {
+        status: 400,
+        body: anthropic_error(
+            "invalid_request_error",
+            &format!("prompt is too long: {total} tokens > {max} maximum"),
+        ),
+        note: Some(format!("context_overflow {total}>{max}")),
+    }
+}
+
+fn is_template_error(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("jinja")
+        || m.contains("system message must be at the beginning")
+        || m.contains("failed to parse messages")
+        || m.contains("chat template")
+        || m.contains("conversation roles must alternate")
+        || m.contains("unable to apply chat template")
+}
+
+/// Translate an upstream error response (status and parsed body).
+pub fn translate(
+    backend: Backend,
+    base_url: &str,
+    status: u16,
+    body: &Value,
+    window: Option<u64>,
+) -> Translated {
+    if let Some(o) = overflow(body, window) {
+        return overflow_answer(&o);
+    }
+    let (msg, _typ) = message_of(body);
+    let msg = msg.unwrap_or_else(|| {
+        let raw = body.to_string();
+        raw.chars().take(300).collect()
+    });
+    if is_template_error(&msg) {
+        let text = format!(
+            "{} at {base_url} rejected the request in its chat template ({msg}); retrying cannot help: use a template that accepts this conversation",
+            backend.as_str()
+        );
+        return Translated {
+            status: 400,
+            body: anthropic_error("invalid_request_error", &text),
+            note: Some("template_error".into()),
+        };
+    }
+    // Already Anthropic-shaped (vLLM's /v1/messages): keep it.
+    if body.get("type").and_then(Value::as_str) == Some("error")
+        && body
+            .pointer("/error/type")
+            .and_then(Value::as_str)
+            .is_some()
+    {
+        return Translated {
+            status,
+            body: body.clone(),
+            note: None,
+        };
+    }
+    let status_out = if status == 503 { 529 } else { status };
+    let text = format!("{} at {base_url}: {msg}", backend.as_str());
+    Translated {
+        status: status_out,
+        body: anthropic_error(error_type(status_out), &text),
+        note: Some(format!("reshaped {status}")),
+    }
+}
+
+/// The answer when the backend could not be reached at all.
+pub fn unreachable(base_url: &str, why: &str) -> Translated {
+    Translated {
+        status: 529,
+        body: anthropic_error(
+            "overloaded_error",
+            &format!("backend {base_url} is unreachable ({why}); it may be restarting, retrying"),
+        ),
+        note: Some("backend_unreachable".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(status: u16, body: Value) -> Translated {
+        translate(
+            Backend::LlamaCpp,
+            "http://gpu:8080",
+            status,
+            &body,
+            Some(32768),
+        )
+    }
+
+    fn msg(tr: &Translated) -> &str {
+        tr.body["error"]["message"].as_str().unwrap()
+    }
+
+    #[test]
+    fn llama_exceed_context_uses_fields() {
+        let tr = t(
+            400,
+            json!({"error":{"code":400,"type":"exceed_context_size_error","message":"request (40123 tokens) exceeds the available context size (32768 tokens), try increasing it","n_prompt_tokens":40123,"n_ctx":32768}}),
+        );
+        assert_eq!(tr.status, 400);
+        assert_eq!(tr.body["error"]["type"], "invalid_request_error");
+        assert_eq!(msg(&tr), "prompt is too long: 40123 tokens > 32768 maximum");
+        assert_eq!(tr.note.as_deref(), Some("context_overflow 40123>32768"));
+    }
+
+    #[test]
+    fn llama_exceed_context_falls_back_to_text() {
+        let tr = t(
+            400,
+            json!({"error":{"code":400,"type":"exceed_context_size_error","message":"request (50000 tokens) exceeds the available context size (16384 tokens), try increasing it"}}),
+        );
+        assert_eq!(msg(&tr), "prompt is too long: 50000 tokens > 16384 maximum");
+    }
+
+    #[test]
+    fn llama_mid_decode_context_exceeded() {
+        let tr = t(
+            500,
+            json!({"error":{"code":500,"type":"server_error","message":"Context size has been exceeded."}}),
+        );
+        assert_eq!(tr.status, 400);
+        assert_eq!(msg(&tr), "prompt is too long: 32769 tokens > 32768 maximum");
+    }
+
+    #[test]
+    fn vllm_form_1() {
+        let tr = t(
+            400,
+            json!({"type":"error","error":{"type":"BadRequestError","message":"You passed 140000 input tokens and requested 32000 output tokens. However, the model's context length is only 131072 tokens, resulting in a maximum input length of 99072 tokens. Please reduce the length of the input prompt."}}),
+        );
+        assert_eq!(
+            msg(&tr),
+            "prompt is too long: 140000 tokens > 131072 maximum"
+        );
+    }
+
+    #[test]
+    fn vllm_form_2_as_500() {
+        let tr = t(
+            500,
+            json!({"type":"error","error":{"type":"InternalServerError","message":"This model's maximum context length is 131072 tokens. However, you requested 32000 output tokens and your prompt contains at least 131073 input tokens, for a total of at least 163073 tokens. Please reduce the length of the input prompt or the number of requested output tokens."}}),
+        );
+        assert_eq!(tr.status, 400);
+        assert_eq!(
+            msg(&tr),
+            "prompt is too long: 131073 tokens > 131072 maximum"
+        );
+    }
+
+    #[test]
+    fn vllm_form_3_only_max_tokens() {
+        let body = json!({"object":"error","message":"'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum context length is 131072 tokens and your request has 120000 input tokens (32000 > 131072 - 120000).","type":"BadRequestError","code":400});
+        let o = overflow(&body, None).unwrap();
+        assert_eq!(
+            o,
+            Overflow {
+                prompt: Some(120000),
+                max: Some(131072),
+                requested_output: Some(32000)
+            }
+        );
+        assert!(o.only_max_tokens());
+        let tr = t(400, body);
+        assert_eq!(
+            msg(&tr),
+            "prompt is too long: 152000 tokens > 131072 maximum"
+        );
+    }
+
+    #[test]
+    fn vllm_form_4() {
+        let body = json!({"error":{"message":"This model's maximum context length is 65536 tokens. However, you requested 70000 tokens (60000 in the messages, 10000 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error"}});
+        let o = overflow(&body, None).unwrap();
+        assert_eq!(
+            o,
+            Overflow {
+                prompt: Some(60000),
+                max: Some(65536),
+                requested_output: Some(10000)
+            }
+        );
+        assert_eq!(
+            msg(&t(400, body)),
+            "prompt is too long: 70000 tokens > 65536 maximum"
+        );
+    }
+
+    #[test]
+    fn template_errors_become_400_naming_backend() {
+        for m in [
+            "Jinja Exception: System message must be at the beginning.",
+            "Failed to parse messages: Expected 'content'",
+        ] {
+            let tr = t(
+                500,
+                json!({"error":{"code":500,"type":"server_error","message":m}}),
+            );
+            assert_eq!(tr.status, 400, "{m}");
+            assert_eq!(tr.body["error"]["type"], "invalid_request_error");
+            assert!(
+                msg(&tr).contains(
+                    "llama.cpp at http://gpu:8080 rejected the request in its chat template"
+                ),
+                "{}",
+                msg(&tr)
+            );
+            assert!(msg(&tr).contains(m));
+        }
+    }
+
+    #[test]
+    fn cuda_oom_stays_5xx_with_anthropic_shape() {
+        let tr = t(
+            500,
+            json!({"error":{"code":500,"type":"server_error","message":"CUDA out of memory"}}),
+        );
+        assert_eq!(tr.status, 500);
+        assert_eq!(tr.body["type"], "error");
+        assert_eq!(tr.body["error"]["type"], "api_error");
+        assert!(msg(&tr).contains("CUDA out of memory"));
+    }
+
+    #[test]
+    fn loading_503_becomes_529_overloaded() {
+        let tr = t(
+            503,
+            json!({"error":{"code":503,"type":"unavailable_error","message":"Loading model"}}),
+        );
+        assert_eq!(tr.status, 529);
+        assert_eq!(tr.body["error"]["type"], "overloaded_error");
+    }
+
+    #[test]
+    fn anthropic_shaped_passes_through() {
+        let body =
+            json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}});
+        let tr = t(429, body.clone());
+        assert_eq!((tr.status, tr.body), (429, body));
+    }
+
+    #[test]
+    fn unknown_bodies_get_a_shape() {
+        let tr = t(502, json!("<html>bad gateway</html>"));
+        assert_eq!(tr.status, 502);
+        assert_eq!(tr.body["error"]["type"], "api_error");
+        let tr = t(
+            401,
+            json!({"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}),
+        );
+        assert_eq!(tr.body["error"]["type"], "authentication_error");
+    }
+}

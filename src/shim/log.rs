@@ -1,0 +1,130 @@
+//! `requests.jsonl` (one line per request through the shim) and, when
+//! dumping is on, `requests_full.jsonl` (the whole folded body).
+//!
+//! Lines are appended under a mutex; each is written whole with one
+//! `write_all`, so concurrent requests never interleave inside a line.
+//! API keys never reach these files: the shim adds the key on the way out
+//! and logs only the body.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use super::sse::Usage;
+
+/// One request through the shim.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RequestRecord {
+    /// RFC 3339, milliseconds, UTC.
+    pub ts: String,
+    pub path: String,
+    /// What the backend answered (null if it could not be reached).
+    pub upstream_status: Option<u16>,
+    /// What the shim answered.
+    pub status: u16,
+    pub ms: u64,
+    pub ttft_ms: Option<u64>,
+    pub bytes_in: usize,
+    pub bytes_out: usize,
+    pub model: Option<String>,
+    pub messages: usize,
+    pub tools: usize,
+    pub stream: bool,
+    pub folded_system: usize,
+    pub usage: Usage,
+    pub stop_reason: Option<String>,
+    /// The first 500 chars of the upstream error.
+    pub error: Option<String>,
+    /// What the shim rewrote, `; `-separated (e.g. `context_overflow 40123>32768`).
+    pub translated: Option<String>,
+    /// count_tokens answered with an estimate.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+/// The log files of one route (a job, or a standalone shim).
+#[derive(Debug)]
+pub struct RequestLog {
+    dir: PathBuf,
+    dump: bool,
+    files: Mutex<(Option<File>, Option<File>)>,
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+impl RequestLog {
+    /// Logs under `dir` (created on first write). `dump`: also write bodies.
+    pub fn new(dir: impl Into<PathBuf>, dump: bool) -> Self {
+        RequestLog {
+            dir: dir.into(),
+            dump,
+            files: Mutex::new((None, None)),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn dumps(&self) -> bool {
+        self.dump
+    }
+
+    fn write_line(&self, which: usize, name: &str, line: &[u8]) {
+        let Ok(mut files) = self.files.lock() else {
+            return;
+        };
+        let slot = if which == 0 {
+            &mut files.0
+        } else {
+            &mut files.1
+        };
+        if slot.is_none() {
+            let _ = std::fs::create_dir_all(&self.dir);
+            match open_append(&self.dir.join(name)) {
+                Ok(f) => *slot = Some(f),
+                Err(e) => {
+                    tracing::warn!("cannot open {}: {e}", self.dir.join(name).display());
+                    return;
+                }
+            }
+        }
+        if let Some(f) = slot.as_mut()
+            && let Err(e) = f.write_all(line)
+        {
+            tracing::warn!("cannot write {name}: {e}");
+        }
+    }
+
+    /// Append one record to `requests.jsonl`.
+    pub fn record(&self, rec: &RequestRecord) {
+        if let Ok(mut line) = serde_json::to_vec(rec) {
+            line.push(b'\n');
+            self.write_line(0, "requests.jsonl", &line);
+        }
+    }
+
+    /// Append a folded body to `requests_full.jsonl` (only when dumping).
+    pub fn dump_body(&self, ts: &str, path: &str, body: &[u8]) {
+        if !self.dump {
+            return;
+        }
+        let mut line = Vec::with_capacity(body.len() + 64);
+        line.extend_from_slice(
+            format!("{{\"ts\":\"{ts}\",\"path\":\"{path}\",\"body\":").as_bytes(),
+        );
+        line.extend_from_slice(body);
+        line.extend_from_slice(b"}\n");
+        self.write_line(1, "requests_full.jsonl", &line);
+    }
+}
+
+/// Now, as RFC 3339 UTC with milliseconds.
+pub fn now_ts() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,630 @@
+//! The shim between a headless Claude Code session and a local backend.
+//!
+//! One HTTP server per localagents process, bound to 127.0.0.1 on a port the
+//! kernel picks (we never pick a port and release it). Each job gets a route
+//! prefix `/j/<token>` whose token carries 128 random bits, so no other local
+//! process can guess its way to a backend. Only three paths are forwarded:
+//! `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`;
+//! anything else, and any unknown token, gets an Anthropic-shaped 404. The
+//! backend's API key is added on the way out and is never logged.
+//!
+//! Requests are folded ([`fold`]), `max_tokens` is kept within the window,
+//! errors are put in the form Claude Code acts on ([`errors`]), streams are
+//! relayed as they arrive ([`sse`]), and every request is logged ([`log`]).
+
+pub mod errors;
+pub mod fold;
+pub mod log;
+pub mod sse;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::config::{Backend, Endpoint};
+use errors::Translated;
+use log::{RequestLog, RequestRecord};
+
+/// Default for `defaults.stream_idle_timeout_s`.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
+
+/// Largest request body accepted (Claude Code sends ~80 KB to a few MB).
+const MAX_BODY: usize = 64 * 1024 * 1024;
+
+/// Where one job's traffic goes.
+#[derive(Debug)]
+pub struct Route {
+    /// Job id, or `standalone`.
+    pub label: String,
+    pub endpoint: Endpoint,
+    /// The backend kind (configured or detected).
+    pub backend: Backend,
+    /// The id sent as `model`.
+    pub served_id: String,
+    /// Per-slot window: `max_tokens` is never sent larger.
+    pub window: Option<u64>,
+    pub log: RequestLog,
+    /// Longest silence tolerated inside a stream.
+    pub idle_timeout: Duration,
+}
+
+struct Inner {
+    addr: SocketAddr,
+    routes: RwLock<HashMap<String, Arc<Route>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The running shim server. Cheap to clone.
+#[derive(Clone)]
+pub struct Shim {
+    inner: Arc<Inner>,
+}
+
+/// A route's place in the shim. Dropping it removes the route.
+pub struct Registration {
+    pub token: String,
+    /// What `ANTHROPIC_BASE_URL` should be.
+    pub base_url: String,
+    pub route: Arc<Route>,
+    shim: Weak<Inner>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(inner) = self.shim.upgrade()
+            && let Ok(mut r) = inner.routes.write()
+        {
+            r.remove(&self.token);
+        }
+    }
+}
+
+/// 128 random bits, hex.
+pub fn new_token() -> std::io::Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+type Shared = Weak<Inner>;
+
+impl Shim {
+    /// Bind 127.0.0.1:`port` (0: the kernel picks) and serve.
+    pub async fn start(port: u16) -> std::io::Result<Shim> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let app = router(weak.clone());
+            let task = tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!("shim server stopped: {e}");
+                }
+            });
+            Inner {
+                addr,
+                routes: RwLock::new(HashMap::new()),
+                task,
+            }
+        });
+        Ok(Shim { inner })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    fn insert(&self, token: String, route: Route) -> Registration {
+        let route = Arc::new(route);
+        if let Ok(mut r) = self.inner.routes.write() {
+            r.insert(token.clone(), route.clone());
+        }
+        let base_url = if token.is_empty() {
+            format!("http://{}", self.inner.addr)
+        } else {
+            format!("http://{}/j/{token}", self.inner.addr)
+        };
+        Registration {
+            token,
+            base_url,
+            route,
+            shim: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Add a route under a fresh unguessable token.
+    pub fn register(&self, route: Route) -> std::io::Result<Registration> {
+        Ok(self.insert(new_token()?, route))
+    }
+
+    /// Add the one route served without a prefix (`--no-token`).
+    pub fn register_open(&self, route: Route) -> Registration {
+        self.insert(String::new(), route)
+    }
+
+    /// Number of live routes.
+    pub fn routes(&self) -> usize {
+        self.inner.routes.read().map(|r| r.len()).unwrap_or(0)
+    }
+}
+
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/j/{token}/v1/messages", post(messages_tok))
+        .route("/j/{token}/v1/messages/count_tokens", post(count_tok))
+        .route("/j/{token}/v1/models", get(models_tok))
+        .route("/v1/messages", post(messages_open))
+        .route("/v1/messages/count_tokens", post(count_open))
+        .route("/v1/models", get(models_open))
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(shared)
+}
+
+fn json_response(status: u16, body: &Value) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (code, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+async fn not_found() -> Response {
+    json_response(
+        404,
+        &errors::anthropic_error(
+            "not_found_error",
+            "not found: the localagents shim serves only POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models under a job's URL",
+        ),
+    )
+}
+
+fn lookup(shared: &Shared, token: &str) -> Option<Arc<Route>> {
+    let inner = shared.upgrade()?;
+    let routes = inner.routes.read().ok()?;
+    routes.get(token).cloned()
+}
+
+async fn messages_tok(State(s): State<Shared>, Path(token): Path<String>, body: Bytes) -> Response {
+    match lookup(&s, &token) {
+        Some(r) => messages(r, body).await,
+        None => not_found().await,
+    }
+}
+async fn messages_open(State(s): State<Shared>, body: Bytes) -> Response {
+    match lookup(&s, "") {
+        Some(r) => messages(r, body).await,
+        None => not_found().await,
+    }
+}
+async fn count_tok(State(s): State<Shared>, Path(token): Path<String>, body: Bytes) -> Response {
+    match lookup(&s, &token) {
+        Some(r) => count_tokens(r, body).await,
+        None => not_found().await,
+    }
+}
+async fn count_open(State(s): State<Shared>, body: Bytes) -> Response {
+    match lookup(&s, "") {
+        Some(r) => count_tokens(r, body).await,
+        None => not_found().await,
+    }
+}
+async fn models_tok(State(s): State<Shared>, Path(token): Path<String>) -> Response {
+    match lookup(&s, &token) {
+        Some(r) => models(r).await,
+        None => not_found().await,
+    }
+}
+async fn models_open(State(s): State<Shared>) -> Response {
+    match lookup(&s, "") {
+        Some(r) => models(r).await,
+        None => not_found().await,
+    }
+}
+
+fn upstream(route: &Route, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    let mut req = crate::probe::http_client()
+        .request(method, format!("{}{}", route.endpoint.base_url, path))
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(key) = route.endpoint.api_key() {
+        req = req.bearer_auth(key);
+    }
+    req
+}
+
+fn first_500(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).chars().take(500).collect()
+}
+
+fn join_notes(notes: &[String]) -> Option<String> {
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+/// Parse, fold, clamp. Returns the body to send and fills the record.
+fn prepare(
+    route: &Route,
+    body: &[u8],
+    rec: &mut RequestRecord,
+    notes: &mut Vec<String>,
+) -> Result<Value, Translated> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|e| Translated {
+        status: 400,
+        body: errors::anthropic_error(
+            "invalid_request_error",
+            &format!("request body is not valid JSON ({e})"),
+        ),
+        note: Some("bad_json".into()),
+    })?;
+    if !v.is_object() {
+        return Err(Translated {
+            status: 400,
+            body: errors::anthropic_error(
+                "invalid_request_error",
+                "request body must be a JSON object",
+            ),
+            note: Some("bad_json".into()),
+        });
+    }
+    let stats = fold::fold(&mut v);
+    rec.folded_system = stats.folded;
+    if stats.billing_dropped > 0 {
+        notes.push("billing_header_dropped".into());
+    }
+    rec.messages = v
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    rec.tools = v.get("tools").and_then(Value::as_array).map_or(0, Vec::len);
+    rec.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(obj) = v.as_object_mut() {
+        let asked = obj.get("model").and_then(Value::as_str).map(str::to_string);
+        if asked.as_deref() != Some(route.served_id.as_str()) {
+            notes.push(format!(
+                "model {}->{}",
+                asked.as_deref().unwrap_or("none"),
+                route.served_id
+            ));
+            obj.insert("model".into(), Value::String(route.served_id.clone()));
+        }
+        rec.model = Some(route.served_id.clone());
+        if let (Some(w), Some(m)) = (route.window, obj.get("max_tokens").and_then(Value::as_u64))
+            && m > w
+        {
+            obj.insert("max_tokens".into(), json!(w));
+            notes.push(format!("max_tokens {m}->{w}"));
+        }
+    }
+    Ok(v)
+}
+
+fn finish_record(route: &Route, mut rec: RequestRecord, started: Instant, notes: &[String]) {
+    rec.ms = started.elapsed().as_millis() as u64;
+    rec.translated = join_notes(notes);
+    route.log.record(&rec);
+}
+
+fn reply_error(
+    route: &Route,
+    tr: Translated,
+    mut rec: RequestRecord,
+    started: Instant,
+    mut notes: Vec<String>,
+) -> Response {
+    rec.status = tr.status;
+    if let Some(n) = tr.note.clone() {
+        notes.push(n);
+    }
+    let body = tr.body.to_string();
+    rec.bytes_out = body.len();
+    finish_record(route, rec, started, &notes);
+    json_response(tr.status, &tr.body)
+}
+
+async fn send(
+    route: &Route,
+    path: &str,
+    body: &Value,
+    stream: bool,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut req = upstream(route, reqwest::Method::POST, path).body(bytes);
+    if stream {
+        req = req.header(header::ACCEPT, "text/event-stream");
+    } else {
+        req = req.timeout(route.idle_timeout);
+    }
+    req.send().await
+}
+
+async fn read_error(resp: reqwest::Response) -> (u16, Value, String) {
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    let text = first_500(&bytes);
+    let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(text.clone()));
+    (status, v, text)
+}
+
+/// `POST /v1/messages`.
+async fn messages(route: Arc<Route>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let ts = log::now_ts();
+    let mut rec = RequestRecord {
+        ts: ts.clone(),
+        path: "/v1/messages".into(),
+        bytes_in: body.len(),
+        ..Default::default()
+    };
+    let mut notes = Vec::new();
+    let mut v = match prepare(&route, &body, &mut rec, &mut notes) {
+        Ok(v) => v,
+        Err(tr) => return reply_error(&route, tr, rec, started, notes),
+    };
+    if route.log.dumps()
+        && let Ok(b) = serde_json::to_vec(&v)
+    {
+        route.log.dump_body(&ts, "/v1/messages", &b);
+    }
+    let stream = rec.stream;
+    let mut retried = false;
+    let resp = loop {
+        let resp = match send(&route, "/v1/messages", &v, stream).await {
+            Ok(r) => r,
+            Err(e) => {
+                let why =
+                    crate::probe::classify::transport(&route.endpoint, &e, route.idle_timeout).1;
+                rec.error = Some(why.chars().take(500).collect());
+                let tr = errors::unreachable(&route.endpoint.base_url, &why);
+                return reply_error(&route, tr, rec, started, notes);
+            }
+        };
+        if resp.status().is_success() {
+            break resp;
+        }
+        let (status, err_body, text) = read_error(resp).await;
+        rec.upstream_status = Some(status);
+        rec.error = Some(text);
+        // vLLM counts prompt + max_tokens: lower max_tokens once if it fits.
+        if !retried
+            && let Some(o) = errors::overflow(&err_body, route.window)
+            && o.only_max_tokens()
+            && let (Some(p), Some(m)) = (o.prompt, o.max)
+            && m - p >= 1024
+            && let Some(obj) = v.as_object_mut()
+        {
+            let lowered = m - p;
+            notes.push(format!(
+                "max_tokens_retry {}->{lowered}",
+                o.requested_output.unwrap_or(0)
+            ));
+            obj.insert("max_tokens".into(), json!(lowered));
+            retried = true;
+            continue;
+        }
+        let tr = errors::translate(
+            route.backend,
+            &route.endpoint.base_url,
+            status,
+            &err_body,
+            route.window,
+        );
+        return reply_error(&route, tr, rec, started, notes);
+    };
+    rec.upstream_status = Some(resp.status().as_u16());
+    rec.status = resp.status().as_u16();
+    if stream {
+        let relay = sse::Relay::new(started, route.backend, route.window);
+        let route2 = route.clone();
+        let on_done: sse::OnDone = Box::new(move |tap: &sse::Tap| {
+            let mut rec = rec;
+            let mut notes = notes;
+            rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
+            rec.usage = tap.usage;
+            rec.stop_reason = tap.stop_reason.clone();
+            rec.bytes_out = tap.bytes_out;
+            if rec.error.is_none() {
+                rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
+            }
+            notes.extend(tap.translated.iter().cloned());
+            finish_record(&route2, rec, started, &notes);
+        });
+        let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
+        let mut out = Response::new(Body::from_stream(body));
+        let h = out.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return out;
+    }
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => {
+            let tr = errors::unreachable(
+                &route.endpoint.base_url,
+                &format!("the answer broke off: {e}"),
+            );
+            return reply_error(&route, tr, rec, started, notes);
+        }
+    };
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+        if let Some(u) = v.get("usage") {
+            sse::usage_from(u, &mut rec.usage);
+        }
+        rec.stop_reason = v
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    rec.ttft_ms = Some(started.elapsed().as_millis() as u64);
+    rec.bytes_out = bytes.len();
+    finish_record(&route, rec, started, &notes);
+    let mut out = Response::new(Body::from(bytes));
+    out.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    out
+}
+
+/// A rough token count for backends without count_tokens: 4 bytes a token.
+pub fn estimate_tokens(body: &Value) -> u64 {
+    let mut n = 0usize;
+    for key in ["system", "messages", "tools"] {
+        if let Some(v) = body.get(key) {
+            n += v.to_string().len();
+        }
+    }
+    n.div_ceil(4) as u64
+}
+
+/// `POST /v1/messages/count_tokens`.
+async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let mut rec = RequestRecord {
+        ts: log::now_ts(),
+        path: "/v1/messages/count_tokens".into(),
+        bytes_in: body.len(),
+        ..Default::default()
+    };
+    let mut notes = Vec::new();
+    let mut v = match prepare(&route, &body, &mut rec, &mut notes) {
+        Ok(v) => v,
+        Err(tr) => return reply_error(&route, tr, rec, started, notes),
+    };
+    if let Some(o) = v.as_object_mut() {
+        o.remove("stream");
+        o.remove("max_tokens");
+    }
+    rec.stream = false;
+    let estimate = |mut rec: RequestRecord, notes: Vec<String>| {
+        let out = json!({"input_tokens": estimate_tokens(&v)});
+        rec.status = 200;
+        rec.estimated = true;
+        rec.usage.input = out["input_tokens"].as_u64().unwrap_or(0);
+        rec.bytes_out = out.to_string().len();
+        finish_record(&route, rec, started, &notes);
+        json_response(200, &out)
+    };
+    match send(&route, "/v1/messages/count_tokens", &v, false).await {
+        Err(e) => {
+            rec.error = Some(e.to_string().chars().take(500).collect());
+            let why = crate::probe::classify::transport(&route.endpoint, &e, route.idle_timeout).1;
+            reply_error(
+                &route,
+                errors::unreachable(&route.endpoint.base_url, &why),
+                rec,
+                started,
+                notes,
+            )
+        }
+        Ok(resp) if matches!(resp.status().as_u16(), 404 | 405 | 501) => {
+            rec.upstream_status = Some(resp.status().as_u16());
+            estimate(rec, notes)
+        }
+        Ok(resp) if !resp.status().is_success() => {
+            let (status, err_body, text) = read_error(resp).await;
+            rec.upstream_status = Some(status);
+            rec.error = Some(text);
+            let tr = errors::translate(
+                route.backend,
+                &route.endpoint.base_url,
+                status,
+                &err_body,
+                route.window,
+            );
+            reply_error(&route, tr, rec, started, notes)
+        }
+        Ok(resp) => {
+            rec.upstream_status = Some(resp.status().as_u16());
+            let bytes = resp.bytes().await.unwrap_or_default();
+            match serde_json::from_slice::<Value>(&bytes) {
+                Ok(out) if out.get("input_tokens").is_some() => {
+                    rec.status = 200;
+                    rec.usage.input = out["input_tokens"].as_u64().unwrap_or(0);
+                    rec.bytes_out = bytes.len();
+                    finish_record(&route, rec, started, &notes);
+                    json_response(200, &out)
+                }
+                _ => {
+                    notes.push("count_tokens_unparsable".into());
+                    estimate(rec, notes)
+                }
+            }
+        }
+    }
+}
+
+/// `GET /v1/models`.
+async fn models(route: Arc<Route>) -> Response {
+    let started = Instant::now();
+    let mut rec = RequestRecord {
+        ts: log::now_ts(),
+        path: "/v1/models".into(),
+        model: Some(route.served_id.clone()),
+        ..Default::default()
+    };
+    let notes = Vec::new();
+    let resp = upstream(&route, reqwest::Method::GET, "/v1/models")
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await;
+    match resp {
+        Err(e) => {
+            let why =
+                crate::probe::classify::transport(&route.endpoint, &e, Duration::from_secs(30)).1;
+            reply_error(
+                &route,
+                errors::unreachable(&route.endpoint.base_url, &why),
+                rec,
+                started,
+                notes,
+            )
+        }
+        Ok(resp) if !resp.status().is_success() => {
+            let (status, err_body, text) = read_error(resp).await;
+            rec.upstream_status = Some(status);
+            rec.error = Some(text);
+            let tr = errors::translate(
+                route.backend,
+                &route.endpoint.base_url,
+                status,
+                &err_body,
+                route.window,
+            );
+            reply_error(&route, tr, rec, started, notes)
+        }
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let bytes = resp.bytes().await.unwrap_or_default();
+            rec.upstream_status = Some(status);
+            rec.status = status;
+            rec.bytes_out = bytes.len();
+            finish_record(&route, rec, started, &notes);
+            let mut out = Response::new(Body::from(bytes));
+            out.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            out
+        }
+    }
+}

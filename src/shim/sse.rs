@@ -1,0 +1,508 @@
+//! The streaming relay: upstream SSE bytes go to Claude Code as they
+//! arrive, with a tap on the side.
+//!
+//! Bytes are forwarded untouched, cut only at event boundaries, so a chunk
+//! that holds whole events leaves as the same `Bytes` (no copy). Only an
+//! event split across chunks is copied, to join its halves. The SSE crates
+//! on crates.io decode into owned events and drop comment lines, which are
+//! llama.cpp's keep-alives; relaying bytes untouched needs only the boundary
+//! scan below (memchr's memmem).
+//!
+//! The tap records time to first token, usage and `stop_reason`. Two things
+//! are rewritten: llama.cpp's mid-stream `event: error` body
+//! `{code,message,type}` becomes Anthropic's error event (with an overflow
+//! translated to "prompt is too long"), and a stream that ends without
+//! `message_stop` or goes silent past the idle timeout gets a closing
+//! Anthropic `error` event, so Claude Code never hangs.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use memchr::memmem;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::errors;
+use crate::config::Backend;
+
+/// Token usage as the log records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub input: u64,
+    pub cache_read: u64,
+    pub output: u64,
+}
+
+/// Usage from an Anthropic `usage` object.
+pub fn usage_from(u: &Value, into: &mut Usage) {
+    if let Some(v) = u.get("input_tokens").and_then(Value::as_u64) {
+        into.input = v;
+    }
+    if let Some(v) = u.get("cache_read_input_tokens").and_then(Value::as_u64) {
+        into.cache_read = v;
+    }
+    if let Some(v) = u.get("output_tokens").and_then(Value::as_u64) {
+        into.output = v;
+    }
+}
+
+/// What the tap saw.
+#[derive(Debug, Clone, Default)]
+pub struct Tap {
+    pub ttft: Option<Duration>,
+    pub usage: Usage,
+    pub stop_reason: Option<String>,
+    pub saw_stop: bool,
+    pub saw_error: bool,
+    pub error: Option<String>,
+    pub translated: Vec<String>,
+    pub bytes_out: usize,
+    pub events: u64,
+}
+
+impl Tap {
+    /// The stream ended properly (stop or an error event).
+    pub fn terminal(&self) -> bool {
+        self.saw_stop || self.saw_error
+    }
+}
+
+/// Where one event ends (index just past its blank line), if it does.
+fn boundary(buf: &[u8]) -> Option<usize> {
+    let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The `event:` name and joined `data:` of one raw event.
+pub fn parse_event(raw: &[u8]) -> (Option<&str>, String) {
+    let text = std::str::from_utf8(raw).unwrap_or("");
+    let mut name = None;
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some(v) = line.strip_prefix("event:") {
+            name = Some(v.trim_start());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    (name, data.join("\n"))
+}
+
+/// An Anthropic `error` event.
+pub fn error_event(typ: &str, message: &str) -> Bytes {
+    let body = errors::anthropic_error(typ, message);
+    Bytes::from(format!("event: error\ndata: {body}\n\n"))
+}
+
+/// Splits a byte stream at event boundaries and keeps the tap.
+#[derive(Debug)]
+pub struct Relay {
+    pending: BytesMut,
+    pub tap: Tap,
+    started: Instant,
+    backend: Backend,
+    window: Option<u64>,
+}
+
+impl Relay {
+    pub fn new(started: Instant, backend: Backend, window: Option<u64>) -> Self {
+        Relay {
+            pending: BytesMut::new(),
+            tap: Tap::default(),
+            started,
+            backend,
+            window,
+        }
+    }
+
+    /// Feed one upstream chunk; returns the bytes to forward now (possibly
+    /// empty, when the chunk ends inside an event).
+    pub fn push(&mut self, chunk: Bytes) -> Bytes {
+        let complete: Bytes = if self.pending.is_empty() {
+            // Fast path: no copy. Find the last boundary in the chunk.
+            let mut end = 0;
+            while let Some(b) = boundary(&chunk[end..]) {
+                end += b;
+            }
+            if end < chunk.len() {
+                self.pending.extend_from_slice(&chunk[end..]);
+            }
+            chunk.slice(..end)
+        } else {
+            self.pending.extend_from_slice(&chunk);
+            let mut end = 0;
+            while let Some(b) = boundary(&self.pending[end..]) {
+                end += b;
+            }
+            self.pending.split_to(end).freeze()
+        };
+        if complete.is_empty() {
+            return complete;
+        }
+        let out = self.inspect(complete);
+        self.tap.bytes_out += out.len();
+        out
+    }
+
+    /// Look at each event of a run of complete events; rewrite error events.
+    fn inspect(&mut self, complete: Bytes) -> Bytes {
+        let mut pos = 0;
+        let mut rebuilt: Option<BytesMut> = None;
+        while pos < complete.len() {
+            let len = boundary(&complete[pos..]).unwrap_or(complete.len() - pos);
+            let raw = complete.slice(pos..pos + len);
+            let replacement = self.observe(&raw);
+            match (replacement, &mut rebuilt) {
+                (Some(new), None) => {
+                    let mut b = BytesMut::with_capacity(complete.len() + new.len());
+                    b.extend_from_slice(&complete[..pos]);
+                    b.extend_from_slice(&new);
+                    rebuilt = Some(b);
+                }
+                (Some(new), Some(b)) => b.extend_from_slice(&new),
+                (None, Some(b)) => b.extend_from_slice(&raw),
+                (None, None) => {}
+            }
+            pos += len;
+        }
+        match rebuilt {
+            Some(b) => b.freeze(),
+            None => complete,
+        }
+    }
+
+    /// Update the tap; return a replacement for error events.
+    fn observe(&mut self, raw: &[u8]) -> Option<Bytes> {
+        let (name, data) = parse_event(raw);
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => {
+                // A data-only event: its JSON `type` names it. Comments
+                // (keep-alives) have neither.
+                if data.is_empty() {
+                    return None;
+                }
+                serde_json::from_str::<Value>(&data)
+                    .ok()
+                    .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_default()
+            }
+        };
+        self.tap.events += 1;
+        match name.as_str() {
+            "content_block_start" | "content_block_delta" if self.tap.ttft.is_none() => {
+                self.tap.ttft = Some(self.started.elapsed());
+            }
+            "message_start" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&data)
+                    && let Some(u) = v.pointer("/message/usage")
+                {
+                    usage_from(u, &mut self.tap.usage);
+                }
+            }
+            "message_delta" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                    if let Some(u) = v.get("usage") {
+                        usage_from(u, &mut self.tap.usage);
+                    }
+                    if let Some(s) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                        self.tap.stop_reason = Some(s.to_string());
+                    }
+                }
+            }
+            "message_stop" => self.tap.saw_stop = true,
+            "error" => {
+                self.tap.saw_error = true;
+                let v: Value = serde_json::from_str(&data).unwrap_or(Value::String(data.clone()));
+                let (msg, _) = errors::message_of(&v);
+                self.tap.error = Some(
+                    msg.clone()
+                        .unwrap_or_else(|| data.chars().take(500).collect()),
+                );
+                if let Some(o) = errors::overflow(&v, self.window) {
+                    let tr = errors::overflow_answer(&o);
+                    if let Some(n) = tr.note {
+                        self.tap.translated.push(n);
+                    }
+                    let m = tr.body["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    return Some(error_event("invalid_request_error", &m));
+                }
+                let anthropic = v.get("type").and_then(Value::as_str) == Some("error")
+                    && v.pointer("/error/type").is_some();
+                if !anthropic {
+                    self.tap.translated.push("stream_error_reshaped".into());
+                    let m = format!("{}: {}", self.backend.as_str(), msg.unwrap_or(data));
+                    return Some(error_event("api_error", &m));
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// The closing event for an upstream that stopped early, if one is due.
+    pub fn finish(&mut self, why: &str) -> Option<Bytes> {
+        if self.tap.terminal() {
+            return None;
+        }
+        self.tap.saw_error = true;
+        let msg = format!("{} stream {why} before message_stop", self.backend.as_str());
+        self.tap.error = Some(msg.clone());
+        self.tap.translated.push("stream_cut".into());
+        let ev = error_event("api_error", &msg);
+        self.tap.bytes_out += ev.len();
+        Some(ev)
+    }
+}
+
+/// Called once with the final tap when the relay ends for any reason,
+/// including the client going away.
+pub type OnDone = Box<dyn FnOnce(&Tap) + Send>;
+
+struct State<S> {
+    upstream: S,
+    relay: Relay,
+    idle: Duration,
+    finished: bool,
+    on_done: Option<OnDone>,
+}
+
+impl<S> Drop for State<S> {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_done.take() {
+            f(&self.relay.tap);
+        }
+    }
+}
+
+/// Relay `upstream` with the tap; `idle` is the longest silence tolerated.
+pub fn relay<S, E>(
+    upstream: S,
+    relay: Relay,
+    idle: Duration,
+    on_done: OnDone,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin + Send + 'static,
+    E: std::fmt::Display,
+{
+    let state = State {
+        upstream,
+        relay,
+        idle,
+        finished: false,
+        on_done: Some(on_done),
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if st.finished {
+                return None;
+            }
+            match tokio::time::timeout(st.idle, st.upstream.next()).await {
+                Err(_) => {
+                    st.finished = true;
+                    let why = format!("was silent for {}s (idle timeout)", st.idle.as_secs());
+                    return st.relay.finish(&why).map(|b| (Ok(b), st));
+                }
+                Ok(None) => {
+                    st.finished = true;
+                    return st.relay.finish("ended").map(|b| (Ok(b), st));
+                }
+                Ok(Some(Err(e))) => {
+                    st.finished = true;
+                    let why = format!("broke ({e})");
+                    return st.relay.finish(&why).map(|b| (Ok(b), st));
+                }
+                Ok(Some(Ok(chunk))) => {
+                    let out = st.relay.push(chunk);
+                    if !out.is_empty() {
+                        return Some((Ok(out), st));
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    const STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":30000,\"output_tokens\":0}}}\n\n: keep-alive\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+    fn relay_new() -> Relay {
+        Relay::new(Instant::now(), Backend::LlamaCpp, Some(32768))
+    }
+
+    async fn run(chunks: Vec<Result<Bytes, String>>, idle: Duration, hang: bool) -> (Vec<u8>, Tap) {
+        let seen = Arc::new(Mutex::new(None));
+        let seen2 = seen.clone();
+        let up = futures::stream::iter(chunks);
+        let up: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>> = if hang {
+            Box::pin(up.chain(futures::stream::pending()))
+        } else {
+            Box::pin(up)
+        };
+        let s = relay(
+            up,
+            relay_new(),
+            idle,
+            Box::new(move |t: &Tap| {
+                *seen2.lock().unwrap() = Some(t.clone());
+            }),
+        );
+        let out: Vec<Bytes> = s.map(|r| r.unwrap()).collect().await;
+        let bytes = out.concat();
+        let tap = seen.lock().unwrap().clone().expect("on_done called");
+        (bytes, tap)
+    }
+
+    #[tokio::test]
+    async fn every_split_point_relays_identical_bytes_and_same_tap() {
+        let whole = Bytes::from_static(STREAM.as_bytes());
+        let (ref_out, ref_tap) = run(vec![Ok(whole.clone())], Duration::from_secs(5), false).await;
+        assert_eq!(ref_out, STREAM.as_bytes());
+        assert_eq!(
+            ref_tap.usage,
+            Usage {
+                input: 12,
+                cache_read: 30000,
+                output: 7
+            }
+        );
+        assert_eq!(ref_tap.stop_reason.as_deref(), Some("end_turn"));
+        assert!(ref_tap.saw_stop && !ref_tap.saw_error && ref_tap.ttft.is_some());
+        // Split the stream at every byte into two and three chunks.
+        for i in 1..whole.len() {
+            let j = (i + 37).min(whole.len());
+            let chunks = vec![
+                Ok(whole.slice(..i)),
+                Ok(whole.slice(i..j)),
+                Ok(whole.slice(j..)),
+            ];
+            let (out, tap) = run(chunks, Duration::from_secs(5), false).await;
+            assert_eq!(out, STREAM.as_bytes(), "split at {i}");
+            assert_eq!(tap.usage, ref_tap.usage, "split at {i}");
+            assert!(tap.saw_stop);
+        }
+    }
+
+    #[test]
+    fn whole_events_pass_without_copy() {
+        let mut r = relay_new();
+        let chunk = Bytes::from_static(STREAM.as_bytes());
+        let out = r.push(chunk.clone());
+        assert_eq!(out.as_ptr(), chunk.as_ptr(), "same buffer, no copy");
+        assert_eq!(out.len(), chunk.len());
+    }
+
+    #[test]
+    fn crlf_events_are_split_too() {
+        let mut r = relay_new();
+        let out = r.push(Bytes::from_static(
+            b"event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\nevent: pi",
+        ));
+        assert!(out.ends_with(b"\r\n\r\n"));
+        assert!(r.tap.saw_stop);
+    }
+
+    #[tokio::test]
+    async fn llama_mid_stream_error_is_rewritten() {
+        let s = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\nevent: error\ndata: {\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}\n\n";
+        let (out, tap) = run(vec![Ok(Bytes::from(s))], Duration::from_secs(5), false).await;
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 32769 tokens > 32768 maximum\"}}"), "{text}");
+        assert!(!text.contains("\"code\":500"));
+        assert!(tap.saw_error);
+        assert_eq!(tap.translated, ["context_overflow 32769>32768"]);
+
+        let s = "event: error\ndata: {\"code\":500,\"message\":\"CUDA error\",\"type\":\"server_error\"}\n\n";
+        let (out, tap) = run(vec![Ok(Bytes::from(s))], Duration::from_secs(5), false).await;
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("\"type\":\"api_error\",\"message\":\"llama.cpp: CUDA error\""),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("event: error").count(),
+            1,
+            "no second closing error"
+        );
+        assert_eq!(tap.error.as_deref(), Some("CUDA error"));
+    }
+
+    #[tokio::test]
+    async fn abrupt_end_gets_a_closing_error_event() {
+        let cut = &STREAM[..STREAM.find("event: message_delta").unwrap() + 10];
+        let (out, tap) = run(
+            vec![Ok(Bytes::from(cut.to_string()))],
+            Duration::from_secs(5),
+            false,
+        )
+        .await;
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.ends_with("\"message\":\"llama.cpp stream ended before message_stop\"}}\n\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("event: message_del"),
+            "the partial event is not forwarded"
+        );
+        assert!(tap.saw_error && !tap.saw_stop);
+
+        let (out, _) = run(
+            vec![
+                Ok(Bytes::from_static(b"event: ping\ndata: {}\n\n")),
+                Err("connection reset".into()),
+            ],
+            Duration::from_secs(5),
+            false,
+        )
+        .await;
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .contains("stream broke (connection reset) before message_stop")
+        );
+    }
+
+    #[tokio::test]
+    async fn idle_upstream_times_out_with_an_error_event() {
+        let first = &STREAM[..STREAM.find(": keep-alive").unwrap()];
+        let started = Instant::now();
+        let (out, tap) = run(
+            vec![Ok(Bytes::from(first.to_string()))],
+            Duration::from_millis(200),
+            true,
+        )
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "it must not hang"
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("idle timeout"), "{text}");
+        assert_eq!(tap.usage.input, 12);
+    }
+
+    #[test]
+    fn data_only_and_garbage_events_do_not_panic() {
+        let mut r = relay_new();
+        r.push(Bytes::from_static(b"data: {\"type\":\"message_stop\"}\n\n"));
+        assert!(r.tap.saw_stop);
+        r.push(Bytes::from_static(
+            b"event: message_start\ndata: {not json\n\n\xff\xfe\n\n",
+        ));
+    }
+}

@@ -1,0 +1,593 @@
+//! The shim in process, against the fake backends.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use localagents::config::{Backend, Endpoint};
+use localagents::shim::log::RequestLog;
+use localagents::shim::{Registration, Route, Shim};
+use serde_json::{Value, json};
+
+use crate::support::script::{self, Reply};
+use crate::support::{fake_llama, fake_vllm, net};
+
+fn endpoint(url: &str, key_env: Option<&str>) -> Endpoint {
+    Endpoint {
+        name: "fake".into(),
+        base_url: url.into(),
+        backend: None,
+        host: None,
+        notes: None,
+        env: IndexMap::new(),
+        api_key_env: key_env.map(str::to_string),
+    }
+}
+
+async fn shim_for(
+    url: &str,
+    backend: Backend,
+    served: &str,
+    window: Option<u64>,
+    dir: &Path,
+    key_env: Option<&str>,
+) -> (Shim, Registration) {
+    let shim = Shim::start(0).await.unwrap();
+    let reg = shim
+        .register(Route {
+            label: "test".into(),
+            endpoint: endpoint(url, key_env),
+            backend,
+            served_id: served.into(),
+            window,
+            log: RequestLog::new(dir, true),
+            idle_timeout: Duration::from_secs(10),
+        })
+        .unwrap();
+    (shim, reg)
+}
+
+fn log_lines(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn client() -> reqwest::Client {
+    localagents::probe::http_client().clone()
+}
+
+/// What headless Claude Code 2.1.328 sends on turn one (trimmed).
+fn cc_body(stream: bool) -> Value {
+    json!({
+        "model": "gemma3-270m",
+        "max_tokens": 32000,
+        "stream": stream,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328; cc_entrypoint=sdk-cli;"},
+            {"type": "text", "text": "You are a Claude agent.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"}, {"type": "text", "text": "create hello.txt"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /tmp/x", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "tools": [{"name": "Write", "description": "write", "input_schema": {"type": "object"}}],
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": "u"}
+    })
+}
+
+fn strict() -> fake_llama::LlamaOpts {
+    fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        strict_template: true,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn unknown_token_and_other_paths_are_404_and_never_reach_the_backend() {
+    let fake = fake_llama::spawn(strict()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    assert_eq!(reg.token.len(), 32, "128 bits in hex");
+    assert!(reg.base_url.starts_with("http://127.0.0.1:"));
+    let root = format!("http://{}", shim.addr());
+    let c = client();
+    let cases = [
+        (
+            reqwest::Method::POST,
+            format!("{root}/j/{}/v1/messages", "0".repeat(32)),
+        ),
+        (reqwest::Method::POST, format!("{root}/j/nope/v1/messages")),
+        (reqwest::Method::GET, format!("{}/props", reg.base_url)),
+        (reqwest::Method::GET, format!("{}/slots", reg.base_url)),
+        (
+            reqwest::Method::GET,
+            format!("{}/v1/messages", reg.base_url),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/v1/chat/completions", reg.base_url),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/completion", reg.base_url),
+        ),
+        (reqwest::Method::POST, format!("{root}/v1/messages")),
+        (reqwest::Method::GET, format!("{root}/metrics")),
+        (
+            reqwest::Method::GET,
+            format!("{root}/j/{}/%2e%2e/props", reg.token),
+        ),
+    ];
+    for (m, url) in cases {
+        let r = c
+            .request(m.clone(), &url)
+            .body(cc_body(false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404, "{m} {url}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "not_found_error");
+    }
+    assert!(
+        fake.hits().is_empty(),
+        "nothing was relayed: {:?}",
+        fake.hits()
+    );
+    drop(reg);
+    assert_eq!(
+        shim.routes(),
+        0,
+        "dropping the registration removes the route"
+    );
+}
+
+#[tokio::test]
+async fn folds_for_a_strict_template_and_logs_the_request() {
+    let fake = fake_llama::spawn(strict()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(16384),
+        tmp.path(),
+        None,
+    )
+    .await;
+    // Straight at the strict fake: the template's 500.
+    let direct = client()
+        .post(format!("{}/v1/messages", fake.url()))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status().as_u16(), 500);
+    // Through the shim: 200.
+    let r = client()
+        .post(format!("{}/v1/messages?beta=true", reg.base_url))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    let bodies = fake.bodies();
+    let sent = bodies.last().unwrap();
+    assert!(
+        sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["role"] != "system")
+    );
+    assert_eq!(
+        sent["messages"][0]["content"][2]["text"],
+        "<system>\n# Environment\ncwd: /tmp/x\n</system>"
+    );
+    assert_eq!(
+        sent["system"].as_array().unwrap().len(),
+        1,
+        "billing header dropped"
+    );
+    assert_eq!(
+        sent["max_tokens"], 16384,
+        "max_tokens clamped to the window"
+    );
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "adaptive"}),
+        "other fields untouched"
+    );
+    let log = log_lines(tmp.path());
+    assert_eq!(log.len(), 1);
+    let l = &log[0];
+    assert_eq!(
+        (l["status"].as_u64(), l["upstream_status"].as_u64()),
+        (Some(200), Some(200))
+    );
+    assert_eq!(l["folded_system"], 1);
+    assert_eq!(l["messages"], 1);
+    assert_eq!(l["tools"], 1);
+    assert_eq!(l["stream"], false);
+    assert_eq!(l["model"], "gemma3-270m");
+    assert!(l["usage"]["input"].as_u64().unwrap() > 0);
+    assert_eq!(l["stop_reason"], "end_turn");
+    let tr = l["translated"].as_str().unwrap();
+    assert!(
+        tr.contains("billing_header_dropped") && tr.contains("max_tokens 32000->16384"),
+        "{tr}"
+    );
+    let full = std::fs::read_to_string(tmp.path().join("requests_full.jsonl")).unwrap();
+    assert!(full.contains("<system>\\n# Environment"));
+}
+
+#[tokio::test]
+async fn stream_is_relayed_with_ttft_usage_and_stop_reason() {
+    let fake = fake_llama::spawn(strict()).await;
+    fake.set_script(script::write_then_report("a.txt", "x"));
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(cc_body(true).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("event: message_start\n"));
+    assert!(text.contains("\"name\":\"Write\""));
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    // The log line is written when the stream ends.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let l = &log_lines(tmp.path())[0];
+    assert_eq!(l["stream"], true);
+    assert_eq!(l["stop_reason"], "tool_use");
+    assert_eq!(l["usage"]["output"], 9);
+    assert!(l["ttft_ms"].is_u64());
+    assert_eq!(l["bytes_out"].as_u64().unwrap() as usize, text.len());
+}
+
+#[tokio::test]
+async fn overflow_becomes_prompt_is_too_long_stream_or_not() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        prompt_tokens: Some(40123),
+        n_ctx: 32768,
+        ..strict()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    for stream in [false, true] {
+        let r = client()
+            .post(format!("{}/v1/messages", reg.base_url))
+            .body(cc_body(stream).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            v["error"]["message"],
+            "prompt is too long: 40123 tokens > 32768 maximum"
+        );
+    }
+    let log = log_lines(tmp.path());
+    assert_eq!(log[0]["upstream_status"], 400);
+    assert!(
+        log[0]["translated"]
+            .as_str()
+            .unwrap()
+            .contains("context_overflow 40123>32768")
+    );
+    assert!(
+        log[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exceed_context_size_error")
+    );
+}
+
+#[tokio::test]
+async fn mid_stream_errors_template_errors_and_oom() {
+    let fake = fake_llama::spawn(strict()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let c = client();
+
+    fake.set_script(std::sync::Arc::new(|_| Reply::RawSse("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}\n\n".into())));
+    let text = c
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(cc_body(true).to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 32769 tokens > 32768 maximum\"}}"), "{text}");
+
+    fake.set_script(std::sync::Arc::new(|_| Reply::Error {
+        status: 500,
+        body: fake_llama::jinja_error(),
+    }));
+    let r = c
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        400,
+        "a template error must not look retryable"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rejected the request in its chat template")
+    );
+
+    fake.set_script(std::sync::Arc::new(|_| Reply::Error {
+        status: 500,
+        body: fake_llama::err_body(500, "server_error", "CUDA out of memory"),
+    }));
+    let r = c
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "api_error");
+}
+
+#[tokio::test]
+async fn unreachable_backend_is_529_naming_the_url() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("http://{}", net::refused_addr());
+    let (_shim, reg) = shim_for(&url, Backend::LlamaCpp, "m", None, tmp.path(), None).await;
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(cc_body(true).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 529);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "overloaded_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains(&url));
+}
+
+#[tokio::test]
+async fn api_key_is_added_upstream_and_never_logged() {
+    // SAFETY: a variable only this test uses.
+    unsafe { std::env::set_var("LOCALAGENTS_TEST_SHIM_KEY", "k3y-very-secret") };
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        api_key: Some("k3y-very-secret".into()),
+        ..strict()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        Some("LOCALAGENTS_TEST_SHIM_KEY"),
+    )
+    .await;
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .header("x-api-key", "placeholder-from-claude")
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        fake.state.auth_seen.lock().unwrap().last().unwrap(),
+        "Bearer k3y-very-secret"
+    );
+    for f in ["requests.jsonl", "requests_full.jsonl"] {
+        let text = std::fs::read_to_string(tmp.path().join(f)).unwrap();
+        assert!(!text.contains("k3y-very-secret"), "{f}");
+    }
+}
+
+#[tokio::test]
+async fn count_tokens_is_folded_or_estimated() {
+    let fake = fake_llama::spawn(strict()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let r = client()
+        .post(format!("{}/v1/messages/count_tokens", reg.base_url))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.json::<Value>().await.unwrap()["input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let l = &log_lines(tmp.path())[0];
+    assert_eq!(l["folded_system"], 1);
+    assert!(l.get("estimated").is_none());
+
+    let fake2 = fake_llama::spawn(fake_llama::LlamaOpts {
+        count_tokens: false,
+        ..strict()
+    })
+    .await;
+    let tmp2 = tempfile::tempdir().unwrap();
+    let (_s2, reg2) = shim_for(
+        fake2.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp2.path(),
+        None,
+    )
+    .await;
+    let r = client()
+        .post(format!("{}/v1/messages/count_tokens", reg2.base_url))
+        .body(cc_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let n = r.json::<Value>().await.unwrap()["input_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(n > 50, "{n}");
+    let l = &log_lines(tmp2.path())[0];
+    assert_eq!(l["estimated"], true);
+    assert_eq!(l["upstream_status"], 404);
+}
+
+#[tokio::test]
+async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
+    let fake = fake_vllm::spawn(fake_vllm::VllmOpts {
+        served: "qwen".into(),
+        max_model_len: 32768,
+    })
+    .await;
+    fake.state.prompt_tokens.store(20000, Ordering::SeqCst);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::Vllm,
+        "qwen",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let mut body = cc_body(false);
+    body["model"] = json!("qwen");
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(*fake.state.max_tokens_seen.lock().unwrap(), [32000, 12768]);
+    let l = &log_lines(tmp.path())[0];
+    assert!(
+        l["translated"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens_retry 32000->12768")
+    );
+
+    // Too little room left: no retry, Claude Code is told to compact.
+    fake.state.prompt_tokens.store(32000, Ordering::SeqCst);
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "prompt is too long: 64000 tokens > 32768 maximum"
+    );
+}
+
+#[tokio::test]
+async fn models_and_bad_json() {
+    let fake = fake_llama::spawn(strict()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let v: Value = client()
+        .get(format!("{}/v1/models", reg.base_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"][0]["id"], "gemma3-270m");
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(fake.bodies().is_empty());
+}
