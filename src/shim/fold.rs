@@ -16,6 +16,10 @@
 //! as a list of text blocks on the first request and as a plain string later;
 //! [`system_text`] renders both to identical bytes.
 
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// What folding did to one body.
@@ -130,9 +134,54 @@ fn append_to_top_system(body: &mut Map<String, Value>, block: Value) {
     }
 }
 
+/// Where one system entry goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dest {
+    /// Appended to the user message at this index.
+    Append(usize),
+    /// Prepended to the user message at this index (no user before it).
+    Prepend(usize),
+    /// No user message at all: the top-level `system`.
+    Top,
+}
+
+/// For each message role, where each system entry goes, in order.
+fn plan(roles: &[Option<&str>]) -> Vec<(usize, Dest)> {
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    let mut last_user = None;
+    for (i, r) in roles.iter().enumerate() {
+        match *r {
+            Some("system") => match last_user {
+                Some(u) => out.push((i, Dest::Append(u))),
+                None => pending.push(i),
+            },
+            Some("user") => {
+                out.extend(pending.drain(..).map(|p| (p, Dest::Prepend(i))));
+                last_user = Some(i);
+            }
+            _ => {}
+        }
+    }
+    out.extend(pending.into_iter().map(|p| (p, Dest::Top)));
+    out
+}
+
+/// Apply a plan to a user message: prepended blocks, its own, appended.
+fn apply_to_user(msg: &mut Value, pre: Vec<Value>, post: Vec<Value>) {
+    if let Some(blocks) = blocks_of(msg) {
+        let own = std::mem::take(blocks);
+        blocks.extend(pre);
+        blocks.extend(own);
+        blocks.extend(post);
+    }
+}
+
 /// Fold every in-`messages` system entry of a Messages (or count_tokens)
 /// body, in place. Bodies that are not objects, or have no `messages` list,
-/// are left alone.
+/// are left alone. This is the reference implementation; the shim uses
+/// [`fold_raw`], which gives the same result without parsing what it does
+/// not change.
 pub fn fold(body: &mut Value) -> FoldStats {
     let mut stats = FoldStats::default();
     let Some(obj) = body.as_object_mut() else {
@@ -142,48 +191,232 @@ pub fn fold(body: &mut Value) -> FoldStats {
     let Some(Value::Array(messages)) = obj.get_mut("messages") else {
         return stats;
     };
-    if !messages.iter().any(|m| role(m) == Some("system")) {
+    let roles: Vec<Option<&str>> = messages.iter().map(role).collect();
+    let plan = plan(&roles);
+    if plan.is_empty() {
         return stats;
     }
-    let taken = std::mem::take(messages);
-    let mut out: Vec<Value> = Vec::with_capacity(taken.len());
-    // System entries seen before any user message, waiting for the next one.
-    let mut pending: Vec<Value> = Vec::new();
-    let mut last_user: Option<usize> = None;
-    for msg in taken {
-        match role(&msg) {
-            Some("system") => {
-                stats.folded += 1;
-                let block = folded_block(msg.get("content").unwrap_or(&Value::Null));
-                match last_user {
-                    Some(i) => {
-                        if let Some(blocks) = blocks_of(&mut out[i]) {
-                            blocks.push(block);
-                        }
-                    }
-                    None => pending.push(block),
-                }
-            }
-            Some("user") => {
-                out.push(msg);
-                let i = out.len() - 1;
-                if !pending.is_empty()
-                    && let Some(blocks) = blocks_of(&mut out[i])
-                {
-                    let rest = std::mem::take(blocks);
-                    blocks.append(&mut pending);
-                    blocks.extend(rest);
-                }
-                last_user = Some(i);
-            }
-            _ => out.push(msg),
+    stats.folded = plan.len();
+    let mut pre: HashMap<usize, Vec<Value>> = HashMap::new();
+    let mut post: HashMap<usize, Vec<Value>> = HashMap::new();
+    let mut top = Vec::new();
+    for (i, dest) in &plan {
+        let block = folded_block(messages[*i].get("content").unwrap_or(&Value::Null));
+        match dest {
+            Dest::Append(u) => post.entry(*u).or_default().push(block),
+            Dest::Prepend(u) => pre.entry(*u).or_default().push(block),
+            Dest::Top => top.push(block),
         }
     }
-    *messages = out;
-    for block in pending {
+    let taken = std::mem::take(messages);
+    for (i, mut msg) in taken.into_iter().enumerate() {
+        if role(&msg) == Some("system") {
+            continue;
+        }
+        if pre.contains_key(&i) || post.contains_key(&i) {
+            apply_to_user(
+                &mut msg,
+                pre.remove(&i).unwrap_or_default(),
+                post.remove(&i).unwrap_or_default(),
+            );
+        }
+        messages.push(msg);
+    }
+    for block in top {
         append_to_top_system(obj, block);
     }
     stats
+}
+
+/// Facts about a request that the shim logs and acts on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub stats: FoldStats,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub messages: usize,
+    pub tools: usize,
+    pub max_tokens: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct RoleOnly<'a> {
+    #[serde(borrow)]
+    role: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The `role` of a raw message. Claude Code writes `role` first, so the
+/// common case is read off the front without another scan of the content.
+fn role_of_raw(m: &str) -> Option<String> {
+    const HEAD: &str = "{\"role\":\"";
+    if let Some(rest) = m.strip_prefix(HEAD)
+        && let Some(end) = rest.find('"')
+        && !rest[..end].contains('\\')
+    {
+        return Some(rest[..end].to_string());
+    }
+    serde_json::from_str::<RoleOnly>(m)
+        .ok()
+        .and_then(|r| r.role.map(|c| c.into_owned()))
+}
+
+fn raw(v: &impl serde::Serialize) -> Result<Box<RawValue>, serde_json::Error> {
+    serde_json::value::to_raw_value(v)
+}
+
+/// The shim's fast path: fold, set `model`, cap `max_tokens`, working on
+/// the raw JSON. Fields it does not change are copied byte for byte, and only
+/// the messages that receive a fold are parsed into a tree.
+pub fn fold_raw(
+    body: &[u8],
+    model: Option<&str>,
+    max_tokens_cap: Option<u64>,
+) -> Result<(Vec<u8>, Facts), serde_json::Error> {
+    let top: IndexMap<String, &RawValue> = serde_json::from_slice(body)?;
+    let mut facts = Facts::default();
+    let mut out_fields: Vec<(String, Piece<'_>)> = Vec::with_capacity(top.len() + 1);
+    let mut top_blocks: Vec<Value> = Vec::new();
+    for (k, v) in &top {
+        let mut replaced: Option<Box<RawValue>> = None;
+        let mut rebuilt: Option<Vec<u8>> = None;
+        match k.as_str() {
+            "messages" => {
+                if let Ok(msgs) = serde_json::from_str::<Vec<&RawValue>>(v.get()) {
+                    facts.messages = msgs.len();
+                    let roles_owned: Vec<Option<String>> =
+                        msgs.iter().map(|m| role_of_raw(m.get())).collect();
+                    let roles: Vec<Option<&str>> =
+                        roles_owned.iter().map(|r| r.as_deref()).collect();
+                    let plan = plan(&roles);
+                    if !plan.is_empty() {
+                        facts.stats.folded = plan.len();
+                        let mut pre: HashMap<usize, Vec<Value>> = HashMap::new();
+                        let mut post: HashMap<usize, Vec<Value>> = HashMap::new();
+                        for (i, dest) in &plan {
+                            let entry: Value = serde_json::from_str(msgs[*i].get())?;
+                            let block = folded_block(entry.get("content").unwrap_or(&Value::Null));
+                            match dest {
+                                Dest::Append(u) => post.entry(*u).or_default().push(block),
+                                Dest::Prepend(u) => pre.entry(*u).or_default().push(block),
+                                Dest::Top => top_blocks.push(block),
+                            }
+                        }
+                        let mut buf = Vec::with_capacity(v.get().len());
+                        buf.push(b'[');
+                        let mut first = true;
+                        for (i, m) in msgs.iter().enumerate() {
+                            if roles[i] == Some("system") {
+                                continue;
+                            }
+                            if !first {
+                                buf.push(b',');
+                            }
+                            first = false;
+                            if pre.contains_key(&i) || post.contains_key(&i) {
+                                let mut msg: Value = serde_json::from_str(m.get())?;
+                                apply_to_user(
+                                    &mut msg,
+                                    pre.remove(&i).unwrap_or_default(),
+                                    post.remove(&i).unwrap_or_default(),
+                                );
+                                serde_json::to_writer(&mut buf, &msg)?;
+                            } else {
+                                buf.extend_from_slice(m.get().as_bytes());
+                            }
+                        }
+                        buf.push(b']');
+                        // Built from valid JSON pieces: no need to re-check.
+                        rebuilt = Some(buf);
+                    }
+                }
+            }
+            "system" if v.get().contains(BILLING_PREFIX) => {
+                let sys: Value = serde_json::from_str(v.get())?;
+                let mut holder = Map::new();
+                holder.insert("system".into(), sys);
+                facts.stats.billing_dropped = drop_billing(&mut holder);
+                replaced = Some(raw(&holder.remove("system").unwrap_or(Value::Null))?);
+            }
+            "model" => {
+                facts.model = serde_json::from_str::<String>(v.get()).ok();
+                if let Some(m) = model
+                    && facts.model.as_deref() != Some(m)
+                {
+                    replaced = Some(raw(&m)?);
+                }
+            }
+            "max_tokens" => {
+                facts.max_tokens = serde_json::from_str::<u64>(v.get()).ok();
+                if let (Some(cap), Some(m)) = (max_tokens_cap, facts.max_tokens)
+                    && m > cap
+                {
+                    replaced = Some(raw(&cap)?);
+                }
+            }
+            "stream" => facts.stream = serde_json::from_str::<bool>(v.get()).unwrap_or(false),
+            "tools" => {
+                facts.tools = serde_json::from_str::<Vec<serde::de::IgnoredAny>>(v.get())
+                    .map_or(0, |t| t.len());
+            }
+            _ => {}
+        }
+        let piece = match (rebuilt, replaced) {
+            (Some(b), _) => Piece::Bytes(b),
+            (None, Some(r)) => Piece::Owned(r),
+            (None, None) => Piece::Borrowed(v),
+        };
+        out_fields.push((k.clone(), piece));
+    }
+    if model.is_some() && !top.contains_key("model") {
+        out_fields.push(("model".into(), Piece::Owned(raw(&model)?)));
+    }
+    if !top_blocks.is_empty() {
+        let existing = out_fields.iter().position(|(k, _)| k == "system");
+        let mut holder = Map::new();
+        if let Some(i) = existing {
+            holder.insert(
+                "system".into(),
+                serde_json::from_slice(out_fields[i].1.bytes())?,
+            );
+        }
+        for b in top_blocks {
+            append_to_top_system(&mut holder, b);
+        }
+        let sys = Piece::Owned(raw(&holder.remove("system").unwrap_or(Value::Null))?);
+        match existing {
+            Some(i) => out_fields[i].1 = sys,
+            None => out_fields.push(("system".into(), sys)),
+        }
+    }
+    let mut out = Vec::with_capacity(body.len() + 256);
+    out.push(b'{');
+    for (i, (k, v)) in out_fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, k)?;
+        out.push(b':');
+        out.extend_from_slice(v.bytes());
+    }
+    out.push(b'}');
+    Ok((out, facts))
+}
+
+/// One top-level value of the outgoing body.
+enum Piece<'a> {
+    Borrowed(&'a RawValue),
+    Owned(Box<RawValue>),
+    Bytes(Vec<u8>),
+}
+
+impl Piece<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Borrowed(r) => r.get().as_bytes(),
+            Piece::Owned(r) => r.get().as_bytes(),
+            Piece::Bytes(b) => b,
+        }
+    }
 }
 
 /// A body flattened to `(role, block)` items with `cache_control` removed:
@@ -342,6 +575,43 @@ mod tests {
             b["messages"][0]["content"], "hi",
             "untouched when nothing to fold"
         );
+    }
+
+    #[test]
+    fn raw_path_keeps_untouched_bytes_and_sets_model_and_cap() {
+        let body = br#"{"model":"claude-x","temperature":1.0e0,"metadata":{"user_id":"\u00e9"},"max_tokens":32000,"stream":true,"tools":[{"name":"a"},{"name":"b"}],"messages":[{"role":"user","content":"hi"},{"role":"system","content":"env"}]}"#;
+        let (out, facts) = fold_raw(body, Some("served"), Some(16384)).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with(r#"{"model":"served","temperature":1.0e0,"metadata":{"user_id":"\u00e9"},"max_tokens":16384,"stream":true,"#), "{text}");
+        assert_eq!(facts.model.as_deref(), Some("claude-x"));
+        assert_eq!(facts.max_tokens, Some(32000));
+        assert!(facts.stream);
+        assert_eq!(facts.tools, 2);
+        assert_eq!(facts.messages, 2);
+        assert_eq!(facts.stats.folded, 1);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["messages"][0]["content"][1]["text"],
+            "<system>\nenv\n</system>"
+        );
+    }
+
+    #[test]
+    fn raw_path_without_user_uses_top_system_and_rejects_non_objects() {
+        // `content` before `role`: the slow path reads the role.
+        let (out, facts) = fold_raw(
+            br#"{"messages":[{"content":"s", "role" : "system"}]}"#,
+            None,
+            None,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["system"], json!([sys_block("s")]));
+        assert_eq!(facts.stats.folded, 1);
+        assert!(fold_raw(b"[1,2]", None, None).is_err());
+        assert!(fold_raw(b"{not json", None, None).is_err());
+        let (out, _) = fold_raw(br#"{"messages":5,"system":7}"#, None, None).unwrap();
+        assert_eq!(out, br#"{"messages":5,"system":7}"#);
     }
 
     #[test]

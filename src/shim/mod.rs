@@ -111,6 +111,10 @@ impl Shim {
         let addr = listener.local_addr()?;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let app = router(weak.clone());
+            // Small SSE writes must leave at once, not wait for an ACK.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let task = tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, app).await {
                     tracing::error!("shim server stopped: {e}");
@@ -258,61 +262,48 @@ fn join_notes(notes: &[String]) -> Option<String> {
     (!notes.is_empty()).then(|| notes.join("; "))
 }
 
-/// Parse, fold, clamp. Returns the body to send and fills the record.
+fn bad_json(e: impl std::fmt::Display) -> Translated {
+    Translated {
+        status: 400,
+        body: errors::anthropic_error(
+            "invalid_request_error",
+            &format!("request body is not a valid JSON object ({e})"),
+        ),
+        note: Some("bad_json".into()),
+    }
+}
+
+/// Fold, set `model`, cap `max_tokens`, on the raw bytes; fill the record.
 fn prepare(
     route: &Route,
     body: &[u8],
     rec: &mut RequestRecord,
     notes: &mut Vec<String>,
-) -> Result<Value, Translated> {
-    let mut v: Value = serde_json::from_slice(body).map_err(|e| Translated {
-        status: 400,
-        body: errors::anthropic_error(
-            "invalid_request_error",
-            &format!("request body is not valid JSON ({e})"),
-        ),
-        note: Some("bad_json".into()),
-    })?;
-    if !v.is_object() {
-        return Err(Translated {
-            status: 400,
-            body: errors::anthropic_error(
-                "invalid_request_error",
-                "request body must be a JSON object",
-            ),
-            note: Some("bad_json".into()),
-        });
-    }
-    let stats = fold::fold(&mut v);
-    rec.folded_system = stats.folded;
-    if stats.billing_dropped > 0 {
+) -> Result<Vec<u8>, Translated> {
+    let (out, facts) =
+        fold::fold_raw(body, Some(&route.served_id), route.window).map_err(bad_json)?;
+    rec.folded_system = facts.stats.folded;
+    if facts.stats.billing_dropped > 0 {
         notes.push("billing_header_dropped".into());
     }
-    rec.messages = v
-        .get("messages")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    rec.tools = v.get("tools").and_then(Value::as_array).map_or(0, Vec::len);
-    rec.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    if let Some(obj) = v.as_object_mut() {
-        let asked = obj.get("model").and_then(Value::as_str).map(str::to_string);
-        if asked.as_deref() != Some(route.served_id.as_str()) {
-            notes.push(format!(
-                "model {}->{}",
-                asked.as_deref().unwrap_or("none"),
-                route.served_id
-            ));
-            obj.insert("model".into(), Value::String(route.served_id.clone()));
-        }
-        rec.model = Some(route.served_id.clone());
-        if let (Some(w), Some(m)) = (route.window, obj.get("max_tokens").and_then(Value::as_u64))
-            && m > w
-        {
-            obj.insert("max_tokens".into(), json!(w));
-            notes.push(format!("max_tokens {m}->{w}"));
-        }
+    // What went upstream: the system entries are gone.
+    rec.messages = facts.messages.saturating_sub(facts.stats.folded);
+    rec.tools = facts.tools;
+    rec.stream = facts.stream;
+    rec.model = Some(route.served_id.clone());
+    if facts.model.as_deref() != Some(route.served_id.as_str()) {
+        notes.push(format!(
+            "model {}->{}",
+            facts.model.as_deref().unwrap_or("none"),
+            route.served_id
+        ));
     }
-    Ok(v)
+    if let (Some(w), Some(m)) = (route.window, facts.max_tokens)
+        && m > w
+    {
+        notes.push(format!("max_tokens {m}->{w}"));
+    }
+    Ok(out)
 }
 
 fn finish_record(route: &Route, mut rec: RequestRecord, started: Instant, notes: &[String]) {
@@ -341,11 +332,10 @@ fn reply_error(
 async fn send(
     route: &Route,
     path: &str,
-    body: &Value,
+    body: Bytes,
     stream: bool,
 ) -> Result<reqwest::Response, reqwest::Error> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut req = upstream(route, reqwest::Method::POST, path).body(bytes);
+    let mut req = upstream(route, reqwest::Method::POST, path).body(body);
     if stream {
         req = req.header(header::ACCEPT, "text/event-stream");
     } else {
@@ -373,19 +363,18 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         ..Default::default()
     };
     let mut notes = Vec::new();
-    let mut v = match prepare(&route, &body, &mut rec, &mut notes) {
-        Ok(v) => v,
+    let parsed = prepare(&route, &body, &mut rec, &mut notes);
+    // Memory: the incoming body is not needed once the outgoing one exists.
+    drop(body);
+    let mut out = match parsed {
+        Ok(v) => Bytes::from(v),
         Err(tr) => return reply_error(&route, tr, rec, started, notes),
     };
-    if route.log.dumps()
-        && let Ok(b) = serde_json::to_vec(&v)
-    {
-        route.log.dump_body(&ts, "/v1/messages", &b);
-    }
+    route.log.dump_body(&ts, "/v1/messages", &out);
     let stream = rec.stream;
     let mut retried = false;
     let resp = loop {
-        let resp = match send(&route, "/v1/messages", &v, stream).await {
+        let resp = match send(&route, "/v1/messages", out.clone(), stream).await {
             Ok(r) => r,
             Err(e) => {
                 let why =
@@ -407,7 +396,8 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             && o.only_max_tokens()
             && let (Some(p), Some(m)) = (o.prompt, o.max)
             && m - p >= 1024
-            && let Some(obj) = v.as_object_mut()
+            && let Ok(mut again) = serde_json::from_slice::<Value>(&out)
+            && let Some(obj) = again.as_object_mut()
         {
             let lowered = m - p;
             notes.push(format!(
@@ -415,6 +405,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
                 o.requested_output.unwrap_or(0)
             ));
             obj.insert("max_tokens".into(), json!(lowered));
+            out = Bytes::from(serde_json::to_vec(&again).unwrap_or_default());
             retried = true;
             continue;
         }
@@ -506,7 +497,9 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         ..Default::default()
     };
     let mut notes = Vec::new();
-    let mut v = match prepare(&route, &body, &mut rec, &mut notes) {
+    let mut v: Value = match prepare(&route, &body, &mut rec, &mut notes)
+        .and_then(|b| serde_json::from_slice(&b).map_err(bad_json))
+    {
         Ok(v) => v,
         Err(tr) => return reply_error(&route, tr, rec, started, notes),
     };
@@ -524,7 +517,8 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         finish_record(&route, rec, started, &notes);
         json_response(200, &out)
     };
-    match send(&route, "/v1/messages/count_tokens", &v, false).await {
+    let out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+    match send(&route, "/v1/messages/count_tokens", out, false).await {
         Err(e) => {
             rec.error = Some(e.to_string().chars().take(500).collect());
             let why = crate::probe::classify::transport(&route.endpoint, &e, route.idle_timeout).1;

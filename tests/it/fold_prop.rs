@@ -110,7 +110,13 @@ proptest! {
         let mut folded = Vec::new();
         for (end, new_from) in &ends {
             let mut body = render(&items, *end, *new_from, billing);
+            let raw_in = serde_json::to_vec(&body).unwrap();
             let stats = fold::fold(&mut body);
+            // The shim's raw fast path gives the same body.
+            let (raw_out, facts) = fold::fold_raw(&raw_in, Some("m"), None).unwrap();
+            let raw_val: Value = serde_json::from_slice(&raw_out).unwrap();
+            prop_assert_eq!(&raw_val, &body);
+            prop_assert_eq!(facts.stats, stats);
             let in_msgs = items[..*end].iter().filter(|i| matches!(i, Item::System(_))).count();
             prop_assert_eq!(stats.folded, in_msgs);
             prop_assert!(body["messages"].as_array().unwrap().iter().all(|m| m["role"] != "system"));

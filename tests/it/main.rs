@@ -7,4 +7,5 @@ mod config;
 mod fold_prop;
 mod mcp_stdio;
 mod probe;
+mod real_claude;
 mod shim;

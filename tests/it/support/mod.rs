@@ -3,6 +3,7 @@
 //! small helpers. Shared by the integration tests and the benchmarks.
 #![allow(dead_code)]
 
+pub mod claude;
 pub mod fake_llama;
 pub mod fake_vllm;
 pub mod net;

@@ -1,0 +1,349 @@
+//! Shim overhead (issue 2): latency added over a direct connection to the
+//! same local fake, stream relay time to first byte and throughput, and
+//! peak memory per in-flight request of a `localagents shim` process.
+//!
+//! Run: `cargo bench --bench shim`. Prints a Markdown table.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+const EVENTS: usize = 2000;
+
+thread_local! {
+    /// (KB, ms per call) of the in-process fold_raw measurement.
+    static FOLD_MS: std::cell::Cell<(usize, f64)> = const { std::cell::Cell::new((0, 0.0)) };
+}
+
+#[derive(Default)]
+struct Fake {
+    /// Milliseconds to hold each non-streaming answer (for the memory run).
+    delay_ms: AtomicU64,
+}
+
+async fn messages(State(f): State<Arc<Fake>>, body: Bytes) -> Response {
+    let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if req["stream"] == true {
+        let head = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":0}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string();
+        let mut events: Vec<Result<Bytes, std::io::Error>> = vec![Ok(Bytes::from(head))];
+        for i in 0..EVENTS - 5 {
+            events.push(Ok(Bytes::from(format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"tok{i} \"}}}}\n\n"
+            ))));
+        }
+        events.push(Ok(Bytes::from_static(b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1995}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")));
+        // Like llama-server: each event is written and flushed on its own
+        // (the task yields between events, so hyper flushes each one).
+        let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
+            let next = it.next()?;
+            tokio::task::yield_now().await;
+            Some((next, it))
+        });
+        return (
+            [("content-type", "text/event-stream")],
+            Body::from_stream(stream),
+        )
+            .into_response();
+    }
+    let d = f.delay_ms.load(Ordering::SeqCst);
+    if d > 0 {
+        tokio::time::sleep(Duration::from_millis(d)).await;
+    }
+    axum::Json(json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "bench", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": 50000, "output_tokens": 1}})).into_response()
+}
+
+async fn models() -> Response {
+    axum::Json(json!({"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx": 262144}}]})).into_response()
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn body_of(stream: bool, pairs: usize) -> Vec<u8> {
+    // Shaped like Claude Code's later turns: a 20 KB system prompt, 23
+    // tools with ~2 KB schemas, the environment as a system entry after the
+    // first user message, then `pairs` tool calls with their results.
+    let filler = "lorem ipsum dolor sit amet, consectetur adipiscing elit. ";
+    let tools: Vec<_> = (0..23)
+        .map(|i| json!({"name": format!("Tool{i}"), "description": filler.repeat(20), "input_schema": {"type": "object", "properties": {"a": {"type": "string", "description": filler.repeat(12)}}}}))
+        .collect();
+    let mut messages = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "<system-reminder>skills</system-reminder>"}, {"type": "text", "text": "add a --json flag"}]}),
+        json!({"role": "system", "content": [{"type": "text", "text": format!("# Environment\n{}", filler.repeat(8)), "cache_control": {"type": "ephemeral"}}]}),
+    ];
+    for i in 0..pairs {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read", "input": {"file_path": format!("src/f{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": filler.repeat(24)}]}));
+    }
+    serde_json::to_vec(&json!({
+        "model": "bench", "max_tokens": 1, "stream": stream,
+        "system": [{"type": "text", "text": filler.repeat(350), "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
+        "tools": tools,
+        "thinking": {"type": "adaptive"},
+        "metadata": {"user_id": "bench"}
+    }))
+    .unwrap()
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    {
+        let b = body_of(true, 105);
+        let t = Instant::now();
+        for _ in 0..1000 {
+            let out = localagents::shim::fold::fold_raw(&b, Some("bench"), Some(262144)).unwrap();
+            std::hint::black_box(out);
+        }
+        FOLD_MS.with(|f| f.set((b.len() / 1024, t.elapsed().as_secs_f64())));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fake = Arc::new(Fake::default());
+    let fake_url = rt.block_on(async {
+        let app = Router::new()
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", get(models))
+            .with_state(fake.clone());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        format!("http://{addr}")
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"),
+    )
+    .unwrap();
+    let mut shim = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .args(["shim", "--model", "bench"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufReader::new(shim.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let shim_url = url.trim().to_string();
+    let pid = shim.id();
+
+    let client = localagents::probe::http_client().clone();
+    // 200 KB for the request figures; 80 KB (what Claude Code 2.1.328 sends
+    // on turn one) for the streaming ones.
+    let body = body_of(false, 105);
+    let sbody = Bytes::from(body_of(
+        true,
+        std::env::var("SB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    ));
+    let body = Bytes::from(body);
+
+    let (direct, via) = rt.block_on(async {
+        let (mut d, mut s) = (Vec::new(), Vec::new());
+        for i in 0..1100 {
+            for (target, out) in [(&fake_url, &mut d), (&shim_url, &mut s)] {
+                let t = Instant::now();
+                let r = client
+                    .post(format!("{target}/v1/messages"))
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                let _ = r.bytes().await.unwrap();
+                if i >= 100 {
+                    out.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        (d, s)
+    });
+    let (mut d, mut s) = (direct, via);
+    let (mut gd, mut gs) = rt.block_on(async {
+        let (mut d, mut s) = (Vec::new(), Vec::new());
+        for i in 0..1100 {
+            for (target, out) in [(&fake_url, &mut d), (&shim_url, &mut s)] {
+                let t = Instant::now();
+                let r = client
+                    .get(format!("{target}/v1/models"))
+                    .send()
+                    .await
+                    .unwrap();
+                let _ = r.bytes().await.unwrap();
+                if i >= 100 {
+                    out.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        (d, s)
+    });
+    let (gd50, gs50) = (pct(&mut gd, 0.5), pct(&mut gs, 0.5));
+    let (d50, d99, s50, s99) = (
+        pct(&mut d, 0.5),
+        pct(&mut d, 0.99),
+        pct(&mut s, 0.5),
+        pct(&mut s, 0.99),
+    );
+
+    let stream_runs = rt.block_on(async {
+        let mut res: Vec<(String, f64, f64, usize)> = Vec::new();
+        for i in 0..60 {
+            for target in [&fake_url, &shim_url] {
+                let t = Instant::now();
+                let r = client
+                    .post(format!("{target}/v1/messages"))
+                    .body(sbody.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                let mut st = r.bytes_stream();
+                let mut first = None;
+                let mut n = 0;
+                while let Some(c) = st.next().await {
+                    let c = c.unwrap();
+                    if first.is_none() {
+                        first = Some(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    n += memchr::memmem::find_iter(&c, b"\n\n").count();
+                }
+                if i >= 10 {
+                    res.push((
+                        target.to_string(),
+                        first.unwrap_or(0.0),
+                        t.elapsed().as_secs_f64() * 1000.0,
+                        n,
+                    ));
+                }
+            }
+        }
+        res
+    });
+    let pick = |who: &str, f: fn(&(String, f64, f64, usize)) -> f64| -> Vec<f64> {
+        stream_runs.iter().filter(|r| r.0 == who).map(f).collect()
+    };
+    let mut dt = pick(&fake_url, |r| r.1);
+    let mut st = pick(&shim_url, |r| r.1);
+    let mut dtot = pick(&fake_url, |r| r.2);
+    let mut stot = pick(&shim_url, |r| r.2);
+    let events_seen = stream_runs
+        .iter()
+        .find(|r| r.0 == shim_url)
+        .map(|r| r.3)
+        .unwrap_or(0);
+    assert_eq!(events_seen, EVENTS, "every event relayed");
+    let stot50 = pct(&mut stot, 0.5);
+
+    // Memory: 20 requests of 200 KB in flight at once, held 1.5 s by the fake.
+    fake.delay_ms.store(1500, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = rss_kb(pid);
+    let peak = Arc::new(AtomicU64::new(base));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                peak.fetch_max(rss_kb(pid), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    const INFLIGHT: u64 = 20;
+    rt.block_on(async {
+        let futs = (0..INFLIGHT).map(|_| {
+            let c = client.clone();
+            let b = body.clone();
+            let u = shim_url.clone();
+            async move {
+                c.post(format!("{u}/v1/messages"))
+                    .body(b)
+                    .send()
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap()
+            }
+        });
+        futures::future::join_all(futs).await;
+    });
+    stop.store(true, Ordering::SeqCst);
+    sampler.join().unwrap();
+    let per_req_kb = (peak.load(Ordering::SeqCst).saturating_sub(base)) as f64 / INFLIGHT as f64;
+    let _ = shim.kill();
+    let _ = shim.wait();
+    let body_kb = body.len() as f64 / 1024.0;
+    println!("| figure | direct | through the shim | added | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {:.0} KB non-streaming request, p50 (1000 runs) | {d50:.3} ms | {s50:.3} ms | {:.3} ms | < 1 ms |",
+        body_kb,
+        s50 - d50
+    );
+    println!(
+        "| {:.0} KB non-streaming request, p99 | {d99:.3} ms | {s99:.3} ms | {:.3} ms | |",
+        body_kb,
+        s99 - d99
+    );
+    println!(
+        "| stream of {EVENTS} events ({:.0} KB request), time to first byte, p50 (50 runs) | {:.3} ms | {:.3} ms | {:.3} ms | < 1 ms |",
+        sbody.len() as f64 / 1024.0,
+        pct(&mut dt, 0.5),
+        pct(&mut st, 0.5),
+        pct(&mut st, 0.5) - pct(&mut dt, 0.5)
+    );
+    println!(
+        "| stream of {EVENTS} events, total, p50 | {:.3} ms | {stot50:.3} ms | {:.3} ms | |",
+        pct(&mut dtot, 0.5),
+        stot50 - pct(&mut dtot, 0.5)
+    );
+    println!(
+        "| GET /v1/models (a bare extra hop), p50 | {gd50:.3} ms | {gs50:.3} ms | {:.3} ms | |",
+        gs50 - gd50
+    );
+    let (fkb, fms) = FOLD_MS.with(|f| f.get());
+    println!("| fold_raw of a {fkb} KB Claude-Code-shaped body, in process | | {fms:.3} ms | | |");
+    println!(
+        "| relay throughput | | {:.0} events/s | | |",
+        EVENTS as f64 / (stot50 / 1000.0)
+    );
+    println!(
+        "| peak RSS per in-flight {:.0} KB request ({INFLIGHT} at once) | | {per_req_kb:.0} KB ({:.2}x body) | | < 2x body |",
+        body_kb,
+        per_req_kb / body_kb
+    );
+}

@@ -1,0 +1,420 @@
+//! The real Claude Code CLI (2.1.328) through `localagents shim`, against
+//! the fake llama.cpp server in strict-template mode.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use localagents::shim::fold;
+use serde_json::Value;
+
+use crate::support::script;
+use crate::support::{claude, fake_llama};
+
+/// A running `localagents shim` process; killed on drop.
+struct ShimProc {
+    child: Child,
+    url: String,
+    // Drains the pipe so the shim never blocks on a full stderr.
+    _stderr: std::thread::JoinHandle<String>,
+}
+
+impl Drop for ShimProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_shim(cfg: &Path, state: &Path, model: &str) -> ShimProc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(cfg)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["shim", "--model", model])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn shim");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let url = first.trim().to_string();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.contains("/j/"),
+        "first line is the URL: {url:?}"
+    );
+    ShimProc {
+        child,
+        url,
+        _stderr: stderr,
+    }
+}
+
+fn config_for(dir: &Path, url: &str) -> std::path::PathBuf {
+    let cfg = dir.join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {url}\n    backend: llama.cpp\n"),
+    )
+    .unwrap();
+    cfg
+}
+
+fn session_env(url: &str, served: &str, window: u64) -> Vec<(String, String)> {
+    localagents::session_env::session_env(url, served, Some(window))
+}
+
+fn requests_log(state: &Path) -> Vec<Value> {
+    let shim_dir = state.join("shim");
+    let run = std::fs::read_dir(&shim_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::read_to_string(run.join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn dirs() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let work = tmp.path().join("work");
+    let state = tmp.path().join("state");
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    (tmp, home, work, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_succeeds_through_the_shim_and_fails_straight_at_a_strict_template() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::write_then_report(
+        "hello.txt",
+        "hi from the delegate\n",
+    ));
+    let (tmp, home, work, state) = dirs();
+    let cfg = config_for(tmp.path(), fake.url());
+    let shim = start_shim(&cfg, &state, "gemma-3-270m");
+
+    let cmd = claude::command(
+        &home,
+        &work,
+        &session_env(&shim.url, "gemma3-270m", 131072),
+        &[
+            "--model",
+            "gemma3-270m",
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            "Write",
+            "--max-turns",
+            "4",
+        ],
+        "Create hello.txt.",
+    );
+    let run = claude::run(cmd, Duration::from_secs(90)).await;
+    let result = run
+        .result()
+        .unwrap_or_else(|| panic!("no result event; stderr: {}", run.stderr));
+    assert_eq!(result["subtype"], "success", "{result}\n{}", run.stderr);
+    assert_eq!(run.status, Some(0));
+    assert_eq!(
+        std::fs::read_to_string(work.join("hello.txt")).unwrap(),
+        "hi from the delegate\n"
+    );
+    assert_eq!(
+        fake.state
+            .system_entries_seen
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the fake never saw an in-messages system entry"
+    );
+    let statuses = fake.statuses();
+    assert!(
+        statuses.len() >= 2 && statuses.iter().all(|s| *s == 200),
+        "{statuses:?}"
+    );
+
+    let log = requests_log(&state);
+    let msgs: Vec<&Value> = log.iter().filter(|l| l["path"] == "/v1/messages").collect();
+    assert!(msgs.len() >= 2, "{log:?}");
+    assert!(
+        msgs.iter()
+            .all(|l| l["status"] == 200 && l["upstream_status"] == 200),
+        "{log:?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|l| l["folded_system"].as_u64().unwrap_or(0) > 0),
+        "{log:?}"
+    );
+    assert!(
+        msgs.iter()
+            .all(|l| l["stream"] == true && l["ttft_ms"].is_u64())
+    );
+    drop(shim);
+
+    // The contrast: the same session straight at the strict server gets the
+    // template's 500 on its first request. Claude Code would retry for
+    // minutes; the test stops at the first 500.
+    let direct = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    let work2 = tmp.path().join("work2");
+    std::fs::create_dir_all(&work2).unwrap();
+    let mut cmd = claude::command(
+        &home,
+        &work2,
+        &session_env(direct.url(), "gemma3-270m", 131072),
+        &[
+            "--model",
+            "gemma3-270m",
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            "Write",
+            "--max-turns",
+            "4",
+        ],
+        "Create hello.txt.",
+    );
+    let mut child = cmd.spawn().unwrap();
+    let started = Instant::now();
+    while direct.statuses().is_empty() && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill().await;
+    assert_eq!(
+        direct.statuses().first(),
+        Some(&500),
+        "straight at the strict template: {:?}",
+        direct.statuses()
+    );
+    assert!(
+        direct
+            .state
+            .system_entries_seen
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 1
+    );
+    assert!(!work2.join("hello.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_request_bodies_fold_append_only() {
+    // A permissive fake records what Claude Code really sends, unfolded.
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::tools_then_text(
+        vec![
+            (
+                "Write",
+                serde_json::json!({"file_path": "a.txt", "content": "one\n"}),
+            ),
+            (
+                "Bash",
+                serde_json::json!({"command": "cat a.txt", "description": "show a.txt"}),
+            ),
+            (
+                "Write",
+                serde_json::json!({"file_path": "b.txt", "content": "two\n"}),
+            ),
+        ],
+        "done",
+    ));
+    let (_tmp, home, work, _state) = dirs();
+    let cmd = claude::command(
+        &home,
+        &work,
+        &session_env(fake.url(), "gemma3-270m", 131072),
+        &[
+            "--model",
+            "gemma3-270m",
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            "Write,Bash",
+            "--max-turns",
+            "6",
+        ],
+        "Write a.txt, show it, write b.txt.",
+    );
+    let run = claude::run(cmd, Duration::from_secs(90)).await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    let mut bodies = fake.bodies();
+    bodies.retain(|b| b.get("tools").is_some());
+    assert!(bodies.len() >= 4, "{} requests", bodies.len());
+    // What 2.1.328 sends: a system entry inside messages, as blocks first
+    // and as a string afterwards.
+    let sys_entry = |b: &Value| {
+        b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "system")
+            .cloned()
+    };
+    let first = sys_entry(&bodies[0]).expect("a system entry in messages on turn one");
+    assert!(first["content"].is_array(), "{first}");
+    let later = sys_entry(&bodies[1]).expect("still there on turn two");
+    assert!(later["content"].is_string(), "{later}");
+    assert_eq!(
+        fold::system_text(&first["content"]),
+        fold::system_text(&later["content"])
+    );
+    let mut folded: Vec<Value> = bodies.clone();
+    for b in &mut folded {
+        fold::fold(b);
+    }
+    for k in 0..folded.len() - 1 {
+        assert!(
+            fold::is_content_prefix(&folded[k], &folded[k + 1]),
+            "turn {k} is not a prefix of turn {}",
+            k + 1
+        );
+    }
+    // And the unfolded bodies, hoisted the other way, would not be.
+    assert!(bodies.iter().all(|b| {
+        b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["role"] != "system" || m["content"] != Value::Null)
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_reaches_the_real_cli_as_prompt_is_too_long() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 16384,
+        prompt_tokens: Some(40123),
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    let (tmp, home, work, state) = dirs();
+    let cfg = config_for(tmp.path(), fake.url());
+    let shim = start_shim(&cfg, &state, "gemma3-270m");
+    let cmd = claude::command(
+        &home,
+        &work,
+        &session_env(&shim.url, "gemma3-270m", 16384),
+        &["--model", "gemma3-270m", "--max-turns", "2"],
+        "Say hello.",
+    );
+    let started = Instant::now();
+    let run = claude::run(cmd, Duration::from_secs(120)).await;
+    let took = started.elapsed();
+    let log = requests_log(&state);
+    let msgs: Vec<&Value> = log.iter().filter(|l| l["path"] == "/v1/messages").collect();
+    assert!(!msgs.is_empty());
+    for l in &msgs {
+        assert_eq!(l["upstream_status"], 400, "{l}");
+        assert_eq!(l["status"], 400, "{l}");
+        assert!(
+            l["translated"]
+                .as_str()
+                .unwrap()
+                .contains("context_overflow 40123>16384"),
+            "{l}"
+        );
+    }
+    let result = run.result().expect("a result event");
+    assert_eq!(result["is_error"], true, "{result}");
+    let text = result.to_string();
+    assert!(
+        text.to_lowercase().contains("prompt is too long") || text.contains("too long"),
+        "{text}"
+    );
+    assert!(fake.statuses().iter().all(|s| *s == 400));
+    eprintln!("overflow run: {} requests, {:?}", msgs.len(), took);
+    drop(shim);
+}
+
+#[test]
+fn print_settings_needs_a_fixed_url() {
+    let out = Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .args(["shim", "--print-settings"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--port PORT --no-token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_settings_and_no_token_mode() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config_for(tmp.path(), fake.url());
+    let out = Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&cfg)
+        .args([
+            "shim",
+            "--model",
+            "gemma3",
+            "--port",
+            "18099",
+            "--no-token",
+            "--print-settings",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let env = &v["env"];
+    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:18099");
+    assert_eq!(env["ANTHROPIC_MODEL"], "gemma3-270m");
+    assert_eq!(env["ANTHROPIC_DEFAULT_HAIKU_MODEL"], "gemma3-270m");
+    assert_eq!(env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
+    assert_eq!(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"], "4096");
+    assert_eq!(env["CLAUDE_CODE_ATTRIBUTION_HEADER"], "0");
+}

@@ -1,0 +1,92 @@
+//! The real Claude Code CLI (pinned, installed by scripts/install-claude.sh),
+//! run headless in a throwaway HOME so no user settings leak in.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+pub const PINNED: &str = "2.1.328";
+
+/// The claude binary: `$LOCALAGENTS_CLAUDE`, else the pinned install in
+/// ~/.cache, else `claude` on PATH. Panics with the install command when
+/// there is none: these tests must not pass silently without it.
+pub fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOCALAGENTS_CLAUDE") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let cached = home.join(format!(
+        ".cache/localagents-claude/{PINNED}/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+    ));
+    if cached.is_file() {
+        return cached;
+    }
+    panic!(
+        "the Claude Code CLI {PINNED} is needed for this test: run scripts/install-claude.sh (or set LOCALAGENTS_CLAUDE)"
+    );
+}
+
+/// A `claude -p` command with a clean environment: a temp HOME, no
+/// network beyond the base URL, and the given extra env.
+pub fn command(
+    home: &Path,
+    cwd: &Path,
+    env: &[(String, String)],
+    args: &[&str],
+    prompt: &str,
+) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(binary());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("ANTHROPIC_API_KEY", "placeholder-not-a-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.args(["-p", "--output-format", "stream-json", "--verbose"]);
+    c.args(args);
+    c.arg(prompt);
+    c
+}
+
+/// Output of a finished run.
+pub struct Run {
+    pub status: Option<i32>,
+    pub events: Vec<serde_json::Value>,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn result(&self) -> Option<&serde_json::Value> {
+        self.events.iter().rev().find(|e| e["type"] == "result")
+    }
+}
+
+/// Run to the end, or kill it after `limit`.
+pub async fn run(mut cmd: tokio::process::Command, limit: Duration) -> Run {
+    let child = cmd.spawn().expect("spawn claude");
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("claude did not finish within {limit:?}"))
+        .expect("claude output");
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    Run {
+        status: out.status.code(),
+        events,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
