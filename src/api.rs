@@ -187,3 +187,271 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Valu
         "warnings": loaded.warnings,
     }))
 }
+
+// ---- jobs -------------------------------------------------------------
+
+use crate::jobs::manager::{MAX_WAIT, Manager, RunArgs, StartError};
+use crate::jobs::{JobError, Status};
+
+/// A job tool failure: a sentence, or the structured `model_unavailable`.
+#[derive(Debug)]
+pub enum ToolFailure {
+    Text(String),
+    Structured(Value),
+}
+
+impl From<JobError> for ToolFailure {
+    fn from(e: JobError) -> Self {
+        ToolFailure::Text(e.to_string())
+    }
+}
+
+impl From<StartError> for ToolFailure {
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Unavailable(u) => {
+                ToolFailure::Structured(serde_json::to_value(&*u).unwrap_or(Value::Null))
+            }
+            other => ToolFailure::Text(other.to_string()),
+        }
+    }
+}
+
+/// `run_agent`: start a job; return its summary at once or after `wait_s`.
+pub async fn run_agent(
+    m: &std::sync::Arc<Manager>,
+    args: RunArgs,
+    wait_s: u64,
+) -> Result<Value, ToolFailure> {
+    let rec = m.start(args).await?;
+    let (rec, still) = if wait_s > 0 {
+        m.wait(
+            &rec.id,
+            std::time::Duration::from_secs(wait_s).min(MAX_WAIT),
+        )
+        .await?
+    } else {
+        let still = !rec.status.terminal();
+        (rec, still)
+    };
+    let mut s = rec.summary();
+    if let Value::Object(o) = &mut s {
+        o.insert("still_running".into(), json!(still));
+        if still {
+            o.insert(
+                "next".into(),
+                json!(format!(
+                    "wait_job(\"{}\") to wait up to 110 s, or carry on and check job_status later",
+                    rec.id
+                )),
+            );
+        }
+    }
+    Ok(s)
+}
+
+/// `wait_job`.
+pub async fn wait_job(m: &Manager, id: &str, timeout_s: u64) -> Result<Value, ToolFailure> {
+    let (rec, still) = m
+        .wait(id, std::time::Duration::from_secs(timeout_s))
+        .await?;
+    let mut s = rec.summary();
+    if let Value::Object(o) = &mut s {
+        o.insert("still_running".into(), json!(still));
+    }
+    Ok(s)
+}
+
+/// `job_status`.
+pub fn job_status(m: &Manager, id: &str) -> Result<Value, ToolFailure> {
+    Ok(m.store.load(id)?.summary())
+}
+
+/// `list_jobs`.
+pub fn list_jobs(m: &Manager, status: Option<&str>, limit: usize) -> Result<Value, ToolFailure> {
+    let status = match status.map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(Status::parse(s).ok_or_else(|| {
+            ToolFailure::Text(format!(
+                "unknown status `{s}`: use queued, running, succeeded, failed, cancelled, timeout or lost"
+            ))
+        })?),
+    };
+    let limit = limit.clamp(1, 200);
+    let jobs: Vec<Value> = m
+        .store
+        .list(status, limit)
+        .iter()
+        .map(|r| r.list_item())
+        .collect();
+    Ok(json!({"jobs": jobs, "count": jobs.len()}))
+}
+
+const LOG_CAP: usize = 20_000;
+
+/// `job_log`: a page of one of the job's logs.
+pub fn job_log(
+    m: &Manager,
+    id: &str,
+    stream: &str,
+    tail_lines: usize,
+    offset: Option<usize>,
+) -> Result<Value, ToolFailure> {
+    let dir = m.store.dir(id)?;
+    let _ = m.store.load(id)?;
+    let file = match stream {
+        "transcript" => "transcript.txt",
+        "requests" => "requests.jsonl",
+        "events" => "events.jsonl",
+        other => {
+            return Err(ToolFailure::Text(format!(
+                "unknown stream `{other}`: use transcript, requests or events"
+            )));
+        }
+    };
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let n = tail_lines.clamp(1, 2000);
+    let from = match offset {
+        Some(o) => o.min(lines.len()),
+        None => lines.len().saturating_sub(n),
+    };
+    let mut out = String::new();
+    let mut to = from;
+    for l in lines.iter().skip(from).take(n) {
+        let l: String = if l.chars().count() > 2000 {
+            format!("{}…", l.chars().take(2000).collect::<String>())
+        } else {
+            l.to_string()
+        };
+        if out.len() + l.len() > LOG_CAP && to > from {
+            break;
+        }
+        out.push_str(&l);
+        out.push('\n');
+        to += 1;
+    }
+    Ok(json!({
+        "job_id": id,
+        "stream": stream,
+        "total_lines": lines.len(),
+        "from": from,
+        "to": to,
+        "next_offset": if to < lines.len() { Some(to) } else { None },
+        "text": out,
+    }))
+}
+
+/// `job_diff`: the full diff of a job, paged by bytes.
+pub fn job_diff(
+    m: &Manager,
+    id: &str,
+    max_bytes: usize,
+    offset: usize,
+) -> Result<Value, ToolFailure> {
+    let rec = m.store.load(id)?;
+    let diff = match &rec.worktree {
+        Some(w) if w.path.exists() => crate::worktree::diff_text(w),
+        Some(w) => {
+            return Err(ToolFailure::Text(format!(
+                "job {id}'s worktree is gone ({}): {}",
+                w.path.display(),
+                w.note.clone().unwrap_or_else(|| "it was removed".into())
+            )));
+        }
+        None => crate::worktree::diff_paths(&rec.cwd, &rec.files_changed),
+    }
+    .map_err(|e| ToolFailure::Text(format!("job {id}: cannot compute the diff: {e}")))?;
+    let max = max_bytes.clamp(1000, 100_000);
+    let start = offset.min(diff.len());
+    let mut end = (start + max).min(diff.len());
+    while !diff.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut start_b = start;
+    while !diff.is_char_boundary(start_b) {
+        start_b -= 1;
+    }
+    Ok(json!({
+        "job_id": id,
+        "isolation": rec.isolation,
+        "branch": rec.worktree.as_ref().map(|w| w.branch.clone()),
+        "diffstat": rec.worktree.as_ref().and_then(|w| w.diffstat.clone()),
+        "files_changed": rec.files_changed,
+        "total_bytes": diff.len(),
+        "offset": start_b,
+        "next_offset": if end < diff.len() { Some(end) } else { None },
+        "diff": &diff[start_b..end],
+    }))
+}
+
+/// `cancel_job`.
+pub async fn cancel_job(m: &Manager, id: &str) -> Result<Value, ToolFailure> {
+    Ok(m.cancel(id).await?.summary())
+}
+
+/// `cleanup_jobs`: remove kept worktrees, their branches and old job dirs.
+pub fn cleanup_jobs(
+    m: &Manager,
+    older_than_days: Option<u64>,
+    job_id: Option<&str>,
+) -> Result<Value, ToolFailure> {
+    let mut removed = Vec::new();
+    let mut skipped = Vec::new();
+    let candidates: Vec<String> = match job_id {
+        Some(id) => {
+            m.store.dir(id)?;
+            vec![id.to_string()]
+        }
+        None => m.store.ids(),
+    };
+    let days = older_than_days.unwrap_or(7);
+    let cutoff = chrono::Utc::now() - chrono::Duration::days(days as i64);
+    for id in candidates {
+        let rec = match m.store.load(&id) {
+            Ok(r) => r,
+            Err(e) => {
+                if job_id.is_some() {
+                    return Err(e.into());
+                }
+                continue;
+            }
+        };
+        if !rec.status.terminal() {
+            skipped.push(format!("{id}: still {}", rec.status.as_str()));
+            continue;
+        }
+        if job_id.is_none() {
+            let created = chrono::DateTime::parse_from_rfc3339(&rec.created)
+                .map(|t| t.with_timezone(&chrono::Utc));
+            if created.is_ok_and(|c| c > cutoff) {
+                continue;
+            }
+        }
+        let mut what = Vec::new();
+        if let Some(w) = &rec.worktree
+            && (w.kept || w.path.exists())
+        {
+            match crate::worktree::remove(w, &id) {
+                Ok(()) => what.push(format!(
+                    "worktree {} and branch {}",
+                    w.path.display(),
+                    w.branch
+                )),
+                Err(e) => {
+                    skipped.push(format!("{id}: {e}"));
+                    continue;
+                }
+            }
+        }
+        if let Ok(dir) = m.store.dir(&id)
+            && std::fs::remove_dir_all(&dir).is_ok()
+        {
+            what.push(format!("job dir {}", dir.display()));
+        }
+        removed.push(json!({"job_id": id, "removed": what}));
+    }
+    Ok(
+        json!({"removed": removed, "skipped": skipped, "older_than_days": if job_id.is_none() { Some(days) } else { None }}),
+    )
+}

@@ -49,11 +49,81 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hand a task to a local model and wait for it (the same path as the run_agent tool).
+    Run(RunCmd),
+    /// List jobs, newest first.
+    Jobs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only jobs with this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Inspect or stop one job.
+    #[command(subcommand)]
+    Job(JobCommand),
     /// Run a shim for a whole local Claude Code session; prints its URL, then the env for `claude`.
     Shim(ShimArgs),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+/// `localagents run`.
+#[derive(Debug, Args)]
+pub struct RunCmd {
+    /// Model name, served id or fuzzy name.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Project directory (default: the current directory).
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Work in a fresh git worktree on branch local-agent/<job>.
+    #[arg(long)]
+    pub worktree: bool,
+    /// Turn limit.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Whole-job timeout in seconds.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Print the job record as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The task.
+    #[arg(required = true, num_args = 1..)]
+    pub task: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// The job's summary (or its whole record with --json).
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A page of the job's transcript, requests or events log.
+    Log {
+        id: String,
+        /// transcript, requests or events.
+        #[arg(long, default_value = "transcript")]
+        stream: String,
+        /// Lines from the end.
+        #[arg(long, default_value_t = 80)]
+        tail: usize,
+    },
+    /// The job's full diff (untracked files included).
+    Diff { id: String },
+    /// Stop the job and its whole process group.
+    Cancel { id: String },
 }
 
 /// `localagents shim`.
@@ -106,6 +176,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Status { json } => status(&ctx, json).await,
         Command::Shim(args) => shim(&ctx, args).await,
+        Command::Run(args) => run_job(ctx, args).await,
+        Command::Jobs {
+            json,
+            status,
+            limit,
+        } => jobs(&ctx, json, status, limit),
+        Command::Job(cmd) => job(ctx, cmd).await,
         Command::Config(ConfigCommand::Check) => config_check(&ctx),
         Command::Config(ConfigCommand::Path) => config_path(&ctx),
     }
@@ -390,4 +467,227 @@ pub async fn wait_for_shutdown() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+fn print_failure(f: crate::api::ToolFailure) -> ExitCode {
+    let msg = match f {
+        crate::api::ToolFailure::Text(t) => t,
+        crate::api::ToolFailure::Structured(v) => v["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string()),
+    };
+    let _ = writeln!(anstream::stderr(), "localagents: {msg}");
+    ExitCode::from(1)
+}
+
+async fn run_job(ctx: Context, args: RunCmd) -> anyhow::Result<ExitCode> {
+    use crate::jobs::manager::{Manager, RunArgs, StartError};
+    let manager = Manager::new(ctx);
+    let run_args = RunArgs {
+        task: args.task.join(" "),
+        model: args.model,
+        endpoint: args.endpoint,
+        cwd: args.cwd,
+        isolation: Some(if args.worktree { "worktree" } else { "none" }.into()),
+        max_turns: args.max_turns,
+        timeout_s: args.timeout,
+        ..Default::default()
+    };
+    let rec = match manager.start(run_args).await {
+        Ok(r) => r,
+        Err(StartError::Config(e)) => return Ok(config_error(&e)),
+        Err(e) => return Ok(print_failure(e.into())),
+    };
+    let id = rec.id.clone();
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar.set_message(format!("job {id} on {} ({})", rec.served_id, rec.endpoint));
+    let mut progress = manager.progress(&id);
+    let interrupted = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break true,
+            r = manager.wait(&id, std::time::Duration::from_secs(1)) => {
+                match r {
+                    Ok((_, false)) => break false,
+                    Ok((rec, true)) => {
+                        let p = progress.as_mut().map(|p| p.borrow_and_update().clone()).unwrap_or_default();
+                        bar.set_message(format!(
+                            "job {id} · requests {} · tool calls {} · tokens in {} out {} · {}",
+                            p.turns,
+                            rec.tool_calls.max(p.tool_calls),
+                            rec.usage.input + rec.usage.cache_read,
+                            rec.usage.output,
+                            p.last_activity.chars().take(60).collect::<String>()
+                        ));
+                    }
+                    Err(e) => {
+                        bar.finish_and_clear();
+                        return Ok(print_failure(e.into()));
+                    }
+                }
+            }
+        }
+    };
+    if interrupted {
+        bar.set_message(format!("cancelling job {id}…"));
+        let _ = manager.cancel(&id).await;
+    }
+    bar.finish_and_clear();
+    let rec = manager
+        .store
+        .load(&id)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = anstream::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &rec)?;
+        writeln!(out)?;
+    } else {
+        render_job(&mut out, &rec)?;
+    }
+    Ok(if rec.status == crate::jobs::Status::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A job for a person.
+pub fn render_job(out: &mut impl Write, r: &crate::jobs::JobRecord) -> std::io::Result<()> {
+    let style = match r.status {
+        crate::jobs::Status::Succeeded => GREEN,
+        crate::jobs::Status::Running | crate::jobs::Status::Queued => YELLOW,
+        _ => RED,
+    };
+    writeln!(
+        out,
+        "job {} {style}{}{style:#} · {} on {} · {:.0}s · {} turns · {} tool calls",
+        r.id,
+        r.status.as_str(),
+        r.served_id,
+        r.endpoint,
+        r.elapsed_s.unwrap_or(0.0),
+        r.num_turns.unwrap_or(0),
+        r.tool_calls
+    )?;
+    if let Some(e) = &r.error {
+        writeln!(out, "{RED}error:{RED:#} {e}")?;
+    }
+    if let Some(res) = &r.result {
+        writeln!(out, "{BOLD}result{BOLD:#}\n{}", res.trim())?;
+    }
+    if !r.files_changed.is_empty() {
+        writeln!(
+            out,
+            "{BOLD}files changed{BOLD:#} {}",
+            r.files_changed.join(", ")
+        )?;
+    }
+    if let Some(w) = &r.worktree {
+        writeln!(
+            out,
+            "{BOLD}worktree{BOLD:#} {} ({})",
+            w.branch,
+            w.diffstat.clone().unwrap_or_else(|| "no changes".into())
+        )?;
+        if let Some(n) = &w.note {
+            writeln!(out, "  {n}")?;
+        }
+    }
+    writeln!(
+        out,
+        "{DIM}usage in {} (cached {}) out {} · logs {}{DIM:#}",
+        r.usage.input,
+        r.usage.cache_read,
+        r.usage.output,
+        r.log_dir.display()
+    )?;
+    Ok(())
+}
+
+fn jobs(
+    ctx: &Context,
+    json: bool,
+    status: Option<String>,
+    limit: usize,
+) -> anyhow::Result<ExitCode> {
+    let m = crate::jobs::manager::Manager::new(ctx.clone());
+    let v = match crate::api::list_jobs(&m, status.as_deref(), limit) {
+        Ok(v) => v,
+        Err(f) => return Ok(print_failure(f)),
+    };
+    let mut out = anstream::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list = v["jobs"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        writeln!(out, "no jobs yet")?;
+    }
+    for j in list {
+        writeln!(
+            out,
+            "{}  {:<9}  {:<20}  {:>5}s  {} files  {}",
+            j["id"].as_str().unwrap_or(""),
+            j["status"].as_str().unwrap_or(""),
+            j["model"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(20)
+                .collect::<String>(),
+            j["elapsed_s"].as_f64().unwrap_or(0.0),
+            j["files_changed"].as_u64().unwrap_or(0),
+            j["task"].as_str().unwrap_or("")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn job(ctx: Context, cmd: JobCommand) -> anyhow::Result<ExitCode> {
+    let m = crate::jobs::manager::Manager::new(ctx);
+    let mut out = anstream::stdout().lock();
+    match cmd {
+        JobCommand::Show { id, json } => match m.store.load(&id) {
+            Ok(r) if json => {
+                serde_json::to_writer_pretty(&mut out, &r)?;
+                writeln!(out)?;
+            }
+            Ok(r) => render_job(&mut out, &r)?,
+            Err(e) => return Ok(print_failure(e.into())),
+        },
+        JobCommand::Log { id, stream, tail } => {
+            match crate::api::job_log(&m, &id, &stream, tail, None) {
+                Ok(v) => write!(out, "{}", v["text"].as_str().unwrap_or(""))?,
+                Err(f) => return Ok(print_failure(f)),
+            }
+        }
+        JobCommand::Diff { id } => {
+            let mut offset = 0;
+            loop {
+                match crate::api::job_diff(&m, &id, 100_000, offset) {
+                    Ok(v) => {
+                        write!(out, "{}", v["diff"].as_str().unwrap_or(""))?;
+                        match v["next_offset"].as_u64() {
+                            Some(n) => offset = n as usize,
+                            None => break,
+                        }
+                    }
+                    Err(f) => return Ok(print_failure(f)),
+                }
+            }
+        }
+        JobCommand::Cancel { id } => match crate::api::cancel_job(&m, &id).await {
+            Ok(v) => writeln!(out, "job {id}: {}", v["status"].as_str().unwrap_or("?"))?,
+            Err(f) => return Ok(print_failure(f)),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
 }

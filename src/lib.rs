@@ -8,6 +8,9 @@
 //! - [`config`]: `models.yaml` discovery, merging, validation, caching.
 //! - [`probe`]: what each server really serves, its window and load.
 //! - [`registry`]: the status object and model-name resolution.
+//! - [`jobs`]: durable job records and the manager that runs them.
+//! - [`runner`]: starting a headless Claude Code delegate and reading its events.
+//! - [`worktree`]: git worktree isolation and what a job changed.
 //! - [`api`]: the operations behind MCP tools and CLI commands.
 //! - [`shim`]: the HTTP shim between a delegate and its backend.
 //! - [`mcp`]: the MCP server on stdio.
@@ -18,9 +21,12 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod jobs;
 pub mod mcp;
 pub mod paths;
 pub mod probe;
 pub mod registry;
+pub mod runner;
 pub mod session_env;
 pub mod shim;
+pub mod worktree;

@@ -16,7 +16,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::{self, ApiError, Context};
+use crate::api::{self, ApiError, Context, ToolFailure};
+use crate::jobs::manager::{Manager, RunArgs};
 
 /// What Claude reads about this server in its system prompt.
 pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about.";
@@ -42,11 +43,131 @@ pub struct RegisterEndpointParams {
     pub api_key_env: Option<String>,
 }
 
+/// Arguments of `run_agent`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunAgentParams {
+    /// The brief: a self-contained task with the files, the interface, the acceptance command and the constraints. The delegate sees only this.
+    pub task: String,
+    /// Model name from list_models (menu name, served id, or a fuzzy name like `qwen3.8-27b`). Default: defaults.model, else the first served model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Project directory to work in (default: the current project).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// `none` (work in the tree) or `worktree` (a fresh git worktree on branch local-agent/<job>, kept only if it changed).
+    #[serde(default)]
+    pub isolation: Option<String>,
+    /// Seconds to wait for the job before returning (0: return at once; capped at 110).
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+    /// Claude Code permission mode (default acceptEdits).
+    #[serde(default)]
+    pub permission_mode: Option<String>,
+    /// Turn limit (default 60).
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// Tools the delegate may use without asking. An empty list means no tools at all.
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tools the delegate may not use (default Agent, Task).
+    #[serde(default)]
+    pub disallowed_tools: Option<Vec<String>>,
+    /// Text appended to the delegate's system prompt (replaces the default delegate suffix).
+    #[serde(default)]
+    pub system_prompt_append: Option<String>,
+    /// Continue an earlier job's session (same model, endpoint, cwd and worktree); `task` is the follow-up.
+    #[serde(default)]
+    pub resume_job: Option<String>,
+    /// Whole-job timeout in seconds (default 1800).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+/// A job id.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobIdParams {
+    /// The job id from run_agent or list_jobs.
+    pub job_id: String,
+}
+
+/// Arguments of `wait_job`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WaitJobParams {
+    /// The job id.
+    pub job_id: String,
+    /// Seconds to wait at most (default 110, the maximum).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+/// Arguments of `list_jobs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListJobsParams {
+    /// Only jobs with this status: queued, running, succeeded, failed, cancelled, timeout, lost.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// How many, newest first (default 20).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Arguments of `job_log`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobLogParams {
+    /// The job id.
+    pub job_id: String,
+    /// `transcript` (what the delegate said and did), `requests` (every backend request) or `events` (raw stream-json).
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// Lines to return (default 80).
+    #[serde(default)]
+    pub tail_lines: Option<usize>,
+    /// Start at this line instead of the tail (for paging; see next_offset).
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
+
+/// Arguments of `job_diff`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobDiffParams {
+    /// The job id.
+    pub job_id: String,
+    /// Bytes per page (default 20000).
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    /// Byte offset of the page (see next_offset).
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
+
+/// Arguments of `cleanup_jobs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CleanupParams {
+    /// Remove finished jobs older than this many days (default 7), with their kept worktrees and branches.
+    #[serde(default)]
+    pub older_than_days: Option<u64>,
+    /// Remove just this finished job (its worktree, branch and directory).
+    #[serde(default)]
+    pub job_id: Option<String>,
+}
+
 /// The localagents MCP server.
 #[derive(Clone)]
 pub struct Server {
     ctx: Arc<Context>,
+    manager: Arc<Manager>,
     tool_router: ToolRouter<Self>,
+}
+
+fn job_result(r: Result<Value, ToolFailure>) -> Result<CallToolResult, ErrorData> {
+    match r {
+        Ok(v) => ok(v),
+        Err(ToolFailure::Text(t)) => Ok(CallToolResult::error(vec![ContentBlock::text(t)])),
+        Err(ToolFailure::Structured(v)) => Ok(CallToolResult::structured_error(v)),
+    }
 }
 
 fn ok(v: Value) -> Result<CallToolResult, ErrorData> {
@@ -63,10 +184,122 @@ fn fail(e: ApiError) -> Result<CallToolResult, ErrorData> {
 #[tool_router]
 impl Server {
     pub fn new(ctx: Context) -> Self {
+        let manager = Manager::new(ctx.clone());
         Server {
             ctx: Arc::new(ctx),
+            manager,
             tool_router: Self::tool_router(),
         }
+    }
+
+    /// The job manager (to stop running jobs on shutdown).
+    pub fn manager(&self) -> Arc<Manager> {
+        self.manager.clone()
+    }
+
+    /// Hand a task to a local model: starts a full headless Claude Code session on the user's own server and returns the job summary at once (or after wait_s). If the model is not running, the answer says whom to ask for what: ask the user, do not retry.
+    #[tool(name = "run_agent")]
+    async fn run_agent(
+        &self,
+        Parameters(p): Parameters<RunAgentParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args = RunArgs {
+            task: p.task,
+            model: p.model,
+            endpoint: p.endpoint,
+            cwd: p.cwd.map(std::path::PathBuf::from),
+            isolation: p.isolation,
+            permission_mode: p.permission_mode,
+            max_turns: p.max_turns,
+            allowed_tools: p.allowed_tools,
+            disallowed_tools: p.disallowed_tools,
+            system_prompt_append: p.system_prompt_append,
+            resume_job: p.resume_job,
+            timeout_s: p.timeout_s,
+        };
+        job_result(api::run_agent(&self.manager, args, p.wait_s.unwrap_or(0)).await)
+    }
+
+    /// Wait for a job to end, up to timeout_s (max 110). Returns the summary with still_running.
+    #[tool(name = "wait_job")]
+    async fn wait_job(
+        &self,
+        Parameters(p): Parameters<WaitJobParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::wait_job(&self.manager, &p.job_id, p.timeout_s.unwrap_or(110)).await)
+    }
+
+    /// The summary of a job: status, result, files changed, worktree, metrics.
+    #[tool(name = "job_status")]
+    async fn job_status(
+        &self,
+        Parameters(p): Parameters<JobIdParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::job_status(&self.manager, &p.job_id))
+    }
+
+    /// Jobs, newest first, across restarts.
+    #[tool(name = "list_jobs")]
+    async fn list_jobs(
+        &self,
+        Parameters(p): Parameters<ListJobsParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::list_jobs(
+            &self.manager,
+            p.status.as_deref(),
+            p.limit.unwrap_or(20),
+        ))
+    }
+
+    /// A page of a job's transcript, request log or raw events.
+    #[tool(name = "job_log")]
+    async fn job_log(
+        &self,
+        Parameters(p): Parameters<JobLogParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::job_log(
+            &self.manager,
+            &p.job_id,
+            p.stream.as_deref().unwrap_or("transcript"),
+            p.tail_lines.unwrap_or(80),
+            p.offset,
+        ))
+    }
+
+    /// The full diff of a job (a worktree job against its base, untracked files included), paged.
+    #[tool(name = "job_diff")]
+    async fn job_diff(
+        &self,
+        Parameters(p): Parameters<JobDiffParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::job_diff(
+            &self.manager,
+            &p.job_id,
+            p.max_bytes.unwrap_or(20_000),
+            p.offset.unwrap_or(0),
+        ))
+    }
+
+    /// Stop a job: its whole process group is gone within 5 s.
+    #[tool(name = "cancel_job")]
+    async fn cancel_job(
+        &self,
+        Parameters(p): Parameters<JobIdParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::cancel_job(&self.manager, &p.job_id).await)
+    }
+
+    /// Remove kept worktrees, their branches and old job directories; says what was removed.
+    #[tool(name = "cleanup_jobs")]
+    async fn cleanup_jobs(
+        &self,
+        Parameters(p): Parameters<CleanupParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        job_result(api::cleanup_jobs(
+            &self.manager,
+            p.older_than_days,
+            p.job_id.as_deref(),
+        ))
     }
 
     /// Live view of every configured endpoint: up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.
@@ -111,12 +344,19 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serve MCP on stdin/stdout until the client disconnects.
+/// Serve MCP on stdin/stdout until the client disconnects or a signal
+/// arrives; then stop this process's jobs (no orphans).
 pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
-    let service = Server::new(ctx)
+    let server = Server::new(ctx);
+    let manager = server.manager();
+    let service = server
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
-    service.waiting().await?;
+    tokio::select! {
+        r = service.waiting() => { r?; }
+        _ = crate::cli::wait_for_shutdown() => {}
+    }
+    manager.shutdown().await;
     Ok(())
 }

@@ -40,7 +40,7 @@ pub struct ServedModel {
 }
 
 /// Slot occupancy (llama.cpp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Slots {
     pub total: u64,
     pub busy: u64,

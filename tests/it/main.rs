@@ -5,6 +5,7 @@ mod support;
 mod cli;
 mod config;
 mod fold_prop;
+mod jobs;
 mod mcp_stdio;
 mod probe;
 mod real_claude;

@@ -1,0 +1,761 @@
+//! Running jobs: start a delegate, follow it, stop it, record the outcome.
+//!
+//! One [`Manager`] per localagents process owns that process's shim and
+//! its running jobs. Every state change is written to `job.json` at once, so
+//! other processes (another MCP server, the prompt hook, `localagents jobs`)
+//! see the same jobs. A job owned by another live process can still be
+//! cancelled: a `cancel_requested` marker plus a signal to its process group.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
+
+use super::{Isolation, JobError, JobRecord, Status, Store, metrics};
+use crate::api::{self, ApiError, Context};
+use crate::config::ConfigError;
+use crate::probe;
+use crate::registry::Unavailable;
+use crate::runner;
+use crate::shim::log::{RequestLog, now_ts};
+use crate::shim::{Route, Shim};
+use crate::worktree::{self, GitError};
+
+/// Longest `wait_s` / `wait_job` timeout: below Claude Code's 2-minute
+/// tool budget.
+pub const MAX_WAIT: Duration = Duration::from_secs(110);
+
+/// Why a job could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{}", .0.message)]
+    Unavailable(Box<Unavailable>),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("config error: {0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Git(#[from] GitError),
+    #[error("{0}")]
+    Job(#[from] JobError),
+}
+
+impl From<ApiError> for StartError {
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::Config(c) => StartError::Config(c),
+            ApiError::Unavailable(u) => StartError::Unavailable(u),
+            ApiError::Invalid(s) => StartError::Invalid(s),
+        }
+    }
+}
+
+/// What `run_agent` / `localagents run` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct RunArgs {
+    pub task: String,
+    pub model: Option<String>,
+    pub endpoint: Option<String>,
+    pub cwd: Option<PathBuf>,
+    pub isolation: Option<String>,
+    pub permission_mode: Option<String>,
+    pub max_turns: Option<u32>,
+    /// `Some(vec![])` means no tools, not the default.
+    pub allowed_tools: Option<Vec<String>>,
+    pub disallowed_tools: Option<Vec<String>>,
+    pub system_prompt_append: Option<String>,
+    pub resume_job: Option<String>,
+    pub timeout_s: Option<u64>,
+}
+
+/// Live progress of a running job (for the CLI spinner).
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub turns: u64,
+    pub tool_calls: u64,
+    pub last_activity: String,
+}
+
+struct Handle {
+    cancel: watch::Sender<bool>,
+    done: watch::Receiver<bool>,
+    progress: watch::Receiver<Progress>,
+}
+
+struct Active {
+    id: String,
+    shared: Arc<AtomicBool>,
+}
+
+/// The jobs of this process.
+pub struct Manager {
+    pub ctx: Context,
+    pub store: Store,
+    shim: tokio::sync::OnceCell<Shim>,
+    running: Mutex<HashMap<String, Handle>>,
+    active: Mutex<HashMap<String, Vec<Active>>>,
+}
+
+fn env_dump() -> bool {
+    std::env::var("LOCALAGENTS_DUMP_REQUESTS").is_ok_and(|v| v == "1")
+}
+
+impl Manager {
+    pub fn new(ctx: Context) -> Arc<Manager> {
+        Arc::new(Manager {
+            store: Store::new(&ctx.state_dir),
+            ctx,
+            shim: tokio::sync::OnceCell::new(),
+            running: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashMap::new()),
+        })
+    }
+
+    async fn shim(&self) -> std::io::Result<&Shim> {
+        self.shim.get_or_try_init(|| Shim::start(0)).await
+    }
+
+    /// Jobs running in this process.
+    pub fn running_ids(&self) -> Vec<String> {
+        self.running
+            .lock()
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn progress(&self, id: &str) -> Option<watch::Receiver<Progress>> {
+        self.running
+            .lock()
+            .ok()?
+            .get(id)
+            .map(|h| h.progress.clone())
+    }
+
+    /// Validate, resolve and start a job. Returns its first record at once.
+    pub async fn start(self: &Arc<Self>, args: RunArgs) -> Result<JobRecord, StartError> {
+        let loaded_defaults = crate::config::load(&self.ctx.discovery())?.config;
+        let d = &loaded_defaults.defaults;
+        if args.task.trim().is_empty() && args.resume_job.is_none() {
+            return Err(StartError::Invalid(
+                "task is empty: give the delegate a self-contained brief".into(),
+            ));
+        }
+        let prior = match &args.resume_job {
+            Some(id) => {
+                let r = self.store.load(id)?;
+                if !r.status.terminal() {
+                    return Err(StartError::Invalid(format!(
+                        "job {id} is still {}: wait for it (wait_job) before resuming it",
+                        r.status.as_str()
+                    )));
+                }
+                if r.session_id.is_none() {
+                    return Err(StartError::Invalid(format!(
+                        "job {id} never started a session, so there is nothing to resume: run a new job"
+                    )));
+                }
+                if let Some(w) = &r.worktree
+                    && !w.path.exists()
+                {
+                    return Err(StartError::Invalid(format!(
+                        "the worktree of job {id} ({}) is gone (removed because nothing changed, or cleaned up): run a new job instead",
+                        w.path.display()
+                    )));
+                }
+                Some(r)
+            }
+            None => None,
+        };
+        let isolation = match (&prior, args.isolation.as_deref().map(str::trim)) {
+            (Some(p), _) => p.isolation,
+            (None, None | Some("") | Some("none")) => Isolation::None,
+            (None, Some("worktree")) => Isolation::Worktree,
+            (None, Some(other)) => {
+                return Err(StartError::Invalid(format!(
+                    "isolation must be \"none\" or \"worktree\", not \"{other}\""
+                )));
+            }
+        };
+        let origin_cwd = match (&prior, &args.cwd) {
+            (Some(p), _) => p.origin_cwd.clone(),
+            (None, Some(c)) => {
+                if !c.is_dir() {
+                    return Err(StartError::Invalid(format!(
+                        "cwd {} does not exist or is not a directory: pass an existing project directory",
+                        c.display()
+                    )));
+                }
+                c.canonicalize().unwrap_or(c.clone())
+            }
+            (None, None) => std::env::current_dir().map_err(|e| {
+                StartError::Invalid(format!("cannot read the current directory ({e}): pass cwd"))
+            })?,
+        };
+        let claude = runner::find_claude(&loaded_defaults).map_err(StartError::Invalid)?;
+        let (model, endpoint) = match &prior {
+            Some(p) => (Some(p.served_id.clone()), Some(p.endpoint.clone())),
+            None => (args.model.clone(), args.endpoint.clone()),
+        };
+        let target = api::resolve_target(&self.ctx, model.as_deref(), endpoint.as_deref()).await?;
+
+        let id = super::new_id().map_err(JobError::from)?;
+        let dir = self.store.dir(&id)?;
+        std::fs::create_dir_all(&dir).map_err(JobError::from)?;
+        let task = if args.task.trim().is_empty() {
+            "Continue where you left off.".to_string()
+        } else {
+            args.task.clone()
+        };
+        std::fs::write(dir.join("task.txt"), &task).map_err(JobError::from)?;
+
+        let (worktree, cwd) = match (&prior, isolation) {
+            (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
+            (None, Isolation::Worktree) => {
+                match worktree::create(&origin_cwd, &id, &self.ctx.state_dir.join("worktrees")) {
+                    Ok((w, c)) => (Some(w), c),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&dir);
+                        return Err(e.into());
+                    }
+                }
+            }
+            (None, Isolation::None) => (None, origin_cwd.clone()),
+        };
+        let pick =
+            |a: &Option<Vec<String>>, p: Option<&Vec<String>>, def: &Vec<String>| -> Vec<String> {
+                a.clone()
+                    .or_else(|| p.cloned())
+                    .unwrap_or_else(|| def.clone())
+            };
+        let rec = JobRecord {
+            id: id.clone(),
+            task: task.chars().take(300).collect(),
+            model: args
+                .model
+                .clone()
+                .or(prior.as_ref().map(|p| p.model.clone()))
+                .unwrap_or_else(|| target.resolved.requested.clone()),
+            served_id: target.resolved.served_id.clone(),
+            endpoint: target.resolved.endpoint.clone(),
+            base_url: target.resolved.base_url.clone(),
+            cwd,
+            origin_cwd,
+            isolation,
+            status: Status::Queued,
+            created: now_ts(),
+            started: None,
+            finished: None,
+            elapsed_s: None,
+            session_id: prior.as_ref().and_then(|p| p.session_id.clone()),
+            result: None,
+            error: None,
+            num_turns: None,
+            tool_calls: 0,
+            usage: Default::default(),
+            files_touched: Vec::new(),
+            files_changed: Vec::new(),
+            worktree,
+            last_activity: Some("queued".into()),
+            log_dir: dir.clone(),
+            context: target.resolved.context,
+            metrics: None,
+            queued_note: target.resolved.queued_note.clone(),
+            permission_mode: args
+                .permission_mode
+                .clone()
+                .or(prior.as_ref().map(|p| p.permission_mode.clone()))
+                .unwrap_or_else(|| d.permission_mode.clone()),
+            max_turns: args
+                .max_turns
+                .or(prior.as_ref().map(|p| p.max_turns))
+                .unwrap_or(d.max_turns),
+            timeout_s: args
+                .timeout_s
+                .or(prior.as_ref().map(|p| p.timeout_s))
+                .unwrap_or(d.timeout_s)
+                .max(1),
+            allowed_tools: pick(
+                &args.allowed_tools,
+                prior.as_ref().map(|p| &p.allowed_tools),
+                &d.allowed_tools,
+            ),
+            disallowed_tools: pick(
+                &args.disallowed_tools,
+                prior.as_ref().map(|p| &p.disallowed_tools),
+                &d.disallowed_tools,
+            ),
+            system_prompt_append: args
+                .system_prompt_append
+                .clone()
+                .or(prior.as_ref().and_then(|p| p.system_prompt_append.clone())),
+            resumed_from: prior.as_ref().map(|p| p.id.clone()),
+            pid: None,
+            owner_pid: std::process::id(),
+        };
+        self.store.save(&rec)?;
+
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        let (prog_tx, prog_rx) = watch::channel(Progress::default());
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(
+                id.clone(),
+                Handle {
+                    cancel: cancel_tx,
+                    done: done_rx,
+                    progress: prog_rx,
+                },
+            );
+        }
+        let me = self.clone();
+        let job = Job {
+            rec: rec.clone(),
+            target,
+            claude,
+            setting_sources: d.setting_sources.clone(),
+            default_append: d.system_prompt_append.clone(),
+            dump: d.dump_requests || env_dump(),
+            idle: Duration::from_secs(d.stream_idle_timeout_s),
+            probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
+        };
+        tokio::spawn(async move {
+            let id = job.rec.id.clone();
+            me.run(job, cancel_rx, prog_tx).await;
+            if let Ok(mut r) = me.running.lock() {
+                r.remove(&id);
+            }
+            let _ = done_tx.send(true);
+        });
+        Ok(rec)
+    }
+
+    /// Wait until the job ends or `timeout` passes. Returns the record and
+    /// whether it is still running.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<(JobRecord, bool), JobError> {
+        let timeout = timeout.min(MAX_WAIT);
+        let done = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|r| r.get(id).map(|h| h.done.clone()));
+        let _ = self.store.dir(id)?;
+        if let Some(mut done) = done {
+            let _ = tokio::time::timeout(timeout, done.wait_for(|d| *d)).await;
+        } else {
+            let deadline = Instant::now() + timeout;
+            loop {
+                let r = self.store.load(id)?;
+                if r.status.terminal() || Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        let r = self.store.load(id)?;
+        let still = !r.status.terminal();
+        Ok((r, still))
+    }
+
+    /// Cancel a job; its process group is gone within about 5 s.
+    pub async fn cancel(&self, id: &str) -> Result<JobRecord, JobError> {
+        let rec = self.store.load(id)?;
+        if rec.status.terminal() {
+            return Ok(rec);
+        }
+        let handle = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|r| r.get(id).map(|h| (h.cancel.clone(), h.done.clone())));
+        match handle {
+            Some((cancel, mut done)) => {
+                let _ = cancel.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(6), done.wait_for(|d| *d)).await;
+            }
+            None => {
+                // Owned by another localagents process: ask it, and stop the
+                // delegate ourselves so it ends within the same bound.
+                let dir = self.store.dir(id)?;
+                let _ = std::fs::write(dir.join("cancel_requested"), now_ts());
+                if let Some(pid) = rec.pid {
+                    runner::stop_group(pid, runner::GRACE).await;
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if self.store.load(id)?.status.terminal() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        self.store.load(id)
+    }
+
+    /// Stop every job of this process (server shutdown).
+    pub async fn shutdown(&self) {
+        let ids = self.running_ids();
+        let futs = ids.iter().map(|id| self.cancel(id));
+        let _ = tokio::time::timeout(Duration::from_secs(8), futures::future::join_all(futs)).await;
+    }
+
+    fn mark_active(&self, endpoint: &str, id: &str) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        if let Ok(mut a) = self.active.lock() {
+            let list = a.entry(endpoint.to_string()).or_default();
+            if !list.is_empty() {
+                flag.store(true, Ordering::SeqCst);
+                for other in list.iter() {
+                    other.shared.store(true, Ordering::SeqCst);
+                }
+            }
+            list.push(Active {
+                id: id.to_string(),
+                shared: flag.clone(),
+            });
+        }
+        flag
+    }
+
+    fn unmark_active(&self, endpoint: &str, id: &str) {
+        if let Ok(mut a) = self.active.lock()
+            && let Some(list) = a.get_mut(endpoint)
+        {
+            list.retain(|x| x.id != id);
+        }
+    }
+
+    async fn run(
+        &self,
+        job: Job,
+        mut cancel: watch::Receiver<bool>,
+        progress: watch::Sender<Progress>,
+    ) {
+        let mut rec = job.rec.clone();
+        let dir = rec.log_dir.clone();
+        let started = Instant::now();
+        let shared = self.mark_active(&rec.endpoint, &rec.id);
+        let finish = |rec: &mut JobRecord, status: Status, error: Option<String>| {
+            rec.status = status;
+            if error.is_some() {
+                rec.error = error;
+            }
+            rec.finished = Some(now_ts());
+            rec.elapsed_s = Some(started.elapsed().as_secs_f64());
+        };
+
+        let shim = match self.shim().await {
+            Ok(s) => s,
+            Err(e) => {
+                finish(
+                    &mut rec,
+                    Status::Failed,
+                    Some(format!("cannot start the shim on 127.0.0.1 ({e})")),
+                );
+                let _ = self.store.save(&rec);
+                self.unmark_active(&rec.endpoint, &rec.id);
+                return;
+            }
+        };
+        let reg = match shim.register(Route {
+            label: rec.id.clone(),
+            endpoint: job.target.endpoint.clone(),
+            backend: job.target.backend,
+            served_id: rec.served_id.clone(),
+            window: rec.context,
+            log: RequestLog::new(&dir, job.dump),
+            idle_timeout: job.idle,
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                finish(
+                    &mut rec,
+                    Status::Failed,
+                    Some(format!("cannot register the job with the shim ({e})")),
+                );
+                let _ = self.store.save(&rec);
+                self.unmark_active(&rec.endpoint, &rec.id);
+                return;
+            }
+        };
+
+        // Server state before: slots and counters.
+        let before = probe::probe(&job.target.endpoint, job.probe_budget).await;
+        let slots_at_start = before.slots;
+        if let Some(s) = slots_at_start
+            && s.free == 0
+        {
+            rec.queued_note = Some(format!(
+                "all {} slots of `{}` were busy at start: the job queued on the server",
+                s.total, rec.endpoint
+            ));
+        }
+        let snap_before = worktree::snapshot(&rec.cwd);
+
+        let append = rec
+            .system_prompt_append
+            .clone()
+            .unwrap_or_else(|| job.default_append.clone());
+        let settings = runner::RunSettings {
+            served_id: &rec.served_id,
+            window: rec.context,
+            permission_mode: &rec.permission_mode,
+            allowed_tools: &rec.allowed_tools,
+            disallowed_tools: &rec.disallowed_tools,
+            max_turns: rec.max_turns,
+            setting_sources: &job.setting_sources,
+            system_prompt_append: &append,
+            resume_session: if rec.resumed_from.is_some() {
+                rec.session_id.as_deref()
+            } else {
+                None
+            },
+        };
+        let task =
+            std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
+        let launch = runner::launch(
+            job.claude.clone(),
+            &rec.cwd,
+            &reg.base_url,
+            &job.target.endpoint,
+            &settings,
+            &task,
+        );
+        let mut child = match runner::spawn(&launch) {
+            Ok(c) => c,
+            Err(e) => {
+                finish(
+                    &mut rec,
+                    Status::Failed,
+                    Some(format!(
+                        "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
+                        launch.claude.display()
+                    )),
+                );
+                let _ = self.store.save(&rec);
+                self.unmark_active(&rec.endpoint, &rec.id);
+                return;
+            }
+        };
+        let pgid = child.id().unwrap_or(0);
+        rec.pid = Some(pgid);
+        rec.status = Status::Running;
+        rec.started = Some(now_ts());
+        rec.last_activity = Some("starting claude".into());
+        let _ = self.store.save(&rec);
+
+        let stdout = child.stdout().take();
+        let stderr = child.stderr().take();
+        let stderr_task = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            if let Some(mut e) = stderr {
+                let _ = e.read_to_end(&mut buf).await;
+            }
+            let s = String::from_utf8_lossy(&buf).into_owned();
+            let tail: String = s
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            tail
+        });
+        let mut events = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("events.jsonl"))
+            .await
+            .ok();
+        let mut transcript = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("transcript.txt"))
+            .await
+            .ok();
+        let mut lines = stdout.map(|o| BufReader::new(o).lines());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(rec.timeout_s);
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut result: Option<runner::ResultEvent> = None;
+        let mut stop: Option<Status> = None;
+        let mut dirty = false;
+        let cancel_marker = dir.join("cancel_requested");
+        loop {
+            tokio::select! {
+                line = async {
+                    match lines.as_mut() {
+                        Some(l) => l.next_line().await,
+                        None => Ok(None),
+                    }
+                } => {
+                    let Ok(Some(line)) = line else { break };
+                    if let Some(f) = events.as_mut() {
+                        let _ = f.write_all(format!("{line}\n").as_bytes()).await;
+                    }
+                    let info = runner::parse_event(&line);
+                    if let Some(s) = info.session_id { rec.session_id = Some(s); }
+                    if let Some(f) = transcript.as_mut() {
+                        for t in &info.transcript {
+                            let _ = f.write_all(format!("{t}\n").as_bytes()).await;
+                        }
+                    }
+                    rec.tool_calls += info.tool_calls;
+                    for p in info.files_touched {
+                        if !rec.files_touched.contains(&p) { rec.files_touched.push(p); }
+                    }
+                    if let Some(a) = info.last_activity { rec.last_activity = Some(a); }
+                    if let Some(r) = info.result { result = Some(r); }
+                    dirty = true;
+                    let _ = progress.send(Progress {
+                        turns: metrics::from_log(&dir).requests,
+                        tool_calls: rec.tool_calls,
+                        last_activity: rec.last_activity.clone().unwrap_or_default(),
+                    });
+                }
+                _ = cancel.changed() => {
+                    stop = Some(Status::Cancelled);
+                    break;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    stop = Some(Status::Timeout);
+                    break;
+                }
+                _ = tick.tick() => {
+                    if cancel_marker.exists() {
+                        stop = Some(Status::Cancelled);
+                        break;
+                    }
+                    if dirty {
+                        let _ = self.store.save(&rec);
+                        dirty = false;
+                    }
+                }
+            }
+        }
+        if stop.is_some() {
+            runner::stop_group(pgid, runner::GRACE).await;
+        }
+        // The leader has closed stdout; give it a moment to exit, then make
+        // sure nothing of its group is left.
+        let exit = tokio::time::timeout(Duration::from_secs(10), child.inner_mut().wait()).await;
+        if runner::group_alive(pgid) {
+            runner::stop_group(pgid, Duration::from_secs(1)).await;
+        }
+        let _ = child.try_wait();
+        let stderr_tail = stderr_task.await.unwrap_or_default();
+        if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
+            stop = Some(Status::Cancelled);
+        }
+
+        // Outcome.
+        let (status, error) = match (stop, &result) {
+            (Some(Status::Cancelled), _) => (
+                Status::Cancelled,
+                Some("cancelled; its process group was stopped".to_string()),
+            ),
+            (Some(Status::Timeout), _) => (
+                Status::Timeout,
+                Some(format!(
+                    "timed out after {} s (timeout_s); its process group was stopped; raise timeout_s or split the task",
+                    rec.timeout_s
+                )),
+            ),
+            (_, Some(r)) if r.success => (Status::Succeeded, None),
+            (_, Some(r)) => {
+                let why = r
+                    .text
+                    .clone()
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or_else(|| r.subtype.clone());
+                let mut msg = format!("claude ended with {}: {why}", r.subtype);
+                if let Some(t) = &r.terminal_reason {
+                    msg.push_str(&format!(" (terminal_reason {t})"));
+                }
+                (Status::Failed, Some(msg))
+            }
+            (_, None) => {
+                let code = match &exit {
+                    Ok(Ok(s)) => s
+                        .code()
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "a signal".into()),
+                    _ => "unknown".into(),
+                };
+                let tail = stderr_tail.trim();
+                let msg = if tail.is_empty() {
+                    format!(
+                        "claude exited ({code}) without a result; see {}",
+                        dir.join("events.jsonl").display()
+                    )
+                } else {
+                    format!(
+                        "claude exited ({code}) without a result: {}",
+                        tail.lines()
+                            .rev()
+                            .take(3)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    )
+                };
+                (Status::Failed, Some(msg))
+            }
+        };
+        if let Some(r) = &result {
+            rec.result = r.text.clone();
+            rec.num_turns = r.num_turns;
+        }
+        if !stderr_tail.trim().is_empty() {
+            let _ = std::fs::write(dir.join("stderr.txt"), &stderr_tail);
+        }
+
+        // What changed.
+        if let (Some((root, b)), Some((_, a))) = (snap_before, worktree::snapshot(&rec.cwd)) {
+            let _ = root;
+            rec.files_changed = worktree::changed(&b, &a);
+        }
+        if let Some(w) = rec.worktree.as_mut()
+            && let Err(e) = worktree::finish(w, &rec.id)
+        {
+            w.note = Some(format!("could not inspect the worktree: {e}"));
+            w.kept = w.path.exists();
+        }
+
+        // Figures.
+        let mut m = metrics::from_log(&dir);
+        m.slots_at_start = slots_at_start;
+        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
+        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
+            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
+        }
+        rec.usage = m.usage;
+        rec.metrics = Some(m);
+        finish(&mut rec, status, error);
+        rec.last_activity = Some(format!(
+            "{} after {:.0}s",
+            status.as_str(),
+            started.elapsed().as_secs_f64()
+        ));
+        let _ = self.store.save(&rec);
+        self.unmark_active(&rec.endpoint, &rec.id);
+        drop(reg);
+    }
+}
+
+struct Job {
+    rec: JobRecord,
+    target: api::Target,
+    claude: PathBuf,
+    setting_sources: Vec<String>,
+    default_append: String,
+    dump: bool,
+    idle: Duration,
+    probe_budget: Duration,
+}

@@ -1,0 +1,200 @@
+//! Per-job figures.
+//!
+//! Exact ones come from the job's own `requests.jsonl` (the shim saw every
+//! request of this job and nothing else). Server-wide ones are the delta of
+//! the backend's `/metrics` counters before and after the job; other jobs
+//! on the same server add to those counters, so the delta is flagged
+//! `shared` when jobs overlapped.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::probe::Slots;
+use crate::probe::metrics::{Counters, first};
+use crate::shim::sse::Usage;
+
+/// The `/metrics` delta over a job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerDelta {
+    /// Prompt tokens the server processed (not cached).
+    pub prompt_processed: Option<f64>,
+    /// Prompt tokens served from the cache.
+    pub prompt_cached: Option<f64>,
+    pub hit_ratio: Option<f64>,
+    pub prompt_tok_s: Option<f64>,
+    pub gen_tok_s: Option<f64>,
+    /// Speculative decoding: accepted / drafted.
+    pub spec_acceptance: Option<f64>,
+    /// Other jobs ran on the same server meanwhile.
+    pub shared: bool,
+}
+
+/// Figures of one job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobMetrics {
+    pub requests: u64,
+    pub usage: Usage,
+    /// cache_read / (input + cache_read), per `/v1/messages` request.
+    pub cache_ratio_per_turn: Vec<f64>,
+    pub mean_ttft_ms: Option<f64>,
+    pub server: Option<ServerDelta>,
+    pub slots_at_start: Option<Slots>,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl JobMetrics {
+    /// The compact form for summaries.
+    pub fn short(&self) -> Value {
+        let mean_ratio = if self.cache_ratio_per_turn.len() > 1 {
+            let tail = &self.cache_ratio_per_turn[1..];
+            Some(round3(tail.iter().sum::<f64>() / tail.len() as f64))
+        } else {
+            None
+        };
+        let mut v = json!({
+            "requests": self.requests,
+            "cache_ratio_turn2_on": mean_ratio,
+            "mean_ttft_ms": self.mean_ttft_ms.map(|t| t.round()),
+        });
+        if let (Some(s), Value::Object(m)) = (&self.server, &mut v) {
+            m.insert(
+                "server".into(),
+                json!({"hit_ratio": s.hit_ratio, "prompt_tok_s": s.prompt_tok_s.map(f64::round), "gen_tok_s": s.gen_tok_s.map(f64::round), "shared": s.shared}),
+            );
+        }
+        v
+    }
+}
+
+/// Sum up a job's `requests.jsonl`.
+pub fn from_log(dir: &Path) -> JobMetrics {
+    let mut m = JobMetrics::default();
+    let text = std::fs::read_to_string(dir.join("requests.jsonl")).unwrap_or_default();
+    let mut ttfts = Vec::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v["path"] != "/v1/messages" {
+            continue;
+        }
+        m.requests += 1;
+        let u = &v["usage"];
+        let (i, c, o) = (
+            u["input"].as_u64().unwrap_or(0),
+            u["cache_read"].as_u64().unwrap_or(0),
+            u["output"].as_u64().unwrap_or(0),
+        );
+        m.usage.input += i;
+        m.usage.cache_read += c;
+        m.usage.output += o;
+        if i + c > 0 {
+            m.cache_ratio_per_turn
+                .push(round3(c as f64 / (i + c) as f64));
+        }
+        if let Some(t) = v["ttft_ms"].as_f64() {
+            ttfts.push(t);
+        }
+    }
+    if !ttfts.is_empty() {
+        m.mean_ttft_ms = Some(ttfts.iter().sum::<f64>() / ttfts.len() as f64);
+    }
+    m
+}
+
+fn delta(before: &Counters, after: &Counters, names: &[&str]) -> Option<f64> {
+    let a = first(after, names)?;
+    let b = first(before, names).unwrap_or(0.0);
+    Some((a - b).max(0.0))
+}
+
+fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
+    match (num, den) {
+        (Some(n), Some(d)) if d > 0.0 => Some(round3(n / d)),
+        _ => None,
+    }
+}
+
+/// The server-wide delta of two `/metrics` scrapes (llama.cpp or vLLM).
+pub fn server_delta(before: &Counters, after: &Counters, shared: bool) -> ServerDelta {
+    let processed = delta(
+        before,
+        after,
+        &["llamacpp:prompt_tokens_total", "vllm:prompt_tokens_total"],
+    );
+    let cached_llama = delta(before, after, &["llamacpp:prompt_tokens_cached_total"]);
+    let (cached, hit_ratio) = match cached_llama {
+        Some(c) => (Some(c), ratio(Some(c), processed.map(|p| p + c))),
+        None => {
+            let hits = delta(before, after, &["vllm:prefix_cache_hits_total"]);
+            let queries = delta(before, after, &["vllm:prefix_cache_queries_total"]);
+            (hits, ratio(hits, queries))
+        }
+    };
+    let prompt_s = delta(before, after, &["llamacpp:prompt_seconds_total"]);
+    let generated = delta(
+        before,
+        after,
+        &[
+            "llamacpp:tokens_predicted_total",
+            "vllm:generation_tokens_total",
+        ],
+    );
+    let gen_s = delta(before, after, &["llamacpp:tokens_predicted_seconds_total"]);
+    let drafted = delta(
+        before,
+        after,
+        &[
+            "llamacpp:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_draft_tokens_total",
+        ],
+    );
+    let accepted = delta(
+        before,
+        after,
+        &[
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total",
+        ],
+    );
+    ServerDelta {
+        prompt_processed: processed,
+        prompt_cached: cached,
+        hit_ratio,
+        prompt_tok_s: ratio(processed, prompt_s),
+        gen_tok_s: ratio(generated, gen_s),
+        spec_acceptance: ratio(accepted, drafted),
+        shared,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_delta() {
+        let b: Counters = [
+            ("llamacpp:prompt_tokens_total".into(), 1000.0),
+            ("llamacpp:prompt_tokens_cached_total".into(), 0.0),
+            ("llamacpp:prompt_seconds_total".into(), 1.0),
+        ]
+        .into();
+        let a: Counters = [
+            ("llamacpp:prompt_tokens_total".into(), 1500.0),
+            ("llamacpp:prompt_tokens_cached_total".into(), 4500.0),
+            ("llamacpp:prompt_seconds_total".into(), 2.0),
+        ]
+        .into();
+        let d = server_delta(&b, &a, false);
+        assert_eq!(d.prompt_processed, Some(500.0));
+        assert_eq!(d.prompt_cached, Some(4500.0));
+        assert_eq!(d.hit_ratio, Some(0.9));
+        assert_eq!(d.prompt_tok_s, Some(500.0));
+    }
+}

@@ -1,0 +1,401 @@
+//! Starting a delegate: a headless Claude Code process in its own process
+//! group, and reading its stream-json events.
+//!
+//! The delegate runs `claude -p --output-format stream-json --verbose` with
+//! the job's model, permissions and tools, pointed at the job's shim route.
+//! It is the leader of a new process group, so cancel, timeout and shutdown
+//! stop it and everything it started: SIGTERM to the group, then SIGKILL
+//! after a grace period. No orphans are left behind.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use serde_json::Value;
+
+use crate::config::{Config, Endpoint};
+
+/// How long a delegate gets between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(3);
+
+/// What is needed to start one delegate.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub claude: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+}
+
+/// The claude binary: `defaults.claude_path`, then `$LOCALAGENTS_CLAUDE`,
+/// then `claude` on PATH.
+pub fn find_claude(config: &Config) -> Result<PathBuf, String> {
+    let named = config
+        .defaults
+        .claude_path
+        .clone()
+        .map(|p| (p, "defaults.claude_path"))
+        .or_else(|| {
+            std::env::var("LOCALAGENTS_CLAUDE")
+                .ok()
+                .map(|p| (p, "LOCALAGENTS_CLAUDE"))
+        });
+    if let Some((p, origin)) = named {
+        let path = PathBuf::from(&p);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{origin} names {p}, which does not exist: fix it, or install Claude Code with `npm install -g @anthropic-ai/claude-code`"
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let c = dir.join("claude");
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    Err("the Claude Code CLI (`claude`) is not on PATH: install it with `npm install -g @anthropic-ai/claude-code`, or set defaults.claude_path or LOCALAGENTS_CLAUDE".into())
+}
+
+/// Settings of one delegate run.
+#[derive(Debug, Clone)]
+pub struct RunSettings<'a> {
+    pub served_id: &'a str,
+    pub window: Option<u64>,
+    pub permission_mode: &'a str,
+    pub allowed_tools: &'a [String],
+    pub disallowed_tools: &'a [String],
+    pub max_turns: u32,
+    pub setting_sources: &'a [String],
+    pub system_prompt_append: &'a str,
+    pub resume_session: Option<&'a str>,
+}
+
+/// Build the command line and environment of a delegate.
+pub fn launch(
+    claude: PathBuf,
+    cwd: &Path,
+    base_url: &str,
+    endpoint: &Endpoint,
+    s: &RunSettings,
+    task: &str,
+) -> Launch {
+    let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--model".into(), s.served_id.to_string()]);
+    args.extend(["--permission-mode".into(), s.permission_mode.to_string()]);
+    if s.allowed_tools.is_empty() {
+        // An explicit empty list means no tools at all, not the default.
+        args.extend(["--tools".into(), String::new()]);
+    } else {
+        args.extend(["--allowedTools".into(), s.allowed_tools.join(",")]);
+    }
+    if !s.disallowed_tools.is_empty() {
+        args.extend(["--disallowedTools".into(), s.disallowed_tools.join(",")]);
+    }
+    args.extend(["--max-turns".into(), s.max_turns.to_string()]);
+    if !s.setting_sources.is_empty() {
+        args.extend(["--setting-sources".into(), s.setting_sources.join(",")]);
+    }
+    if !s.system_prompt_append.is_empty() {
+        args.extend([
+            "--append-system-prompt".into(),
+            s.system_prompt_append.to_string(),
+        ]);
+    }
+    if let Some(session) = s.resume_session {
+        args.extend(["--resume".into(), session.to_string()]);
+    }
+    args.push(task.to_string());
+
+    let mut env = crate::session_env::session_env(base_url, s.served_id, s.window);
+    env.extend(
+        [
+            // Placeholder auth: the shim never forwards it.
+            ("ANTHROPIC_API_KEY", "localagents-placeholder"),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_TELEMETRY", "1"),
+            ("DISABLE_AUTOUPDATER", "1"),
+            ("DISABLE_ERROR_REPORTING", "1"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    env.extend(endpoint.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Launch {
+        claude,
+        args,
+        env,
+        cwd: cwd.to_path_buf(),
+    }
+}
+
+/// Spawn a delegate as the leader of a new process group, stdout piped.
+pub fn spawn(l: &Launch) -> std::io::Result<Box<dyn ChildWrapper>> {
+    let mut cmd = tokio::process::Command::new(&l.claude);
+    cmd.args(&l.args)
+        .current_dir(&l.cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // A nested session must not think it runs inside Claude Code.
+        .env_remove("CLAUDECODE")
+        .env_remove("CLAUDE_CODE_ENTRYPOINT")
+        .env_remove("ANTHROPIC_AUTH_TOKEN");
+    for (k, v) in &l.env {
+        cmd.env(k, v);
+    }
+    let mut wrap = CommandWrap::from(cmd);
+    wrap.wrap(ProcessGroup::leader());
+    wrap.spawn()
+}
+
+/// Stop a process group: SIGTERM, then SIGKILL after `grace`.
+pub async fn stop_group(pgid: u32, grace: Duration) {
+    if pgid == 0 || pgid > i32::MAX as u32 {
+        return;
+    }
+    let g = pgid as i32;
+    // SAFETY: signalling the process group we created for the delegate.
+    if unsafe { libc::killpg(g, libc::SIGTERM) } != 0 {
+        return; // already gone
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // SAFETY: signal 0 only checks whether the group still exists.
+        if unsafe { libc::killpg(g, 0) } != 0 {
+            return;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::killpg(g, libc::SIGKILL) };
+}
+
+/// Is any process of the group alive?
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    pgid != 0 && pgid <= i32::MAX as u32 && unsafe { libc::killpg(pgid as i32, 0) } == 0
+}
+
+/// What one stream-json event tells the job.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct EventInfo {
+    pub session_id: Option<String>,
+    /// Transcript lines (`[tool] Write path`, `[assistant] …`, `[result] …`).
+    pub transcript: Vec<String>,
+    pub tool_calls: u64,
+    pub files_touched: Vec<String>,
+    pub last_activity: Option<String>,
+    pub result: Option<ResultEvent>,
+}
+
+/// The final `result` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultEvent {
+    pub success: bool,
+    pub text: Option<String>,
+    pub num_turns: Option<u64>,
+    pub usage: Option<Value>,
+    pub subtype: String,
+    pub terminal_reason: Option<String>,
+}
+
+fn one_line(s: &str, n: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > n {
+        format!("{}…", flat.chars().take(n).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+/// The salient argument of a tool call, for the transcript.
+fn tool_arg(name: &str, input: &Value) -> String {
+    let key = match name {
+        "Bash" => "command",
+        "Glob" | "Grep" => "pattern",
+        "WebFetch" => "url",
+        _ => "file_path",
+    };
+    input
+        .get(key)
+        .or_else(|| input.get("notebook_path"))
+        .or_else(|| input.get("path"))
+        .and_then(Value::as_str)
+        .map(|s| one_line(s, 160))
+        .unwrap_or_default()
+}
+
+/// Read one stream-json line.
+pub fn parse_event(line: &str) -> EventInfo {
+    let mut info = EventInfo::default();
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return info;
+    };
+    match v["type"].as_str() {
+        Some("system") => {
+            if v["subtype"] == "init" {
+                info.session_id = v["session_id"].as_str().map(str::to_string);
+                info.last_activity = Some("session started".into());
+            } else if v["subtype"] == "api_retry" {
+                let l = format!(
+                    "[retry] attempt {} after HTTP {}",
+                    v["attempt"].as_u64().unwrap_or(0),
+                    v["error_status"]
+                        .as_u64()
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "?".into())
+                );
+                info.last_activity = Some(l.clone());
+                info.transcript.push(l);
+            }
+        }
+        Some("assistant") => {
+            for b in v["message"]["content"].as_array().into_iter().flatten() {
+                match b["type"].as_str() {
+                    Some("text") => {
+                        let t = b["text"].as_str().unwrap_or("");
+                        if !t.trim().is_empty() {
+                            info.transcript.push(format!("[assistant] {}", t.trim()));
+                            info.last_activity = Some(format!("said: {}", one_line(t, 120)));
+                        }
+                    }
+                    Some("tool_use") => {
+                        let name = b["name"].as_str().unwrap_or("?");
+                        let arg = tool_arg(name, &b["input"]);
+                        info.tool_calls += 1;
+                        if matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit")
+                            && let Some(p) = b["input"]
+                                .get("file_path")
+                                .or_else(|| b["input"].get("notebook_path"))
+                                .and_then(Value::as_str)
+                        {
+                            info.files_touched.push(p.to_string());
+                        }
+                        let l = format!("[tool] {name} {arg}").trim_end().to_string();
+                        info.last_activity = Some(l.clone());
+                        info.transcript.push(l);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some("user") => {
+            for b in v["message"]["content"].as_array().into_iter().flatten() {
+                if b["type"] == "tool_result" && b["is_error"] == true {
+                    let c = match &b["content"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    info.transcript
+                        .push(format!("[tool error] {}", one_line(&c, 300)));
+                }
+            }
+        }
+        Some("result") => {
+            let success = v["subtype"] == "success" && v["is_error"] != true;
+            let text = v["result"].as_str().map(str::to_string);
+            info.transcript.push(format!(
+                "[result] {}",
+                text.as_deref()
+                    .unwrap_or(v["subtype"].as_str().unwrap_or(""))
+            ));
+            info.last_activity = Some(format!(
+                "finished: {}",
+                v["subtype"].as_str().unwrap_or("?")
+            ));
+            info.result = Some(ResultEvent {
+                success,
+                text,
+                num_turns: v["num_turns"].as_u64(),
+                usage: v.get("usage").cloned(),
+                subtype: v["subtype"].as_str().unwrap_or("").to_string(),
+                terminal_reason: v["terminal_reason"].as_str().map(str::to_string),
+            });
+        }
+        _ => {}
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_become_transcript_lines() {
+        let e = parse_event(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Creating it."},{"type":"tool_use","id":"t","name":"Write","input":{"file_path":"a.txt","content":"x"}}]}}"#,
+        );
+        assert_eq!(
+            e.transcript,
+            ["[assistant] Creating it.", "[tool] Write a.txt"]
+        );
+        assert_eq!(e.tool_calls, 1);
+        assert_eq!(e.files_touched, ["a.txt"]);
+        let e = parse_event(
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":3,"result":"done"}"#,
+        );
+        let r = e.result.unwrap();
+        assert!(r.success);
+        assert_eq!(r.num_turns, Some(3));
+        assert_eq!(parse_event("not json"), EventInfo::default());
+        let e = parse_event(r#"{"type":"system","subtype":"init","session_id":"s-1"}"#);
+        assert_eq!(e.session_id.as_deref(), Some("s-1"));
+    }
+
+    #[test]
+    fn empty_allowed_tools_means_none() {
+        let ep = Endpoint {
+            name: "e".into(),
+            base_url: "http://x".into(),
+            backend: None,
+            host: None,
+            notes: None,
+            env: [("API_TIMEOUT_MS".to_string(), "5".to_string())]
+                .into_iter()
+                .collect(),
+            api_key_env: None,
+        };
+        let s = RunSettings {
+            served_id: "m",
+            window: Some(65536),
+            permission_mode: "acceptEdits",
+            allowed_tools: &[],
+            disallowed_tools: &["Agent".into()],
+            max_turns: 3,
+            setting_sources: &["project".into()],
+            system_prompt_append: "be a delegate",
+            resume_session: Some("sess"),
+        };
+        let l = launch(
+            "claude".into(),
+            Path::new("/tmp"),
+            "http://127.0.0.1:1/j/t",
+            &ep,
+            &s,
+            "do it",
+        );
+        let a = l.args.join(" ");
+        assert!(a.contains("--tools  --disallowedTools Agent"), "{a}");
+        assert!(!a.contains("--allowedTools"));
+        assert!(a.contains("--resume sess"));
+        assert_eq!(l.args.last().unwrap(), "do it");
+        assert!(
+            l.env.contains(&("API_TIMEOUT_MS".into(), "5".into())),
+            "endpoint env last"
+        );
+        assert!(
+            l.env
+                .contains(&("CLAUDE_CODE_MAX_OUTPUT_TOKENS".into(), "8192".into()))
+        );
+        assert!(
+            l.env
+                .contains(&("ENABLE_TOOL_SEARCH".into(), "false".into()))
+        );
+    }
+}

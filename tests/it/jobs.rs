@@ -1,0 +1,643 @@
+//! Jobs end to end: the MCP server (`localagents serve`) driven by rmcp's
+//! client, the real Claude Code CLI as the delegate, the shim, and the fake
+//! llama.cpp server in strict-template mode.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::{Value, json};
+
+use crate::support::{claude, fake_llama, script};
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    work: PathBuf,
+    state: PathBuf,
+    cfg: PathBuf,
+}
+
+fn env_for(fake_url: &str) -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let work = tmp.path().join("work");
+    let state = tmp.path().join("state");
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n"),
+    )
+    .unwrap();
+    Env {
+        _tmp: tmp,
+        home,
+        work,
+        state,
+        cfg,
+    }
+}
+
+fn git_init(dir: &Path) {
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["config", "user.email", "t@example.com"],
+        vec!["config", "user.name", "t"],
+    ] {
+        assert!(
+            Command::new("git")
+                .args(&args)
+                .current_dir(dir)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    std::fs::write(dir.join("README.md"), "project\n").unwrap();
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/keep.txt"), "k\n").unwrap();
+    assert!(
+        Command::new("git")
+            .args(["add", "."])
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        Command::new("git")
+            .args(["commit", "-qm", "init"])
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<rmcp::RoleClient, ()> {
+    let bin = claude_bin
+        .map(Path::to_path_buf)
+        .unwrap_or_else(claude::binary);
+    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
+        c.arg("--config")
+            .arg(&e.cfg)
+            .arg("--state-dir")
+            .arg(&e.state)
+            .arg("serve")
+            .env("HOME", &e.home)
+            .env("LOCALAGENTS_CLAUDE", &bin)
+            .env_remove("XDG_CONFIG_HOME")
+            .current_dir(&e.work);
+    });
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(
+    c: &RunningService<rmcp::RoleClient, ()>,
+    tool: &'static str,
+    args: Value,
+) -> (bool, Value) {
+    let r = c
+        .call_tool(
+            CallToolRequestParams::new(tool).with_arguments(args.as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    let text = r
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default();
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (r.is_error == Some(true), v)
+}
+
+fn strict_fake_opts() -> fake_llama::LlamaOpts {
+    fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        strict_template: true,
+        ..Default::default()
+    }
+}
+
+fn lines(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::killpg(pgid, 0) == 0 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_agent_end_to_end_in_the_tree() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::write_then_report(
+        "notes/hello.txt",
+        "hello from the local model\n",
+    ));
+    let e = env_for(fake.url());
+    git_init(&e.work);
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Create notes/hello.txt.", "model": "gemma-3-270m", "wait_s": 60}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert_eq!(v["still_running"], false);
+    assert!(
+        v.to_string().len() < 2048,
+        "compact summary: {} bytes",
+        v.to_string().len()
+    );
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        std::fs::read_to_string(e.work.join("notes/hello.txt")).unwrap(),
+        "hello from the local model\n"
+    );
+    assert!(
+        v["files_touched"].to_string().contains("notes/hello.txt"),
+        "{v}"
+    );
+    assert!(
+        v["files_changed"].to_string().contains("notes/hello.txt"),
+        "{v}"
+    );
+    let dir = e.state.join("jobs").join(&id);
+    let transcript = std::fs::read_to_string(dir.join("transcript.txt")).unwrap();
+    assert!(
+        transcript.contains("[tool] Write notes/hello.txt"),
+        "{transcript}"
+    );
+    assert!(transcript.contains("[result] "), "{transcript}");
+    let reqs: Vec<Value> = lines(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert!(reqs.len() >= 2, "{reqs:?}");
+    assert!(reqs.iter().all(|l| l["status"] == 200));
+    assert!(
+        reqs.iter()
+            .any(|l| l["folded_system"].as_u64().unwrap_or(0) > 0)
+    );
+    assert_eq!(fake.state.system_entries_seen.load(Ordering::SeqCst), 0);
+    for f in ["job.json", "task.txt", "events.jsonl"] {
+        assert!(dir.join(f).is_file(), "{f}");
+    }
+    let rec: Value = serde_json::from_slice(&std::fs::read(dir.join("job.json")).unwrap()).unwrap();
+    assert!(rec["session_id"].is_string());
+    assert!(rec["metrics"]["requests"].as_u64().unwrap() >= 2);
+    assert!(rec["usage"]["input"].as_u64().unwrap() > 0);
+
+    // The other tools see it.
+    let (_, st) = call(&c, "job_status", json!({"job_id": id})).await;
+    assert_eq!(st["status"], "succeeded");
+    let (_, list) = call(&c, "list_jobs", json!({})).await;
+    assert_eq!(list["jobs"][0]["id"], id.as_str());
+    let (_, log) = call(
+        &c,
+        "job_log",
+        json!({"job_id": id, "stream": "transcript", "tail_lines": 5}),
+    )
+    .await;
+    assert!(log["text"].as_str().unwrap().contains("[result]"));
+    let (_, diff) = call(&c, "job_diff", json!({"job_id": id})).await;
+    assert!(
+        diff["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+hello from the local model"),
+        "{diff}"
+    );
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn localagents_run_from_a_shell() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::write_then_report("cli.txt", "from run\n"));
+    let e = env_for(fake.url());
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["run", "--model", "gemma-3-270m", "--json", "Create cli.txt"])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rec["status"], "succeeded");
+    assert_eq!(
+        std::fs::read_to_string(e.work.join("cli.txt")).unwrap(),
+        "from run\n"
+    );
+    // Outside a git repo files_changed is empty, files_touched is not.
+    assert!(rec["files_touched"].to_string().contains("cli.txt"));
+
+    // A failing job exits non-zero.
+    fake.set_script(std::sync::Arc::new(|_| script::Reply::Error {
+        status: 500,
+        body: fake_llama::jinja_error(),
+    }));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["run", "--model", "gemma-3-270m", "Create cli2.txt"])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("failed") && text.contains("chat template"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::write_then_report("wt.txt", "in the worktree\n"));
+    let e = env_for(fake.url());
+    git_init(&e.work);
+    let c = serve(&e, None).await;
+    let (err, v) = call(&c, "run_agent", json!({"task": "Create wt.txt.", "model": "gemma-3-270m", "isolation": "worktree", "cwd": e.work.join("sub"), "wait_s": 60})).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let branch = format!("local-agent/{id}");
+    assert_eq!(v["worktree"]["branch"], branch.as_str());
+    assert_eq!(v["worktree"]["kept"], true, "{v}");
+    assert!(
+        v["worktree"]["diffstat"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 files changed, +1"),
+        "{v}"
+    );
+    let wt = PathBuf::from(v["worktree"]["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(wt.join("sub/wt.txt")).unwrap(),
+        "in the worktree\n",
+        "the job kept its offset inside the repo"
+    );
+    assert!(
+        !e.work.join("sub/wt.txt").exists(),
+        "the user's tree is untouched"
+    );
+    let branches = Command::new("git")
+        .args(["branch", "--list", &branch])
+        .current_dir(&e.work)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&branches.stdout).contains(&branch));
+    let (_, diff) = call(&c, "job_diff", json!({"job_id": id})).await;
+    assert!(
+        diff["diff"].as_str().unwrap().contains("+in the worktree"),
+        "{diff}"
+    );
+    assert!(v["files_changed"].to_string().contains("sub/wt.txt"), "{v}");
+
+    // A job that changes nothing leaves no worktree and no branch.
+    fake.set_script(script::text("Nothing to do."));
+    let (_, v) = call(&c, "run_agent", json!({"task": "Look around.", "model": "gemma-3-270m", "isolation": "worktree", "wait_s": 60})).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    let id2 = v["id"].as_str().unwrap();
+    assert_eq!(v["worktree"]["kept"], false, "{v}");
+    assert!(!e.state.join("worktrees").join(id2).exists());
+    let branches = Command::new("git")
+        .args(["branch", "--list", "local-agent/*"])
+        .current_dir(&e.work)
+        .output()
+        .unwrap();
+    let b = String::from_utf8_lossy(&branches.stdout);
+    assert!(!b.contains(id2) && b.contains(&id), "{b}");
+
+    // Resume keeps the worktree; cleanup removes it and the branch.
+    // The resumed session already holds one tool result: write on the next.
+    fake.set_script(std::sync::Arc::new(|req| {
+        if script::tool_results(req) == 1 {
+            script::Reply::Tool {
+                name: "Write".into(),
+                input: json!({"file_path": "wt2.txt", "content": "second\n"}),
+            }
+        } else {
+            script::Reply::Text("done".into())
+        }
+    }));
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Also create wt2.txt.", "resume_job": id, "wait_s": 60}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert_eq!(v["cwd"], json!(wt.join("sub")));
+    assert!(wt.join("sub/wt2.txt").is_file());
+    let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id})).await;
+    assert!(
+        cl["removed"][0]["removed"].to_string().contains(&branch),
+        "{cl}"
+    );
+    assert!(!wt.exists());
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "more", "resume_job": v["id"]}),
+    )
+    .await;
+    assert!(err && v.to_string().contains("worktree"), "{v}");
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+        )],
+        "done",
+    ));
+    let e = env_for(fake.url());
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Sleep.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let job = e.state.join("jobs").join(&id).join("job.json");
+    // Wait for the Bash call to start.
+    let started = Instant::now();
+    let mut pgid = 0;
+    while started.elapsed() < Duration::from_secs(30) {
+        let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+        if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
+            pgid = rec["pid"].as_i64().unwrap() as i32;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(pgid > 0, "the job never reached its tool call");
+    assert!(group_alive(pgid));
+    let t = Instant::now();
+    let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "cancel took {:?}",
+        t.elapsed()
+    );
+    assert!(!group_alive(pgid), "the whole process group is gone");
+
+    let (_, v) = call(&c, "run_agent", json!({"task": "Sleep.", "model": "gemma-3-270m", "allowed_tools": ["Bash"], "timeout_s": 3, "wait_s": 30})).await;
+    assert_eq!(v["status"], "timeout", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("timed out after 3 s"));
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(
+            e.state
+                .join("jobs")
+                .join(v["id"].as_str().unwrap())
+                .join("job.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(!group_alive(rec["pid"].as_i64().unwrap() as i32));
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_reports_the_job_lost_and_lists_old_jobs() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+        )],
+        "done",
+    ));
+    let e = env_for(fake.url());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["run", "--model", "gemma-3-270m", "Sleep a long time"])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for its job to be running, then kill the owner hard.
+    let started = Instant::now();
+    let (mut id, mut pgid) = (String::new(), 0);
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Some(Ok(ent)) = std::fs::read_dir(e.state.join("jobs"))
+            .ok()
+            .and_then(|mut d| d.next())
+        {
+            let rec: Value = serde_json::from_slice(
+                &std::fs::read(ent.path().join("job.json")).unwrap_or_default(),
+            )
+            .unwrap_or_default();
+            if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
+                id = rec["id"].as_str().unwrap().to_string();
+                pgid = rec["pid"].as_i64().unwrap() as i32;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!id.is_empty(), "the job never started");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(group_alive(pgid), "the orphaned delegate is still there");
+
+    let c = serve(&e, None).await;
+    let (_, v) = call(&c, "job_status", json!({"job_id": id})).await;
+    assert_eq!(v["status"], "lost", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("is gone"), "{v}");
+    let (_, list) = call(&c, "list_jobs", json!({})).await;
+    assert_eq!(list["jobs"][0]["id"], id.as_str());
+    let t = Instant::now();
+    while group_alive(pgid) && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!group_alive(pgid), "the lost delegate was stopped");
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_parallel_jobs_keep_separate_logs_and_usage() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        slots: 2,
+        ..strict_fake_opts()
+    })
+    .await;
+    fake.set_script(std::sync::Arc::new(|req| {
+        // Each job writes its own file, named after the word in its task.
+        let text = req.to_string();
+        let name = if text.contains("ALPHA") {
+            "alpha.txt"
+        } else {
+            "beta.txt"
+        };
+        script::write_then_report(name, "x\n")(req)
+    }));
+    let e = env_for(fake.url());
+    let c = serve(&e, None).await;
+    let (_, a) = call(
+        &c,
+        "run_agent",
+        json!({"task": "ALPHA: create the file.", "model": "gemma-3-270m"}),
+    )
+    .await;
+    let (_, b) = call(
+        &c,
+        "run_agent",
+        json!({"task": "BETA: create the file.", "model": "gemma-3-270m"}),
+    )
+    .await;
+    let (_, a) = call(&c, "wait_job", json!({"job_id": a["id"]})).await;
+    let (_, b) = call(&c, "wait_job", json!({"job_id": b["id"]})).await;
+    assert_eq!(
+        (a["status"].as_str(), b["status"].as_str()),
+        (Some("succeeded"), Some("succeeded")),
+        "{a}\n{b}"
+    );
+    assert!(e.work.join("alpha.txt").is_file() && e.work.join("beta.txt").is_file());
+    for j in [&a, &b] {
+        let dir = e.state.join("jobs").join(j["id"].as_str().unwrap());
+        let reqs: Vec<Value> = lines(&dir.join("requests.jsonl"))
+            .into_iter()
+            .filter(|l| l["path"] == "/v1/messages")
+            .collect();
+        let sum: u64 = reqs
+            .iter()
+            .map(|l| {
+                l["usage"]["input"].as_u64().unwrap() + l["usage"]["cache_read"].as_u64().unwrap()
+            })
+            .sum();
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("job.json")).unwrap()).unwrap();
+        assert_eq!(
+            rec["usage"]["input"].as_u64().unwrap() + rec["usage"]["cache_read"].as_u64().unwrap(),
+            sum
+        );
+        assert!(sum > 0);
+        let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+        let other = if j["id"] == a["id"] { "BETA" } else { "ALPHA" };
+        assert!(!events.contains(other), "logs are separate");
+    }
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_answers() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "x", "model": "qwen3.8-27b"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(v["error"], "model_unavailable", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("Ask the user to bring it up on gpu-server"),
+        "{v}"
+    );
+    for (args, needle) in [
+        (
+            json!({"task": "x", "cwd": "/nonexistent/dir"}),
+            "does not exist",
+        ),
+        (
+            json!({"task": "x", "isolation": "docker"}),
+            "isolation must be",
+        ),
+        (
+            json!({"task": "x", "isolation": "worktree"}),
+            "not inside a git repository",
+        ),
+        (json!({"task": "   "}), "task is empty"),
+    ] {
+        let (err, v) = call(&c, "run_agent", args.clone()).await;
+        assert!(err, "{args}");
+        assert!(v.to_string().contains(needle), "{args}: {v}");
+    }
+    for id in ["../x", "nope", "../../etc/passwd"] {
+        for tool in ["job_status", "wait_job", "cancel_job"] {
+            let (err, v) = call(&c, tool, json!({"job_id": id})).await;
+            assert!(err, "{tool} {id}");
+            assert!(
+                v.to_string().contains("is not a job id"),
+                "{tool} {id}: {v}"
+            );
+        }
+    }
+    let (err, v) = call(
+        &c,
+        "job_status",
+        json!({"job_id": "20200101-000000-00000000"}),
+    )
+    .await;
+    assert!(err && v.to_string().contains("no job"), "{v}");
+    c.cancel().await.unwrap();
+
+    let c = serve(&e, Some(Path::new("/nonexistent/claude"))).await;
+    let (err, v) = call(&c, "run_agent", json!({"task": "x"})).await;
+    assert!(err);
+    assert!(
+        v.to_string()
+            .contains("LOCALAGENTS_CLAUDE names /nonexistent/claude"),
+        "{v}"
+    );
+    c.cancel().await.unwrap();
+}
