@@ -144,6 +144,11 @@ async fn session_succeeds_through_the_shim_and_fails_straight_at_a_strict_templa
         .unwrap_or_else(|| panic!("no result event; stderr: {}", run.stderr));
     assert_eq!(result["subtype"], "success", "{result}\n{}", run.stderr);
     assert_eq!(run.status, Some(0));
+    // CLAUDE_CODE_MAX_CONTEXT_TOKENS is the window Claude Code assumes.
+    assert_eq!(
+        result["modelUsage"]["gemma3-270m"]["contextWindow"], 131072,
+        "{result}"
+    );
     assert_eq!(
         std::fs::read_to_string(work.join("hello.txt")).unwrap(),
         "hi from the delegate\n"
@@ -300,6 +305,25 @@ async fn real_request_bodies_fold_append_only() {
         fold::system_text(&first["content"]),
         fold::system_text(&later["content"])
     );
+    // What the session env does, checked on the real bodies:
+    for b in &bodies {
+        // every alias is the served id;
+        assert_eq!(b["model"], "gemma3-270m");
+        // ENABLE_TOOL_SEARCH=false: no deferred tools;
+        assert!(
+            b["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t.get("defer_loading").is_none()),
+            "deferred tool in {}",
+            b["tools"]
+        );
+        // CLAUDE_CODE_ATTRIBUTION_HEADER=0: no per-request billing block;
+        assert!(!b["system"].to_string().contains(fold::BILLING_PREFIX));
+        // a 128k window keeps Claude Code's own output budget.
+        assert_eq!(b["max_tokens"], 32000);
+    }
     let mut folded: Vec<Value> = bodies.clone();
     for b in &mut folded {
         fold::fold(b);
@@ -366,6 +390,8 @@ async fn overflow_reaches_the_real_cli_as_prompt_is_too_long() {
         "{text}"
     );
     assert!(fake.statuses().iter().all(|s| *s == 400));
+    // Under 128k, CLAUDE_CODE_MAX_OUTPUT_TOKENS = window/8 sets max_tokens.
+    assert_eq!(fake.bodies()[0]["max_tokens"], 2048);
     eprintln!("overflow run: {} requests, {:?}", msgs.len(), took);
     drop(shim);
 }

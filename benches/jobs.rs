@@ -1,0 +1,237 @@
+//! Job figures (issue 3): run_agent time to return, the overhead of a whole
+//! job over the same `claude -p` run straight at the fake, and the memory
+//! of the MCP server with 4 running jobs. Needs the pinned Claude Code CLI
+//! (scripts/install-claude.sh, or LOCALAGENTS_CLAUDE).
+//!
+//! Run: `cargo bench --bench jobs`. Prints a Markdown table.
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn call(
+    c: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &'static str,
+    args: Value,
+) -> Value {
+    let r = c
+        .call_tool(
+            CallToolRequestParams::new(tool).with_arguments(args.as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    let text = r
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async_main());
+}
+
+async fn async_main() {
+    let claude = support::claude::binary();
+    let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        slots: 4,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let work = tmp.path().join("work");
+    let state = tmp.path().join("state");
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n", fake.url())).unwrap();
+
+    let cmd = tokio::process::Command::new(BIN).configure(|c| {
+        c.arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("serve")
+            .env("HOME", &home)
+            .env("LOCALAGENTS_CLAUDE", &claude)
+            .current_dir(&work);
+    });
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    let serve_pid = transport.id().unwrap();
+    let client = ().serve(transport).await.unwrap();
+
+    // 1. run_agent time to return (wait_s 0), 15 jobs one after another.
+    fake.set_script(support::script::text("done"));
+    let mut ret_ms = Vec::new();
+    for _ in 0..15 {
+        let t = Instant::now();
+        let v = call(
+            &client,
+            "run_agent",
+            json!({"task": "Say done.", "model": "gemma3-270m"}),
+        )
+        .await;
+        ret_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        let id = v["id"].as_str().expect("job id").to_string();
+        let w = call(&client, "wait_job", json!({"job_id": id})).await;
+        assert_eq!(w["status"], "succeeded", "{w}");
+    }
+    let idle_rss = rss_kb(serve_pid);
+
+    // 3. memory with 4 running jobs.
+    fake.set_script(support::script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait"}),
+        )],
+        "done",
+    ));
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let v = call(&client, "run_agent", json!({"task": format!("Job {i}: wait."), "model": "gemma3-270m", "allowed_tools": ["Bash"]})).await;
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    let t = Instant::now();
+    loop {
+        let mut busy = 0;
+        for id in &ids {
+            let rec: Value = serde_json::from_slice(
+                &std::fs::read(state.join("jobs").join(id).join("job.json")).unwrap(),
+            )
+            .unwrap();
+            if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
+                busy += 1;
+            }
+        }
+        if busy == 4 || t.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss4 = rss_kb(serve_pid);
+    for id in &ids {
+        call(&client, "cancel_job", json!({"job_id": id})).await;
+    }
+    client.cancel().await.unwrap();
+
+    // 2. Overhead of a whole job over the same claude run straight at the fake.
+    fake.set_script(support::script::write_then_report("o.txt", "x\n"));
+    let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(131072));
+    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    for i in 0..6 {
+        let d = work.join(format!("d{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let cmd = support::claude::command(
+            &home,
+            &d,
+            &env,
+            &[
+                "--model",
+                "gemma3-270m",
+                "--permission-mode",
+                "acceptEdits",
+                "--allowedTools",
+                "Write",
+                "--max-turns",
+                "4",
+            ],
+            "Create o.txt.",
+        );
+        let t = Instant::now();
+        let r = support::claude::run(cmd, Duration::from_secs(60)).await;
+        direct.push(t.elapsed().as_secs_f64());
+        assert_eq!(
+            r.result().map(|r| r["subtype"].clone()),
+            Some("success".into())
+        );
+        let v = work.join(format!("v{i}"));
+        std::fs::create_dir_all(&v).unwrap();
+        let t = Instant::now();
+        let out = tokio::process::Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&state)
+            .args([
+                "run",
+                "--model",
+                "gemma3-270m",
+                "--max-turns",
+                "4",
+                "Create o.txt.",
+            ])
+            .env("HOME", &home)
+            .env("LOCALAGENTS_CLAUDE", &claude)
+            .current_dir(&v)
+            .output()
+            .await
+            .unwrap();
+        via.push(t.elapsed().as_secs_f64());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(Path::new(&v.join("o.txt")).is_file());
+    }
+    let (d50, v50) = (pct(&mut direct, 0.5), pct(&mut via, 0.5));
+
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    println!(
+        "| run_agent time to return (wait_s 0), 15 runs | p50 {:.1} ms, max {:.1} ms | p50 < 100 ms |",
+        pct(&mut ret_ms, 0.5),
+        ret_ms[ret_ms.len() - 1]
+    );
+    println!(
+        "| whole job, 2 turns (Write, then report), 6 runs each: `claude -p` straight at the fake | median {d50:.3} s | |"
+    );
+    println!(
+        "| the same through `localagents run` (probe, shim, job records) | median {v50:.3} s, overhead {:.1}% | < 5% |",
+        (v50 / d50 - 1.0) * 100.0
+    );
+    println!(
+        "| `serve` RSS, idle after 15 jobs | {:.1} MB | |",
+        idle_rss as f64 / 1024.0
+    );
+    println!(
+        "| `serve` RSS with 4 running jobs | {:.1} MB | |",
+        rss4 as f64 / 1024.0
+    );
+}
