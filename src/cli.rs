@@ -68,6 +68,28 @@ pub enum Command {
     Job(JobCommand),
     /// Run a shim for a whole local Claude Code session; prints its URL, then the env for `claude`.
     Shim(ShimArgs),
+    /// Write a starter config if there is none and register the Claude Code plugin.
+    Setup {
+        /// Register this plugin directory (a checkout) instead of a clean copy written to $XDG_DATA_HOME/localagents/plugin.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Check everything a delegated job needs: claude, config, endpoints, templates, git, state dir.
+    Doctor,
+    /// Say what it takes to bring MODEL up; with --run, run its bring_up command and wait.
+    Bringup {
+        /// Model name from the menu.
+        model: String,
+        /// Run the configured bring_up command (detached, logged) and poll until the model is served.
+        #[arg(long)]
+        run: bool,
+        /// Seconds to wait with --run.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Claude Code hooks (the plugin calls these).
+    #[command(subcommand)]
+    Hook(HookCommand),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -100,6 +122,12 @@ pub struct RunCmd {
     /// The task.
     #[arg(required = true, num_args = 1..)]
     pub task: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// UserPromptSubmit: report finished jobs of this project once per session.
+    PromptSubmit,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +205,57 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { json } => status(&ctx, json).await,
         Command::Shim(args) => shim(&ctx, args).await,
         Command::Run(args) => run_job(ctx, args).await,
+        Command::Hook(HookCommand::PromptSubmit) => {
+            if let Some(out) = crate::hook::prompt_submit(&ctx.state_dir) {
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{out}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Setup { root } => {
+            let mut out = anstream::stdout().lock();
+            Ok(ExitCode::from(crate::setup::setup(
+                &ctx,
+                root.as_deref(),
+                &mut out,
+            )?))
+        }
+        Command::Doctor => {
+            let checks = crate::setup::doctor(&ctx).await;
+            let mut out = anstream::stdout().lock();
+            let mut failed = false;
+            for (lvl, msg) in checks {
+                let tag = match lvl {
+                    crate::setup::Level::Ok => format!("{GREEN}ok  {GREEN:#}"),
+                    crate::setup::Level::Warn => format!("{YELLOW}warn{YELLOW:#}"),
+                    crate::setup::Level::Fail => {
+                        failed = true;
+                        format!("{RED}fail{RED:#}")
+                    }
+                };
+                writeln!(out, "{tag}  {msg}")?;
+            }
+            Ok(if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Bringup {
+            model,
+            run,
+            timeout,
+        } => {
+            let code = crate::setup::bringup(
+                &ctx,
+                &model,
+                run,
+                std::time::Duration::from_secs(timeout),
+                &mut std::io::stdout(),
+            )
+            .await?;
+            Ok(ExitCode::from(code))
+        }
         Command::Jobs {
             json,
             status,

@@ -16,11 +16,14 @@
 //! - [`mcp`]: the MCP server on stdio.
 //! - [`cli`]: argument parsing and human-readable output.
 //! - [`session_env`]: the env that points Claude Code at a shim.
+//! - [`hook`]: the prompt hook that reports finished jobs.
+//! - [`setup`]: setup, doctor and bringup.
 //! - [`paths`]: XDG dirs and atomic writes.
 
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod hook;
 pub mod jobs;
 pub mod mcp;
 pub mod paths;
@@ -28,5 +31,6 @@ pub mod probe;
 pub mod registry;
 pub mod runner;
 pub mod session_env;
+pub mod setup;
 pub mod shim;
 pub mod worktree;

@@ -110,6 +110,9 @@ pub fn launch(
     if let Some(session) = s.resume_session {
         args.extend(["--resume".into(), session.to_string()]);
     }
+    // `--`: a variadic option must not swallow the task, and a task that
+    // starts with `-` must not be read as an option.
+    args.push("--".into());
     args.push(task.to_string());
 
     let mut env = crate::session_env::session_env(base_url, s.served_id, s.window);

@@ -7,6 +7,7 @@ mod config;
 mod fold_prop;
 mod jobs;
 mod mcp_stdio;
+mod plugin;
 mod probe;
 mod real_claude;
 mod shim;

@@ -56,7 +56,8 @@ pub fn command(
     }
     c.args(["-p", "--output-format", "stream-json", "--verbose"]);
     c.args(args);
-    c.arg(prompt);
+    // `--` so a variadic option (--allowedTools) cannot swallow the prompt.
+    c.arg("--").arg(prompt);
     c
 }
 

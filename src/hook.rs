@@ -1,0 +1,216 @@
+//! The `UserPromptSubmit` hook: put finished background jobs into the next
+//! turn, so Claude reviews what its delegates did.
+//!
+//! It reads the hook's stdin JSON, finds jobs of this project (the hook's
+//! cwd) that ended in the last 24 hours and were not yet reported to this
+//! `session_id`, and prints `hookSpecificOutput.additionalContext`: one plain
+//! factual line per job (at most 5, newest first). Each job is reported once
+//! per session: a marker file `<state>/hook/<session>/<job>` is created with
+//! `create_new`, which the filesystem makes atomic, so two hooks running at
+//! once never report the same job twice.
+//!
+//! It must never block or garble a prompt: it always exits 0, prints nothing
+//! when there is nothing new or its input is bad, and does no network I/O.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::jobs::{Status, Store, valid_id};
+
+/// How far back a finished job is still news.
+const WINDOW_H: i64 = 24;
+/// At most this many lines per prompt.
+const MAX_LINES: usize = 5;
+
+#[derive(Deserialize)]
+struct Input {
+    session_id: String,
+    cwd: Option<PathBuf>,
+}
+
+/// The few record fields the hook needs (cheaper than the whole record).
+#[derive(Deserialize)]
+struct Brief {
+    id: String,
+    served_id: String,
+    status: Status,
+    finished: Option<String>,
+    elapsed_s: Option<f64>,
+    origin_cwd: PathBuf,
+    #[serde(default)]
+    files_changed: Vec<String>,
+    worktree: Option<BriefWorktree>,
+}
+
+#[derive(Deserialize)]
+struct BriefWorktree {
+    branch: String,
+    kept: bool,
+}
+
+fn duration(s: f64) -> String {
+    let s = s.round() as u64;
+    if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn line(b: &Brief) -> String {
+    let n = b.files_changed.len();
+    let files = match (&b.worktree, n) {
+        (Some(w), _) if w.kept => format!("{n} files changed in worktree branch {}", w.branch),
+        (Some(_), _) => "no changes (worktree removed)".to_string(),
+        (None, 1) => "1 file changed".to_string(),
+        (None, n) => format!("{n} files changed"),
+    };
+    let review = if b.worktree.as_ref().is_some_and(|w| w.kept) {
+        "job_status or job_diff"
+    } else {
+        "job_status"
+    };
+    format!(
+        "localagents job {} ({}) finished: {} in {}, {files}; review with {review}.",
+        b.id,
+        b.served_id,
+        b.status.as_str(),
+        duration(b.elapsed_s.unwrap_or(0.0))
+    )
+}
+
+fn session_dir(state: &Path, session: &str) -> Option<PathBuf> {
+    // Session ids are UUIDs; anything else is hashed into a safe name.
+    let safe = if !session.is_empty()
+        && session.len() <= 128
+        && session
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        session.to_string()
+    } else {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in session.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        format!("h{h:016x}")
+    };
+    Some(state.join("hook").join(safe))
+}
+
+/// The lines to report for this hook input, marking each as reported.
+pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
+    let Ok(inp) = serde_json::from_slice::<Input>(input) else {
+        return Vec::new();
+    };
+    let Some(cwd) = inp.cwd.or_else(|| std::env::current_dir().ok()) else {
+        return Vec::new();
+    };
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let Some(sdir) = session_dir(state_dir, &inp.session_id) else {
+        return Vec::new();
+    };
+    let store = Store::new(state_dir);
+    let now = chrono::Utc::now();
+    // Ids start with their creation time: skip old ones without reading them.
+    let oldest = (now - chrono::Duration::hours(WINDOW_H * 2))
+        .format("%Y%m%d-%H%M%S")
+        .to_string();
+    let mut out = Vec::new();
+    for id in store.ids() {
+        if id.as_str() < oldest.as_str() {
+            break; // newest first: the rest are older
+        }
+        if out.len() >= MAX_LINES || !valid_id(&id) || sdir.join(&id).exists() {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(store.root.join(&id).join("job.json")) else {
+            continue;
+        };
+        let Ok(b) = serde_json::from_slice::<Brief>(&bytes) else {
+            continue;
+        };
+        if !b.status.terminal()
+            || !(b.origin_cwd == cwd
+                || cwd.starts_with(&b.origin_cwd)
+                || b.origin_cwd.starts_with(&cwd))
+        {
+            continue;
+        }
+        let recent = b
+            .finished
+            .as_deref()
+            .and_then(|f| chrono::DateTime::parse_from_rfc3339(f).ok())
+            .is_some_and(|f| now.signed_duration_since(f) < chrono::Duration::hours(WINDOW_H));
+        if !recent {
+            continue;
+        }
+        if std::fs::create_dir_all(&sdir).is_err() {
+            return out;
+        }
+        // Only the hook that creates the marker reports the job.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(sdir.join(&b.id))
+        {
+            Ok(_) => out.push(line(&b)),
+            Err(_) => continue,
+        }
+    }
+    out
+}
+
+/// Run the hook: stdin in, JSON (or nothing) out. Never fails.
+pub fn prompt_submit(state_dir: &Path) -> Option<String> {
+    let mut input = Vec::new();
+    // Bounded read: a hook input is small.
+    let _ = std::io::stdin()
+        .take(4 * 1024 * 1024)
+        .read_to_end(&mut input);
+    let lines = report(state_dir, &input);
+    if lines.is_empty() {
+        return None;
+    }
+    Some(
+        json!({
+            "hookSpecificOutput": {
+                "hookEventName": "UserPromptSubmit",
+                "additionalContext": lines.join("\n"),
+            }
+        })
+        .to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_reports_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        for input in [
+            &b""[..],
+            b"not json",
+            b"{}",
+            b"{\"session_id\": 5}",
+            b"\xff\xfe",
+        ] {
+            assert!(report(tmp.path(), input).is_empty());
+        }
+    }
+
+    #[test]
+    fn session_ids_become_safe_names() {
+        let d = session_dir(Path::new("/s"), "../../etc").unwrap();
+        assert!(d.starts_with("/s/hook") && !d.to_string_lossy().contains(".."));
+        assert_eq!(
+            session_dir(Path::new("/s"), "abc-123").unwrap(),
+            Path::new("/s/hook/abc-123")
+        );
+    }
+}

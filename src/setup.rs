@@ -1,0 +1,474 @@
+//! One-time setup, health checks, and bringing a model up on request.
+//!
+//! `setup` is the one install command after `cargo install`: a starter
+//! config if there is none, and the plugin registered with Claude Code.
+//! `doctor` checks everything a delegated job needs, each line `ok`, `warn`
+//! or `fail` with the fix. `bringup` runs a model's configured `bring_up`
+//! command detached, logging to the state dir, and polls until the model is
+//! served; localagents never starts a server unless the user asks this way.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::api::Context;
+use crate::config;
+use crate::probe;
+use crate::registry;
+
+/// The starter config written by `setup`.
+pub const EXAMPLE_CONFIG: &str = include_str!("../models.example.yaml");
+
+/// The plugin's files, built into the binary. `setup` writes them to a
+/// clean directory of their own and registers that: Claude Code's install
+/// copies the whole marketplace directory, git-ignored files included (a
+/// known Claude Code issue), which for a checkout with a `target/` means
+/// gigabytes of build output.
+pub const PLUGIN_FILES: &[(&str, &str, bool)] = &[
+    (
+        ".claude-plugin/plugin.json",
+        include_str!("../.claude-plugin/plugin.json"),
+        false,
+    ),
+    (
+        ".claude-plugin/marketplace.json",
+        include_str!("../.claude-plugin/marketplace.json"),
+        false,
+    ),
+    (
+        "plugin/localagents",
+        include_str!("../plugin/localagents"),
+        true,
+    ),
+    ("bin/localagents", include_str!("../bin/localagents"), true),
+    (
+        "hooks/hooks.json",
+        include_str!("../hooks/hooks.json"),
+        false,
+    ),
+    (
+        "commands/local-status.md",
+        include_str!("../commands/local-status.md"),
+        false,
+    ),
+    (
+        "commands/local-bringup.md",
+        include_str!("../commands/local-bringup.md"),
+        false,
+    ),
+    (
+        "commands/local-jobs.md",
+        include_str!("../commands/local-jobs.md"),
+        false,
+    ),
+    (
+        "skills/local-agents/SKILL.md",
+        include_str!("../skills/local-agents/SKILL.md"),
+        false,
+    ),
+    (
+        "skills/local-agents/reference.md",
+        include_str!("../skills/local-agents/reference.md"),
+        false,
+    ),
+    ("LICENSE", include_str!("../LICENSE"), false),
+];
+
+/// Write the plugin files under `dir` (overwriting: idempotent).
+pub fn write_plugin_files(dir: &Path) -> std::io::Result<()> {
+    for (rel, body, exec) in PLUGIN_FILES {
+        let path = dir.join(rel);
+        crate::paths::write_atomic(&path, body.as_bytes())?;
+        #[cfg(unix)]
+        if *exec {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where `setup` keeps its clean copy of the plugin.
+pub fn plugin_copy_dir() -> Option<PathBuf> {
+    use etcetera::BaseStrategy;
+    etcetera::choose_base_strategy()
+        .ok()
+        .map(|s| s.data_dir().join("localagents").join("plugin"))
+}
+
+/// Where the plugin files are: `--root` (a checkout, for development), else
+/// a clean copy written from the binary.
+pub fn plugin_root(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return p
+            .join(".claude-plugin/plugin.json")
+            .is_file()
+            .then(|| p.to_path_buf());
+    }
+    let dir = plugin_copy_dir()?;
+    write_plugin_files(&dir).ok()?;
+    Some(dir)
+}
+
+fn claude_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LOCALAGENTS_CLAUDE")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+    {
+        return Some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("claude"))
+        .find(|p| p.is_file())
+}
+
+fn run_claude(bin: &Path, args: &[&str]) -> (bool, String) {
+    match Command::new(bin).args(args).stdin(Stdio::null()).output() {
+        Ok(o) => {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            (o.status.success(), text.trim().to_string())
+        }
+        Err(e) => (false, e.to_string()),
+    }
+}
+
+/// `localagents setup`. Returns the exit code.
+pub fn setup(ctx: &Context, root: Option<&Path>, out: &mut impl Write) -> std::io::Result<u8> {
+    let mut code = 0;
+    // 1. A starter config, only if there is none.
+    let d = ctx.discovery();
+    let existing: Vec<PathBuf> = d.candidates().into_iter().filter(|p| p.is_file()).collect();
+    if let Some(first) = existing.first() {
+        writeln!(out, "config: {} exists; left as is", first.display())?;
+    } else {
+        let target = ctx
+            .explicit_config
+            .clone()
+            .or_else(|| crate::paths::config_dir().map(|c| c.join("models.yaml")));
+        match target {
+            Some(t) => {
+                crate::paths::write_atomic(&t, EXAMPLE_CONFIG.as_bytes())?;
+                writeln!(
+                    out,
+                    "config: wrote a starter {} (edit base_url to point at your server)",
+                    t.display()
+                )?;
+            }
+            None => writeln!(out, "config: no config dir is known; pass --config FILE")?,
+        }
+    }
+    // 2. The plugin, if Claude Code is here.
+    match (claude_bin(), plugin_root(root)) {
+        (None, _) => {
+            writeln!(
+                out,
+                "plugin: the claude CLI is not on PATH; install Claude Code (npm install -g @anthropic-ai/claude-code), then run `localagents setup` again"
+            )?;
+        }
+        (Some(_), None) => {
+            code = 1;
+            writeln!(
+                out,
+                "plugin: cannot write the plugin files (no data dir, or --root has no .claude-plugin/plugin.json); pass --root <a localagents checkout>"
+            )?;
+        }
+        (Some(bin), Some(root)) => {
+            let root_s = root.display().to_string();
+            let (ok, text) = run_claude(&bin, &["plugin", "marketplace", "add", &root_s]);
+            if ok {
+                writeln!(out, "plugin: marketplace localagents added from {root_s}")?;
+            } else if text.to_lowercase().contains("already") {
+                writeln!(out, "plugin: marketplace localagents already added")?;
+            } else {
+                code = 1;
+                writeln!(
+                    out,
+                    "plugin: `claude plugin marketplace add {root_s}` failed: {text}"
+                )?;
+            }
+            let (ok, text) = run_claude(&bin, &["plugin", "install", "localagents@localagents"]);
+            if ok {
+                writeln!(
+                    out,
+                    "plugin: localagents@localagents installed (or already installed)"
+                )?;
+            } else if text.to_lowercase().contains("already") {
+                writeln!(out, "plugin: localagents@localagents already installed")?;
+            } else {
+                code = 1;
+                writeln!(
+                    out,
+                    "plugin: `claude plugin install localagents@localagents` failed: {text}"
+                )?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "next: start your llama-server or vLLM, run `localagents doctor`, then restart Claude Code and ask it to \"use the local agent to …\""
+    )?;
+    Ok(code)
+}
+
+/// One doctor finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// `localagents doctor`: every check, in order.
+pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
+    let mut out = Vec::new();
+    match claude_bin() {
+        Some(bin) => {
+            let (ok, v) = run_claude(&bin, &["--version"]);
+            if ok {
+                out.push((Level::Ok, format!("claude CLI {} ({})", v.lines().next().unwrap_or(""), bin.display())));
+            } else {
+                out.push((Level::Fail, format!("{} --version failed ({v}): reinstall Claude Code (npm install -g @anthropic-ai/claude-code)", bin.display())));
+            }
+        }
+        None => out.push((Level::Fail, "the claude CLI is not on PATH: install Claude Code (npm install -g @anthropic-ai/claude-code) or set LOCALAGENTS_CLAUDE".into())),
+    }
+    let loaded = match config::load(&ctx.discovery()) {
+        Ok(l) => l,
+        Err(e) => {
+            out.push((Level::Fail, format!("config: {e}")));
+            return finish(ctx, out);
+        }
+    };
+    if loaded.files.is_empty() {
+        out.push((Level::Warn, "config: no models.yaml; using the built-in endpoint at http://127.0.0.1:8080 (run `localagents setup` for a starter file)".into()));
+    } else {
+        let files: Vec<String> = loaded
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        out.push((Level::Ok, format!("config: {}", files.join(" + "))));
+    }
+    for w in &loaded.warnings {
+        out.push((Level::Warn, format!("config: {w}")));
+    }
+    for st in probe::probe_all(&loaded.config).await {
+        if !st.up {
+            out.push((
+                Level::Fail,
+                format!(
+                    "endpoint {}: {}",
+                    st.name,
+                    st.error.clone().unwrap_or_default()
+                ),
+            ));
+            continue;
+        }
+        let models: Vec<String> = st
+            .models
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} ({})",
+                    m.id,
+                    m.context
+                        .map(|c| format!("{c}/slot"))
+                        .unwrap_or_else(|| "window unknown".into())
+                )
+            })
+            .collect();
+        let small = st
+            .models
+            .iter()
+            .any(|m| m.context.is_some_and(|c| c < probe::SMALL_WINDOW));
+        let lvl = if small { Level::Warn } else { Level::Ok };
+        let extra = if small {
+            "; under 128k per slot Claude Code compacts constantly: raise -c or lower --parallel"
+        } else {
+            ""
+        };
+        out.push((
+            lvl,
+            format!(
+                "endpoint {} ({}): up, serves {}{extra}",
+                st.name,
+                st.backend,
+                models.join(", ")
+            ),
+        ));
+        match st.chat_template.as_ref().and_then(|c| c.supports_system_role) {
+            Some(true) => out.push((Level::Ok, format!("endpoint {}: chat template takes a leading system message (mid-conversation ones are folded by the shim)", st.name))),
+            Some(false) => out.push((Level::Warn, format!("endpoint {}: chat template has no system role; llama.cpp merges Claude Code's system prompt into the first user turn: prefer a template with one (--chat-template-file)", st.name))),
+            None => {}
+        }
+        if st.backend == "llama.cpp" && !st.metrics {
+            out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
+        }
+    }
+    finish(ctx, out)
+}
+
+fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> {
+    match Command::new("git").arg("--version").output() {
+        Ok(o) if o.status.success() => out.push((Level::Ok, String::from_utf8_lossy(&o.stdout).trim().to_string())),
+        _ => out.push((Level::Warn, "git is not on PATH: delegates cannot commit or inspect history (worktree isolation itself works without it)".into())),
+    }
+    let probe_file = ctx.state_dir.join(".doctor");
+    match crate::paths::write_atomic(&probe_file, b"ok") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe_file);
+            out.push((
+                Level::Ok,
+                format!("state dir {} is writable", ctx.state_dir.display()),
+            ));
+        }
+        Err(e) => out.push((
+            Level::Fail,
+            format!(
+                "state dir {} is not writable ({e}): fix its permissions or pass --state-dir",
+                ctx.state_dir.display()
+            ),
+        )),
+    }
+    out
+}
+
+/// `localagents bringup MODEL [--run]`. Returns the exit code.
+pub async fn bringup(
+    ctx: &Context,
+    model: &str,
+    run: bool,
+    timeout: Duration,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    let loaded = match config::load(&ctx.discovery()) {
+        Ok(l) => l,
+        Err(e) => {
+            writeln!(out, "config error: {e}")?;
+            return Ok(2);
+        }
+    };
+    let cfg = loaded.config.clone();
+    let probes = probe::probe_all(&cfg).await;
+    if let Ok(r) = registry::resolve(&cfg, &probes, Some(model), None) {
+        writeln!(
+            out,
+            "{model} is already served: {} on `{}` (window {})",
+            r.served_id,
+            r.endpoint,
+            r.context
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "unknown".into())
+        )?;
+        return Ok(0);
+    }
+    let entry = cfg.model(model);
+    let host = entry
+        .and_then(|e| e.host.clone())
+        .unwrap_or_else(|| "its host".into());
+    let notes = entry.and_then(|e| e.notes.clone());
+    let Some(cmd) = entry.and_then(|e| e.bring_up.clone()) else {
+        writeln!(
+            out,
+            "{model} is not running and has no bring_up command on file. The user must start it on {host}{}. (To let localagents start it on request, add `bring_up: <command>` under models.{model} in models.yaml.)",
+            notes
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        )?;
+        return Ok(if run { 1 } else { 0 });
+    };
+    if !run {
+        writeln!(
+            out,
+            "{model} is not running. It lives on {host}{}.",
+            notes
+                .as_deref()
+                .map(|n| format!("; notes: {n}"))
+                .unwrap_or_default()
+        )?;
+        writeln!(out, "bring_up on file: {cmd}")?;
+        writeln!(out, "run it with: localagents bringup {model} --run")?;
+        return Ok(0);
+    }
+    let dir = ctx.state_dir.join("bringup");
+    std::fs::create_dir_all(&dir)?;
+    let safe: String = model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let log = dir.join(format!(
+        "{safe}-{}.log",
+        chrono::Local::now().format("%Y%m%d-%H%M%S")
+    ));
+    let f = std::fs::File::create(&log)?;
+    let f2 = f.try_clone()?;
+    let mut c = tokio::process::Command::new("sh");
+    c.arg("-c")
+        .arg(&cmd)
+        .stdin(Stdio::null())
+        .stdout(f)
+        .stderr(f2);
+    #[cfg(unix)]
+    c.process_group(0);
+    let mut child = c.spawn()?;
+    writeln!(
+        out,
+        "started `{cmd}` (pid {}), logging to {}",
+        child.id().unwrap_or(0),
+        log.display()
+    )?;
+    let started = Instant::now();
+    let tail = |log: &Path| -> String {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        probe::invalidate();
+        let probes = probe::probe_all(&cfg).await;
+        if let Ok(r) = registry::resolve(&cfg, &probes, Some(model), None) {
+            writeln!(
+                out,
+                "{model} is up: {} on `{}` after {:.0}s",
+                r.served_id,
+                r.endpoint,
+                started.elapsed().as_secs_f64()
+            )?;
+            return Ok(0);
+        }
+        if let Ok(Some(status)) = child.try_wait()
+            && !status.success()
+        {
+            writeln!(
+                out,
+                "the bring_up command failed ({status}); last lines of {}:\n{}",
+                log.display(),
+                tail(&log)
+            )?;
+            return Ok(1);
+        }
+        if started.elapsed() > timeout {
+            writeln!(
+                out,
+                "{model} is still not served after {}s; last lines of {}:\n{}",
+                timeout.as_secs(),
+                log.display(),
+                tail(&log)
+            )?;
+            return Ok(1);
+        }
+    }
+}

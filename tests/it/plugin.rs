@@ -1,0 +1,612 @@
+//! The plugin bundle with the real Claude Code CLI in a temporary HOME:
+//! validation, marketplace install, MCP and delegation through the real
+//! client, the prompt hook, `/local-status`, and the launcher.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::script::{self, Reply};
+use crate::support::{claude, fake_llama};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+const TOOL: &str = "mcp__plugin_localagents_localagents__";
+
+fn claude_cmd(home: &Path) -> Command {
+    let mut c = Command::new(claude::binary());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    c
+}
+
+#[test]
+fn plugin_validates_strictly_and_versions_match() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = claude_cmd(tmp.path())
+        .args(["plugin", "validate", ROOT, "--strict"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Validation passed"), "{text}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join(".claude-plugin/plugin.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["version"],
+        env!("CARGO_PKG_VERSION"),
+        "plugin.json and Cargo.toml versions"
+    );
+    assert_eq!(manifest["name"], "localagents");
+}
+
+/// A checkout as a fresh clone has it: the files git knows, no `target/`.
+fn clean_checkout(dest: &Path) {
+    let out = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    for rel in out.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let rel = std::str::from_utf8(rel).unwrap();
+        let (from, to) = (Path::new(ROOT).join(rel), dest.join(rel));
+        if from.is_file() {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_binary_embeds_every_plugin_file() {
+    let embedded: Vec<&str> = localagents::setup::PLUGIN_FILES
+        .iter()
+        .map(|f| f.0)
+        .collect();
+    for dir in [
+        ".claude-plugin",
+        "plugin",
+        "bin",
+        "hooks",
+        "commands",
+        "skills/local-agents",
+    ] {
+        for e in std::fs::read_dir(Path::new(ROOT).join(dir)).unwrap() {
+            let rel = format!("{dir}/{}", e.unwrap().file_name().to_string_lossy());
+            assert!(
+                embedded.contains(&rel.as_str()),
+                "{rel} is not in setup::PLUGIN_FILES"
+            );
+        }
+    }
+    for (rel, body, _) in localagents::setup::PLUGIN_FILES {
+        assert_eq!(
+            &std::fs::read_to_string(Path::new(ROOT).join(rel)).unwrap(),
+            body,
+            "{rel}"
+        );
+    }
+}
+
+#[test]
+fn setup_writes_config_and_registers_the_plugin_idempotently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = || {
+        Command::new(BIN)
+            .arg("setup")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", tmp.path())
+            .env("LOCALAGENTS_CLAUDE", claude::binary())
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let t = Instant::now();
+    let o = run();
+    let took = t.elapsed();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("wrote a starter"), "{text}");
+    assert!(tmp.path().join(".config/localagents/models.yaml").is_file());
+    assert!(
+        tmp.path()
+            .join(".local/share/localagents/plugin/plugin/localagents")
+            .is_file()
+    );
+    let o = run();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("left as is"), "{text}");
+    let list = claude_cmd(tmp.path())
+        .args(["plugin", "list", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let entry = v
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|p| p.to_string().contains("localagents@localagents"))
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(entry["enabled"], true, "{v}");
+    eprintln!("localagents setup (config + marketplace add + install) took {took:?}");
+}
+
+#[test]
+fn marketplace_add_then_install_enables_the_plugin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = tmp.path().join("checkout");
+    clean_checkout(&checkout);
+    let add = claude_cmd(tmp.path())
+        .args(["plugin", "marketplace", "add"])
+        .arg(&checkout)
+        .output()
+        .unwrap();
+    assert!(
+        add.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&add.stdout),
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let t = Instant::now();
+    let inst = claude_cmd(tmp.path())
+        .args(["plugin", "install", "localagents@localagents"])
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(
+        inst.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&inst.stdout),
+        String::from_utf8_lossy(&inst.stderr)
+    );
+    let list = claude_cmd(tmp.path())
+        .args(["plugin", "list", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&list.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&list.stdout)));
+    let text = v.to_string();
+    assert!(text.contains("localagents@localagents"), "{text}");
+    let entry = v
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|p| p.to_string().contains("localagents@localagents"))
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(entry["enabled"], true, "{entry}");
+    eprintln!("plugin install took {took:?}");
+}
+
+#[test]
+fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
+    let launcher = Path::new(ROOT).join("plugin/localagents");
+    let tmp = tempfile::tempdir().unwrap();
+    let bare_path = "/usr/bin:/bin";
+    let run = |envs: &[(&str, String)], path: &str, root: &Path| {
+        let mut c = Command::new(&launcher);
+        c.arg("--version")
+            .env_clear()
+            .env("PATH", path)
+            .env("CLAUDE_PLUGIN_ROOT", root);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let empty_root = tmp.path().join("root");
+    std::fs::create_dir_all(&empty_root).unwrap();
+    // 1. $LOCALAGENTS_BIN
+    let o = run(&[("LOCALAGENTS_BIN", BIN.into())], bare_path, &empty_root);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "));
+    // 2. PATH
+    let pathdir = tmp.path().join("pathbin");
+    std::fs::create_dir_all(&pathdir).unwrap();
+    std::os::unix::fs::symlink(BIN, pathdir.join("localagents")).unwrap();
+    let o = run(
+        &[],
+        &format!("{}:{bare_path}", pathdir.display()),
+        &empty_root,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // 3. ${CLAUDE_PLUGIN_DATA}/bin
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("bin")).unwrap();
+    std::os::unix::fs::symlink(BIN, data.join("bin/localagents")).unwrap();
+    let o = run(
+        &[("CLAUDE_PLUGIN_DATA", data.display().to_string())],
+        bare_path,
+        &empty_root,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // 4. ${CLAUDE_PLUGIN_ROOT}/target/release
+    let built_root = tmp.path().join("built");
+    std::fs::create_dir_all(built_root.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(BIN, built_root.join("target/release/localagents")).unwrap();
+    let o = run(&[], bare_path, &built_root);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // None: non-zero, the install hint on stderr, nothing on stdout.
+    let o = run(&[], bare_path, &empty_root);
+    assert!(!o.status.success());
+    assert!(
+        o.stdout.is_empty(),
+        "stdout is MCP: {:?}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cargo install --locked --path") && err.contains("localagents setup"),
+        "{err}"
+    );
+}
+
+/// Finished job records for the hook, written as the job manager writes them.
+fn fake_finished_job(state: &Path, cwd: &Path, n: u32, finished_ago_s: i64) -> String {
+    let created = chrono::Utc::now() - chrono::Duration::seconds(finished_ago_s + 100);
+    let id = format!(
+        "{}-{:08x}",
+        created.format("%Y%m%d-%H%M%S"),
+        0xa0000000u32 + n
+    );
+    let dir = state.join("jobs").join(&id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let finished = (chrono::Utc::now() - chrono::Duration::seconds(finished_ago_s)).to_rfc3339();
+    let rec = json!({
+        "id": id, "task": "t", "model": "qwen3.8-27b", "served_id": "qwen3.8-27b", "endpoint": "box", "base_url": "http://x",
+        "cwd": cwd, "origin_cwd": cwd, "isolation": "worktree", "status": "succeeded", "created": created.to_rfc3339(),
+        "started": created.to_rfc3339(), "finished": finished, "elapsed_s": 192.0, "session_id": "s", "result": "done", "error": null,
+        "num_turns": 4, "tool_calls": 6, "usage": {"input": 1, "cache_read": 2, "output": 3},
+        "files_touched": [], "files_changed": ["a", "b", "c", "d"],
+        "worktree": {"path": "/tmp/wt", "branch": format!("local-agent/{id}"), "base": "abc", "repo": "/tmp", "kept": true, "diffstat": "4 files changed, +10 -2", "files": [], "note": null},
+        "last_activity": null, "log_dir": dir, "context": 131072, "metrics": null, "queued_note": null,
+        "permission_mode": "acceptEdits", "max_turns": 60, "timeout_s": 1800, "allowed_tools": [], "disallowed_tools": [],
+        "system_prompt_append": null, "resumed_from": null, "pid": null, "owner_pid": 1
+    });
+    std::fs::write(dir.join("job.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
+    id
+}
+
+fn hook(state: &Path, stdin: &str) -> (Option<i32>, String) {
+    let mut c = Command::new(BIN)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["hook", "prompt-submit"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn hook_reports_each_finished_job_once_per_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let proj = tmp.path().join("proj");
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let proj = proj.canonicalize().unwrap();
+    let id = fake_finished_job(&state, &proj, 1, 30);
+    fake_finished_job(&state, &other.canonicalize().unwrap(), 2, 30);
+    fake_finished_job(&state, &proj, 3, 3 * 24 * 3600); // long ago
+    let input = json!({"session_id": "11111111-2222-3333-4444-555555555555", "cwd": proj, "hook_event_name": "UserPromptSubmit", "prompt": "hi"}).to_string();
+    let (code, out) = hook(&state, &input);
+    assert_eq!(code, Some(0));
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["hookSpecificOutput"]["hookEventName"], "UserPromptSubmit");
+    let ctx = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        ctx,
+        format!(
+            "localagents job {id} (qwen3.8-27b) finished: succeeded in 3m12s, 4 files changed in worktree branch local-agent/{id}; review with job_status or job_diff."
+        )
+    );
+    let (code, out) = hook(&state, &input);
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), ""),
+        "reported once per session"
+    );
+    // Another session hears about it too.
+    let other_session = input.replace("11111111", "99999999");
+    assert!(hook(&state, &other_session).1.contains(&id));
+    // Bad input: exit 0, no output.
+    for bad in ["", "not json", "{\"cwd\": 5}", "\u{0}\u{1}"] {
+        assert_eq!(hook(&state, bad), (Some(0), String::new()), "{bad:?}");
+    }
+}
+
+/// A top-level "Claude" played by a fake, and the localagents plugin loaded
+/// with --plugin-dir, its MCP server pointed at a local fake llama.cpp.
+struct Session {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    work: PathBuf,
+    state: PathBuf,
+    cfg: PathBuf,
+    top: fake_llama::FakeLlama,
+    local: fake_llama::FakeLlama,
+}
+
+async fn session() -> Session {
+    let top = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "top-model".into(),
+        ..Default::default()
+    })
+    .await;
+    let local = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("work"),
+        tmp.path().join("state"),
+    );
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n", local.url())).unwrap();
+    let work = work.canonicalize().unwrap();
+    Session {
+        _tmp: tmp,
+        home,
+        work,
+        state,
+        cfg,
+        top,
+        local,
+    }
+}
+
+impl Session {
+    fn claude(&self, prompt: &str, extra: &[&str]) -> tokio::process::Command {
+        let env: Vec<(String, String)> = vec![
+            ("ANTHROPIC_BASE_URL".into(), self.top.url().to_string()),
+            ("LOCALAGENTS_BIN".into(), BIN.into()),
+            ("LOCALAGENTS_CONFIG".into(), self.cfg.display().to_string()),
+            (
+                "LOCALAGENTS_STATE_DIR".into(),
+                self.state.display().to_string(),
+            ),
+            (
+                "LOCALAGENTS_CLAUDE".into(),
+                claude::binary().display().to_string(),
+            ),
+            ("MCP_TIMEOUT".into(), "20000".into()),
+        ];
+        let mut args = vec!["--model", "top-model", "--plugin-dir", ROOT];
+        args.extend_from_slice(extra);
+        claude::command(&self.home, &self.work, &env, &args, prompt)
+    }
+}
+
+fn tool_result_text(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_client_calls_list_models_through_the_plugin() {
+    let s = session().await;
+    let name = format!("{TOOL}list_models");
+    let n2 = name.clone();
+    s.top.set_script(Arc::new(move |req| {
+        if script::tool_results(req) == 0 {
+            Reply::Tool {
+                name: n2.clone(),
+                input: json!({}),
+            }
+        } else {
+            Reply::Text("Listed.".into())
+        }
+    }));
+    let run = claude::run(
+        s.claude("What local models are up?", &["--allowedTools", &name]),
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    let bodies = s.top.bodies();
+    // (2.1.328 lists MCP tools as deferred, behind ToolSearch; calling one
+    // by name works all the same.)
+    let result = tool_result_text(bodies.last().unwrap());
+    assert!(
+        result.contains("\\\"name\\\":\\\"box\\\"")
+            && result.contains("gemma3-270m")
+            && result.contains("\\\"up\\\":true"),
+        "{result}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_client_delegates_with_run_agent_and_wait_job() {
+    let s = session().await;
+    s.local.set_script(script::write_then_report(
+        "delegated.txt",
+        "made by the delegate\n",
+    ));
+    let (run_agent, wait_job) = (format!("{TOOL}run_agent"), format!("{TOOL}wait_job"));
+    let (r2, w2) = (run_agent.clone(), wait_job.clone());
+    s.top
+        .set_script(Arc::new(move |req| match script::tool_results(req) {
+            0 => Reply::Tool {
+                name: r2.clone(),
+                input: json!({"task": "Create delegated.txt.", "model": "gemma3-270m"}),
+            },
+            1 => {
+                // Take the job id from the run_agent result.
+                let text = tool_result_text(req);
+                let id = text
+                    .split("\\\"id\\\":\\\"")
+                    .nth(1)
+                    .and_then(|r| r.split("\\\"").next())
+                    .unwrap_or("missing")
+                    .to_string();
+                Reply::Tool {
+                    name: w2.clone(),
+                    input: json!({"job_id": id, "timeout_s": 60}),
+                }
+            }
+            _ => Reply::Text("Reviewed.".into()),
+        }));
+    let tools = format!("{run_agent},{wait_job}");
+    let run = claude::run(
+        s.claude(
+            "Use the local agent to create delegated.txt.",
+            &["--allowedTools", &tools],
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("delegated.txt")).unwrap(),
+        "made by the delegate\n"
+    );
+    let last = tool_result_text(s.top.bodies().last().unwrap());
+    assert!(last.contains("succeeded"), "{last}");
+    assert_eq!(
+        s.local
+            .state
+            .system_entries_seen
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_puts_a_finished_job_into_the_next_prompt_once() {
+    let s = session().await;
+    let id = fake_finished_job(&s.state, &s.work, 7, 20);
+    s.top.set_script(script::text("ok"));
+    let run = claude::run(s.claude("first prompt", &[]), Duration::from_secs(60)).await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    let first = s.top.bodies()[0].to_string();
+    assert_eq!(
+        first.matches(&format!("localagents job {id}")).count(),
+        1,
+        "{first}"
+    );
+    let session_id = run.result().unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let n_before = s.top.bodies().len();
+    let run = claude::run(
+        s.claude("second prompt", &["--resume", &session_id]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    let second = &s.top.bodies()[n_before];
+    let last_user = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap()
+        .to_string();
+    assert!(last_user.contains("second prompt"), "{last_user}");
+    assert!(
+        !last_user.contains(&id),
+        "the second prompt does not carry it again: {last_user}"
+    );
+    assert!(
+        second
+            .to_string()
+            .matches(&format!("localagents job {id}"))
+            .count()
+            <= 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_status_expands_with_the_status_output() {
+    let s = session().await;
+    s.top.set_script(script::text("Summary."));
+    let run = claude::run(s.claude("/local-status", &[]), Duration::from_secs(60)).await;
+    assert_eq!(
+        run.result().map(|r| r["subtype"].clone()),
+        Some("success".into()),
+        "{}",
+        run.stderr
+    );
+    let body = s.top.bodies()[0].to_string();
+    assert!(
+        body.contains("gemma3-270m (131072/slot)"),
+        "the `!` line ran: {body}"
+    );
+    assert!(body.contains("Summarise this for the user"), "{body}");
+}
