@@ -10,23 +10,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::stats::{pct, rss_kb};
+
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -144,21 +130,25 @@ fn main() {
 
     println!("| figure | value | target |");
     println!("|---|---|---|");
+    let status_med = pct(&mut status_s, 0.5);
     println!(
         "| `status` with live + refused + hung endpoint (budget 2.5 s), 5 runs | min {:.3} s, median {:.3} s, max {:.3} s | <= 2.8 s |",
         status_s[0],
-        pct(&status_s, 0.5),
+        status_med,
         status_s[status_s.len() - 1]
     );
     println!(
         "| `serve` cold start to `tools/list` answer, 30 runs | p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms | < 30 ms |",
-        pct(&start_ms, 0.5),
-        pct(&start_ms, 0.95),
+        pct(&mut start_ms, 0.5),
+        pct(&mut start_ms, 0.95),
         start_ms[start_ms.len() - 1]
     );
     println!(
         "| `serve` idle RSS after initialize | median {:.1} MB | < 20 MB |",
-        pct(&rss_init.iter().map(|&k| k as f64).collect::<Vec<_>>(), 0.5) / 1024.0
+        pct(
+            &mut rss_init.iter().map(|&k| k as f64).collect::<Vec<_>>(),
+            0.5
+        ) / 1024.0
     );
     println!(
         "| `serve` idle RSS after one `list_models` (3 endpoints probed) | {:.1} MB | < 20 MB |",

@@ -12,12 +12,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+use support::stats::pct;
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();

@@ -13,76 +13,20 @@
 //! Run: `scripts/e2e-real.sh bench` (it provisions llama-server and the
 //! model and sets LOCALAGENTS_E2E_*). Prints Markdown tables.
 
+#[path = "../tests/e2e/server.rs"]
+mod server;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use localagents::probe::metrics;
 use localagents::shim::fold;
 use serde_json::{Value, json};
 
-fn need(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set: run scripts/e2e-real.sh bench"))
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server() -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
-        .args([
-            "-m",
-            &need("LOCALAGENTS_E2E_MODEL"),
-            "--jinja",
-            "--chat-template-file",
-            &need("LOCALAGENTS_E2E_TEMPLATE"),
-        ])
-        .args([
-            "--alias",
-            "gemma3-270m",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .args(["-c", "32768", "--parallel", "1", "--slots", "--metrics"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let t = Instant::now();
-    while !Command::new("curl")
-        .args(["-fsS", &format!("{url}/health")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(90),
-            "llama-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Server { child, url }
+fn start_server() -> server::Server {
+    // One slot: every request of a replay meets the same cache.
+    server::start(&["-c", "32768", "--parallel", "1"])
 }
 
 /// Record a real session: 6 tool calls, then a final answer.

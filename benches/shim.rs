@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench --bench shim`. Prints a Markdown table.
 
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -17,6 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
 use serde_json::json;
+
+use support::stats::{pct, rss_kb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const EVENTS: usize = 2000;
@@ -67,11 +72,6 @@ async fn models() -> Response {
     axum::Json(json!({"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx": 262144}}]})).into_response()
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn body_of(stream: bool, pairs: usize) -> Vec<u8> {
     // Shaped like Claude Code's later turns: a 20 KB system prompt, 23
     // tools with ~2 KB schemas, the environment as a system entry after the
@@ -97,17 +97,6 @@ fn body_of(stream: bool, pairs: usize) -> Vec<u8> {
         "metadata": {"user_id": "bench"}
     }))
     .unwrap()
-}
-
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn main() {

@@ -352,6 +352,47 @@ async fn read_error(resp: reqwest::Response) -> (u16, Value, String) {
     (status, v, text)
 }
 
+/// Answer an upstream error status in the form Claude Code acts on, and log it.
+async fn upstream_error(
+    route: &Route,
+    resp: reqwest::Response,
+    mut rec: RequestRecord,
+    started: Instant,
+    notes: Vec<String>,
+) -> Response {
+    let (status, err_body, text) = read_error(resp).await;
+    rec.upstream_status = Some(status);
+    rec.error = Some(text);
+    let tr = errors::translate(
+        route.backend,
+        &route.endpoint.base_url,
+        status,
+        &err_body,
+        route.window,
+    );
+    reply_error(route, tr, rec, started, notes)
+}
+
+/// Answer a backend that could not be reached, and log it.
+fn unreachable_reply(
+    route: &Route,
+    e: &reqwest::Error,
+    wait: Duration,
+    mut rec: RequestRecord,
+    started: Instant,
+    notes: Vec<String>,
+) -> Response {
+    let why = crate::probe::classify::transport(&route.endpoint, e, wait).1;
+    rec.error = Some(why.chars().take(500).collect());
+    reply_error(
+        route,
+        errors::unreachable(&route.endpoint.base_url, &why),
+        rec,
+        started,
+        notes,
+    )
+}
+
 /// `POST /v1/messages`.
 async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let started = Instant::now();
@@ -377,11 +418,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         let resp = match send(&route, "/v1/messages", out.clone(), stream).await {
             Ok(r) => r,
             Err(e) => {
-                let why =
-                    crate::probe::classify::transport(&route.endpoint, &e, route.idle_timeout).1;
-                rec.error = Some(why.chars().take(500).collect());
-                let tr = errors::unreachable(&route.endpoint.base_url, &why);
-                return reply_error(&route, tr, rec, started, notes);
+                return unreachable_reply(&route, &e, route.idle_timeout, rec, started, notes);
             }
         };
         if resp.status().is_success() {
@@ -519,33 +556,13 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
     };
     let out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
     match send(&route, "/v1/messages/count_tokens", out, false).await {
-        Err(e) => {
-            rec.error = Some(e.to_string().chars().take(500).collect());
-            let why = crate::probe::classify::transport(&route.endpoint, &e, route.idle_timeout).1;
-            reply_error(
-                &route,
-                errors::unreachable(&route.endpoint.base_url, &why),
-                rec,
-                started,
-                notes,
-            )
-        }
+        Err(e) => unreachable_reply(&route, &e, route.idle_timeout, rec, started, notes),
         Ok(resp) if matches!(resp.status().as_u16(), 404 | 405 | 501) => {
             rec.upstream_status = Some(resp.status().as_u16());
             estimate(rec, notes)
         }
         Ok(resp) if !resp.status().is_success() => {
-            let (status, err_body, text) = read_error(resp).await;
-            rec.upstream_status = Some(status);
-            rec.error = Some(text);
-            let tr = errors::translate(
-                route.backend,
-                &route.endpoint.base_url,
-                status,
-                &err_body,
-                route.window,
-            );
-            reply_error(&route, tr, rec, started, notes)
+            upstream_error(&route, resp, rec, started, notes).await
         }
         Ok(resp) => {
             rec.upstream_status = Some(resp.status().as_u16());
@@ -582,29 +599,9 @@ async fn models(route: Arc<Route>) -> Response {
         .send()
         .await;
     match resp {
-        Err(e) => {
-            let why =
-                crate::probe::classify::transport(&route.endpoint, &e, Duration::from_secs(30)).1;
-            reply_error(
-                &route,
-                errors::unreachable(&route.endpoint.base_url, &why),
-                rec,
-                started,
-                notes,
-            )
-        }
+        Err(e) => unreachable_reply(&route, &e, Duration::from_secs(30), rec, started, notes),
         Ok(resp) if !resp.status().is_success() => {
-            let (status, err_body, text) = read_error(resp).await;
-            rec.upstream_status = Some(status);
-            rec.error = Some(text);
-            let tr = errors::translate(
-                route.backend,
-                &route.endpoint.base_url,
-                status,
-                &err_body,
-                route.window,
-            );
-            reply_error(&route, tr, rec, started, notes)
+            upstream_error(&route, resp, rec, started, notes).await
         }
         Ok(resp) => {
             let status = resp.status().as_u16();

@@ -7,11 +7,14 @@
 //! The tiny model does no useful work: these tests assert plumbing, not
 //! quality. Output is capped with CLAUDE_CODE_MAX_OUTPUT_TOKENS.
 
+mod server;
 #[path = "../it/support/mod.rs"]
 mod support;
 
+use server::{need, start as start_server};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use localagents::config::{Backend, Endpoint};
@@ -20,77 +23,6 @@ use localagents::shim::{Route, Shim};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
-
-fn need(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run this tier with scripts/e2e-real.sh"))
-}
-
-/// An extra llama-server for one test; killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(extra: &[&str]) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log =
-        std::fs::File::create(std::env::temp_dir().join(format!("llama-e2e-{port}.log"))).unwrap();
-    let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
-        .args([
-            "-m",
-            &need("LOCALAGENTS_E2E_MODEL"),
-            "--jinja",
-            "--chat-template-file",
-            &need("LOCALAGENTS_E2E_TEMPLATE"),
-        ])
-        .args([
-            "--alias",
-            "gemma3-270m",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--slots",
-            "--metrics",
-        ])
-        .args(extra)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let started = Instant::now();
-    loop {
-        let ok = Command::new("curl")
-            .args(["-fsS", &format!("{url}/health")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "llama-server {extra:?} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    Server { child, url }
-}
 
 struct Dirs {
     _tmp: tempfile::TempDir,

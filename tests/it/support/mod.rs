@@ -8,3 +8,4 @@ pub mod fake_llama;
 pub mod fake_vllm;
 pub mod net;
 pub mod script;
+pub mod stats;

@@ -1,0 +1,82 @@
+//! Starting an extra real llama-server for one test or benchmark run, with
+//! the model and strict template that scripts/e2e-real.sh provisioned.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An environment variable the e2e script sets.
+pub fn need(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run this with scripts/e2e-real.sh"))
+}
+
+/// A llama-server on a loopback port; killed on drop.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start llama-server with gemma3-270m, the strict template, `--slots
+/// --metrics` and `extra`; wait until `/health` answers.
+pub fn start(extra: &[&str]) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log =
+        std::fs::File::create(std::env::temp_dir().join(format!("llama-e2e-{port}.log"))).unwrap();
+    let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
+        .args([
+            "-m",
+            &need("LOCALAGENTS_E2E_MODEL"),
+            "--jinja",
+            "--chat-template-file",
+            &need("LOCALAGENTS_E2E_TEMPLATE"),
+        ])
+        .args([
+            "--alias",
+            "gemma3-270m",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--slots",
+            "--metrics",
+        ])
+        .args(extra)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    // Owned by the guard at once: a failed start still kills it.
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    loop {
+        let ok = Command::new("curl")
+            .args(["-fsS", &format!("{}/health", server.url)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return server;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "llama-server {extra:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
