@@ -2,8 +2,8 @@
 //! system messages in place keeps llama-server's KV-cache prefix; hoisting
 //! them to the top throws it away.
 //!
-//! 1. Record a real multi-turn Claude Code 2.1.328 session (7 requests),
-//!    driven by the scripted fake model calling tools.
+//! 1. Record a real multi-turn Claude Code 2.1.328 session (7 requests,
+//!    its default tool set), driven by the scripted fake model calling tools.
 //! 2. Replay the bodies in order against a real llama-server (fresh for each
 //!    run, one slot), `max_tokens` 1 and temperature 0, folded by the shim
 //!    or with every in-`messages` system entry hoisted into `system`.
@@ -73,8 +73,6 @@ async fn record() -> Vec<Value> {
             "gemma3-270m",
             "--permission-mode",
             "acceptEdits",
-            "--tools",
-            "Bash,Read,Write,Edit,Glob",
             "--allowedTools",
             "Bash,Read,Write,Edit,Glob",
             "--max-turns",

@@ -166,3 +166,58 @@ fn bringup_runs_the_command_on_request_and_waits_until_served() {
         .collect();
     assert!(!logs.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_ok_warn_fail_with_the_fix() {
+    let fake = crate::support::fake_llama::spawn(crate::support::fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        supports_system_role: false,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    let refused = crate::support::net::refused_addr();
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n  gone:\n    base_url: http://{refused}\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .arg("doctor")
+        .env("HOME", tmp.path())
+        .env("LOCALAGENTS_CLAUDE", crate::support::claude::binary())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed check fails the command: {text}"
+    );
+    assert!(text.contains("ok    claude CLI 2.1.328"), "{text}");
+    assert!(
+        text.contains(
+            "warn  endpoint box (llama.cpp): up, serves gemma3-270m (32768/slot); under 128k"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("warn  endpoint box: chat template has no system role"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fail  endpoint gone: host is up, nothing listens on port"),
+        "{text}"
+    );
+    assert!(text.contains("is writable"), "{text}");
+}
