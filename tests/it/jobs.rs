@@ -641,3 +641,100 @@ async fn bad_input_gets_clear_answers() {
     );
     c.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+        )],
+        "done",
+    ));
+    let e = env_for(fake.url());
+    let running_job = |state: &Path| -> Option<(String, i32)> {
+        let ent = std::fs::read_dir(state.join("jobs"))
+            .ok()?
+            .flatten()
+            .find(|d| {
+                let rec: Value = serde_json::from_slice(
+                    &std::fs::read(d.path().join("job.json")).unwrap_or_default(),
+                )
+                .unwrap_or_default();
+                rec["status"] == "running" && rec["tool_calls"].as_u64().unwrap_or(0) >= 1
+            })?;
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(ent.path().join("job.json")).ok()?).ok()?;
+        Some((rec["id"].as_str()?.to_string(), rec["pid"].as_i64()? as i32))
+    };
+    let wait_running = |state: PathBuf| async move {
+        let t = Instant::now();
+        loop {
+            if let Some(j) = running_job(&state) {
+                return j;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "no running job");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    // Ctrl-C on `localagents run` cancels its job cleanly.
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["run", "--model", "gemma-3-270m", "--json", "Wait."])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (id, pgid) = wait_running(e.state.clone()).await;
+    // SAFETY: signalling the child we spawned.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("run ends after Ctrl-C")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rec["id"], id.as_str());
+    assert_eq!(rec["status"], "cancelled", "{rec}");
+    assert!(!group_alive(pgid));
+
+    // The MCP server stops its jobs when the client goes away.
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Wait.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let (id, pgid) = wait_running(e.state.clone()).await;
+    assert_eq!(id, v["id"].as_str().unwrap());
+    c.cancel().await.unwrap();
+    let t = Instant::now();
+    while group_alive(pgid) && t.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!group_alive(pgid), "shutdown stopped the delegate's group");
+    let t = Instant::now();
+    let mut status = Value::Null;
+    while t.elapsed() < Duration::from_secs(10) {
+        let rec: Value = serde_json::from_slice(
+            &std::fs::read(e.state.join("jobs").join(&id).join("job.json")).unwrap(),
+        )
+        .unwrap();
+        status = rec["status"].clone();
+        if status != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "cancelled");
+}
