@@ -48,6 +48,8 @@ pub struct Target {
     pub resolved: registry::Resolved,
     pub endpoint: config::Endpoint,
     pub backend: config::Backend,
+    /// The endpoint's probe at resolution (slots and `/metrics` counters).
+    pub probe: probe::EndpointStatus,
 }
 
 /// Load, probe and resolve `model` (or the default) on `endpoint` (or any).
@@ -70,16 +72,19 @@ pub async fn resolve_target(
                 resolved.endpoint
             ))
         })?;
-    let backend = probes
-        .iter()
-        .find(|p| p.name == resolved.endpoint)
-        .and_then(|p| config::Backend::parse(&p.backend))
-        .unwrap_or(config::Backend::Other);
+    let Some(status) = probes.into_iter().find(|p| p.name == resolved.endpoint) else {
+        return Err(ApiError::Invalid(format!(
+            "endpoint `{}` has no probe result",
+            resolved.endpoint
+        )));
+    };
+    let backend = config::Backend::parse(&status.backend).unwrap_or(config::Backend::Other);
     Ok(Target {
         config: loaded.config.clone(),
         resolved,
         endpoint: ep,
         backend,
+        probe: status,
     })
 }
 

@@ -82,7 +82,7 @@ fn line(b: &Brief) -> String {
     )
 }
 
-fn session_dir(state: &Path, session: &str) -> Option<PathBuf> {
+fn session_dir(state: &Path, session: &str) -> PathBuf {
     // Session ids are UUIDs; anything else is hashed into a safe name.
     let safe = if !session.is_empty()
         && session.len() <= 128
@@ -98,7 +98,7 @@ fn session_dir(state: &Path, session: &str) -> Option<PathBuf> {
         }
         format!("h{h:016x}")
     };
-    Some(state.join("hook").join(safe))
+    state.join("hook").join(safe)
 }
 
 /// The lines to report for this hook input, marking each as reported.
@@ -110,9 +110,7 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
         return Vec::new();
     };
     let cwd = cwd.canonicalize().unwrap_or(cwd);
-    let Some(sdir) = session_dir(state_dir, &inp.session_id) else {
-        return Vec::new();
-    };
+    let sdir = session_dir(state_dir, &inp.session_id);
     let store = Store::new(state_dir);
     let now = chrono::Utc::now();
     // Ids start with their creation time: skip old ones without reading them.
@@ -206,10 +204,10 @@ mod tests {
 
     #[test]
     fn session_ids_become_safe_names() {
-        let d = session_dir(Path::new("/s"), "../../etc").unwrap();
+        let d = session_dir(Path::new("/s"), "../../etc");
         assert!(d.starts_with("/s/hook") && !d.to_string_lossy().contains(".."));
         assert_eq!(
-            session_dir(Path::new("/s"), "abc-123").unwrap(),
+            session_dir(Path::new("/s"), "abc-123"),
             Path::new("/s/hook/abc-123")
         );
     }

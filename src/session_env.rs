@@ -8,7 +8,7 @@
 /// Below this window Claude Code needs a smaller output budget: its
 /// auto-compact threshold is window minus max output, which would otherwise
 /// sit near zero.
-pub const SMALL_WINDOW: u64 = 131_072;
+pub use crate::probe::SMALL_WINDOW;
 
 /// The output budget for a window: window/8 under 128k, else none (keep
 /// Claude Code's default).

@@ -111,16 +111,14 @@ pub fn plugin_root(explicit: Option<&Path>) -> Option<PathBuf> {
     Some(dir)
 }
 
-fn claude_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("LOCALAGENTS_CLAUDE")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-    {
-        return Some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("claude"))
-        .find(|p| p.is_file())
+/// The claude binary jobs will use: the same lookup as the runner
+/// (`defaults.claude_path`, `$LOCALAGENTS_CLAUDE`, PATH); with a config that
+/// does not load, the built-in defaults.
+fn claude_bin(ctx: &Context) -> Result<PathBuf, String> {
+    let config = config::load(&ctx.discovery())
+        .map(|l| l.config)
+        .unwrap_or_else(|_| std::sync::Arc::new(config::Config::builtin()));
+    crate::runner::find_claude(&config)
 }
 
 fn run_claude(bin: &Path, args: &[&str]) -> (bool, String) {
@@ -163,21 +161,18 @@ pub fn setup(ctx: &Context, root: Option<&Path>, out: &mut impl Write) -> std::i
         }
     }
     // 2. The plugin, if Claude Code is here.
-    match (claude_bin(), plugin_root(root)) {
-        (None, _) => {
-            writeln!(
-                out,
-                "plugin: the claude CLI is not on PATH; install Claude Code (npm install -g @anthropic-ai/claude-code), then run `localagents setup` again"
-            )?;
+    match (claude_bin(ctx), plugin_root(root)) {
+        (Err(why), _) => {
+            writeln!(out, "plugin: {why}; then run `localagents setup` again")?;
         }
-        (Some(_), None) => {
+        (Ok(_), None) => {
             code = 1;
             writeln!(
                 out,
                 "plugin: cannot write the plugin files (no data dir, or --root has no .claude-plugin/plugin.json); pass --root <a localagents checkout>"
             )?;
         }
-        (Some(bin), Some(root)) => {
+        (Ok(bin), Some(root)) => {
             let root_s = root.display().to_string();
             let (ok, text) = run_claude(&bin, &["plugin", "marketplace", "add", &root_s]);
             if ok {
@@ -226,16 +221,23 @@ pub enum Level {
 /// `localagents doctor`: every check, in order.
 pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
     let mut out = Vec::new();
-    match claude_bin() {
-        Some(bin) => {
+    match claude_bin(ctx) {
+        Ok(bin) => {
             let (ok, v) = run_claude(&bin, &["--version"]);
             if ok {
-                out.push((Level::Ok, format!("claude CLI {} ({})", v.lines().next().unwrap_or(""), bin.display())));
+                out.push((
+                    Level::Ok,
+                    format!(
+                        "claude CLI {} ({})",
+                        v.lines().next().unwrap_or(""),
+                        bin.display()
+                    ),
+                ));
             } else {
                 out.push((Level::Fail, format!("{} --version failed ({v}): reinstall Claude Code (npm install -g @anthropic-ai/claude-code)", bin.display())));
             }
         }
-        None => out.push((Level::Fail, "the claude CLI is not on PATH: install Claude Code (npm install -g @anthropic-ai/claude-code) or set LOCALAGENTS_CLAUDE".into())),
+        Err(why) => out.push((Level::Fail, why)),
     }
     let loaded = match config::load(&ctx.discovery()) {
         Ok(l) => l,

@@ -111,7 +111,7 @@ fn status_opts() -> StatusOptions {
 /// of the working file). `None` outside a repository.
 pub type Snapshot = BTreeMap<String, (u32, Option<Oid>)>;
 
-pub fn snapshot(cwd: &Path) -> Option<(PathBuf, Snapshot)> {
+pub fn snapshot(cwd: &Path) -> Option<Snapshot> {
     let repo = Repository::discover(cwd).ok()?;
     let root = repo.workdir()?.to_path_buf();
     let statuses = repo.statuses(Some(&mut status_opts())).ok()?;
@@ -121,7 +121,7 @@ pub fn snapshot(cwd: &Path) -> Option<(PathBuf, Snapshot)> {
         let hash = Oid::hash_file(git2::ObjectType::Blob, root.join(path)).ok();
         snap.insert(path.to_string(), (s.status().bits(), hash));
     }
-    Some((root, snap))
+    Some(snap)
 }
 
 /// Paths whose status or content differs between two snapshots.

@@ -483,8 +483,9 @@ impl Manager {
             }
         };
 
-        // Server state before: slots and counters.
-        let before = probe::probe(&job.target.endpoint, job.probe_budget).await;
+        // Server state before: the probe that resolved the model (at most a
+        // second old) has the slots and the counters.
+        let before = &job.target.probe;
         let slots_at_start = before.slots;
         if let Some(s) = slots_at_start
             && s.free == 0
@@ -612,7 +613,7 @@ impl Manager {
                     if let Some(r) = info.result { result = Some(r); }
                     dirty = true;
                     let _ = progress.send(Progress {
-                        turns: metrics::from_log(&dir).requests,
+                        turns: reg.route.log.messages(),
                         tool_calls: rec.tool_calls,
                         last_activity: rec.last_activity.clone().unwrap_or_default(),
                     });
@@ -717,8 +718,7 @@ impl Manager {
         }
 
         // What changed.
-        if let (Some((root, b)), Some((_, a))) = (snap_before, worktree::snapshot(&rec.cwd)) {
-            let _ = root;
+        if let (Some(b), Some(a)) = (snap_before, worktree::snapshot(&rec.cwd)) {
             rec.files_changed = worktree::changed(&b, &a);
         }
         if let Some(w) = rec.worktree.as_mut()

@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -51,6 +52,8 @@ pub struct RequestLog {
     dir: PathBuf,
     dump: bool,
     files: Mutex<(Option<File>, Option<File>)>,
+    /// `/v1/messages` requests recorded so far.
+    messages: AtomicU64,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -64,6 +67,7 @@ impl RequestLog {
             dir: dir.into(),
             dump,
             files: Mutex::new((None, None)),
+            messages: AtomicU64::new(0),
         }
     }
 
@@ -101,8 +105,16 @@ impl RequestLog {
         }
     }
 
+    /// `/v1/messages` requests recorded so far (one per turn).
+    pub fn messages(&self) -> u64 {
+        self.messages.load(Ordering::Relaxed)
+    }
+
     /// Append one record to `requests.jsonl`.
     pub fn record(&self, rec: &RequestRecord) {
+        if rec.path == "/v1/messages" {
+            self.messages.fetch_add(1, Ordering::Relaxed);
+        }
         if let Ok(mut line) = serde_json::to_vec(rec) {
             line.push(b'\n');
             self.write_line(0, "requests.jsonl", &line);
