@@ -678,6 +678,9 @@ pub fn render_job(out: &mut impl Write, r: &crate::jobs::JobRecord) -> std::io::
             writeln!(out, "  {n}")?;
         }
     }
+    if let Some(f) = &r.first_turn {
+        writeln!(out, "{}", f.line())?;
+    }
     writeln!(
         out,
         "{DIM}usage in {} (cached {}) out {} · logs {}{DIM:#}",

@@ -27,6 +27,7 @@ pub mod hook;
 pub mod jobs;
 pub mod mcp;
 pub mod paths;
+pub mod prefix;
 pub mod probe;
 pub mod registry;
 pub mod runner;

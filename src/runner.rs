@@ -6,6 +6,18 @@
 //! It is the leader of a new process group, so cancel, timeout and shutdown
 //! stop it and everything it started: SIGTERM to the group, then SIGKILL
 //! after a grace period. No orphans are left behind.
+//!
+//! A delegate is lean on purpose: every job pays its fixed prompt, and a
+//! local GPU processes it cold unless the server's prefix cache still holds
+//! it. So it is offered only the tools it may use (`--tools`; an
+//! `--allowedTools` list alone only pre-approves, and all 22-23 schemas,
+//! about 72 KB, would still be sent), runs without auto-memory (whose
+//! directory, derived from the cwd, would put tree-specific text into
+//! `system` and break the prefix from one tree to the next) and without any
+//! MCP server but the ones `defaults.mcp_config` names (a project's
+//! `.mcp.json` would otherwise start inside every headless delegate). The
+//! result: `system` and `tools` are the same bytes for every job with the
+//! same config and Claude Code version, whatever the tree.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -60,6 +72,34 @@ pub fn find_claude(config: &Config) -> Result<PathBuf, String> {
     Err("the Claude Code CLI (`claude`) is not on PATH: install it with `npm install -g @anthropic-ai/claude-code`, or set defaults.claude_path or LOCALAGENTS_CLAUDE".into())
 }
 
+/// `defaults.mcp_config` as a path: `~/` is the home directory; the file
+/// must exist and the path be absolute.
+pub fn mcp_config_path(s: &str) -> Result<PathBuf, String> {
+    let p = match s.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(rest),
+            None => {
+                return Err(format!(
+                    "defaults.mcp_config is {s}, but HOME is not set: give an absolute path"
+                ));
+            }
+        },
+        None => PathBuf::from(s),
+    };
+    if !p.is_absolute() {
+        return Err(format!(
+            "defaults.mcp_config is {s}, a relative path: give an absolute path (or one under ~/)"
+        ));
+    }
+    if !p.is_file() {
+        return Err(format!(
+            "defaults.mcp_config names {}, which does not exist: create it (the format of `claude --mcp-config`) or remove the key",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
 /// Settings of one delegate run.
 #[derive(Debug, Clone)]
 pub struct RunSettings<'a> {
@@ -72,6 +112,46 @@ pub struct RunSettings<'a> {
     pub setting_sources: &'a [String],
     pub system_prompt_append: &'a str,
     pub resume_session: Option<&'a str>,
+    /// `defaults.mcp_config`: the only MCP servers a delegate gets.
+    pub mcp_config: Option<&'a Path>,
+}
+
+/// The tool name of an allow or deny rule: `Bash(cargo test:*)` is `Bash`.
+fn rule_tool(rule: &str) -> &str {
+    rule.split('(').next().unwrap_or(rule).trim()
+}
+
+/// The built-in tools a delegate is offered (`--tools`): the allowed ones,
+/// less those denied outright, in the order given, without duplicates. A
+/// deny rule with a specifier (`Bash(rm:*)`) narrows a tool, it does not
+/// remove it. MCP tools (`mcp__…`) come from their servers, not `--tools`.
+pub fn offered_tools(allowed: &[String], disallowed: &[String]) -> Vec<String> {
+    let denied: Vec<&str> = disallowed
+        .iter()
+        .filter(|d| !d.contains('('))
+        .map(|d| d.trim())
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for a in allowed {
+        let t = rule_tool(a);
+        if t.is_empty() || t.starts_with("mcp__") || denied.contains(&t) {
+            continue;
+        }
+        if !out.iter().any(|o| o == t) {
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+/// Offered tools that the delegate's `system/init` event does not list:
+/// Claude Code drops a name it does not know from `--tools` without a word.
+pub fn missing_tools(offered: &[String], init_tools: &[String]) -> Vec<String> {
+    offered
+        .iter()
+        .filter(|t| !init_tools.contains(t))
+        .cloned()
+        .collect()
 }
 
 /// Build the command line and environment of a delegate.
@@ -88,10 +168,12 @@ pub fn launch(
         .to_vec();
     args.extend(["--model".into(), s.served_id.to_string()]);
     args.extend(["--permission-mode".into(), s.permission_mode.to_string()]);
-    if s.allowed_tools.is_empty() {
-        // An explicit empty list means no tools at all, not the default.
-        args.extend(["--tools".into(), String::new()]);
-    } else {
+    // Offer only what may be used; an empty list means no tools at all.
+    args.extend([
+        "--tools".into(),
+        offered_tools(s.allowed_tools, s.disallowed_tools).join(","),
+    ]);
+    if !s.allowed_tools.is_empty() {
         args.extend(["--allowedTools".into(), s.allowed_tools.join(",")]);
     }
     if !s.disallowed_tools.is_empty() {
@@ -106,6 +188,12 @@ pub fn launch(
             "--append-system-prompt".into(),
             s.system_prompt_append.to_string(),
         ]);
+    }
+    // No project `.mcp.json` (or user MCP config) starts in a delegate:
+    // only what the user's own config names.
+    args.push("--strict-mcp-config".into());
+    if let Some(p) = s.mcp_config {
+        args.extend(["--mcp-config".into(), p.display().to_string()]);
     }
     if let Some(session) = s.resume_session {
         args.extend(["--resume".into(), session.to_string()]);
@@ -124,6 +212,10 @@ pub fn launch(
             ("DISABLE_TELEMETRY", "1"),
             ("DISABLE_AUTOUPDATER", "1"),
             ("DISABLE_ERROR_REPORTING", "1"),
+            // The memory section names a cwd-derived directory (it would
+            // break the shared prefix), and a delegate has no business in
+            // the user's memory files.
+            ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "1"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
@@ -188,6 +280,10 @@ pub fn group_alive(pgid: u32) -> bool {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct EventInfo {
     pub session_id: Option<String>,
+    /// `system/init`: the tools the session really has.
+    pub init_tools: Option<Vec<String>>,
+    /// `system/init`: `claude_code_version`.
+    pub claude_version: Option<String>,
     /// Transcript lines (`[tool] Write path`, `[assistant] …`, `[result] …`).
     pub transcript: Vec<String>,
     pub tool_calls: u64,
@@ -243,6 +339,13 @@ pub fn parse_event(line: &str) -> EventInfo {
         Some("system") => {
             if v["subtype"] == "init" {
                 info.session_id = v["session_id"].as_str().map(str::to_string);
+                info.init_tools = v["tools"].as_array().map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                });
+                info.claude_version = v["claude_code_version"].as_str().map(str::to_string);
                 info.last_activity = Some("session started".into());
             } else if v["subtype"] == "api_retry" {
                 let l = format!(
@@ -374,6 +477,7 @@ mod tests {
             setting_sources: &["project".into()],
             system_prompt_append: "be a delegate",
             resume_session: Some("sess"),
+            mcp_config: None,
         };
         let l = launch(
             "claude".into(),
@@ -386,6 +490,8 @@ mod tests {
         let a = l.args.join(" ");
         assert!(a.contains("--tools  --disallowedTools Agent"), "{a}");
         assert!(!a.contains("--allowedTools"));
+        assert!(a.contains("--strict-mcp-config"), "{a}");
+        assert!(!a.contains("--mcp-config"), "{a}");
         assert!(a.contains("--resume sess"));
         assert_eq!(l.args.last().unwrap(), "do it");
         assert!(
@@ -400,5 +506,74 @@ mod tests {
             l.env
                 .contains(&("ENABLE_TOOL_SEARCH".into(), "false".into()))
         );
+        assert!(
+            l.env
+                .contains(&("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()))
+        );
+    }
+
+    #[test]
+    fn only_allowed_tools_are_offered() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            offered_tools(
+                &v(&[
+                    "Read",
+                    "Bash(cargo test:*)",
+                    "Bash",
+                    "Agent",
+                    "mcp__x__y",
+                    "Edit"
+                ]),
+                &v(&["Agent", "Task", "Bash(rm:*)"])
+            ),
+            v(&["Read", "Bash", "Edit"])
+        );
+        assert_eq!(
+            missing_tools(&v(&["Read", "Bogus"]), &v(&["Bash", "Read"])),
+            v(&["Bogus"])
+        );
+        let e = parse_event(
+            r#"{"type":"system","subtype":"init","session_id":"s","tools":["Bash","Read"],"claude_code_version":"2.1.328"}"#,
+        );
+        assert_eq!(e.init_tools, Some(v(&["Bash", "Read"])));
+        assert_eq!(e.claude_version.as_deref(), Some("2.1.328"));
+    }
+
+    #[test]
+    fn default_tools_are_offered_and_mcp_config_passed() {
+        let ep = Endpoint {
+            name: "e".into(),
+            base_url: "http://x".into(),
+            backend: None,
+            host: None,
+            notes: None,
+            env: Default::default(),
+            api_key_env: None,
+        };
+        let d = crate::config::Defaults::default();
+        let s = RunSettings {
+            served_id: "m",
+            window: None,
+            permission_mode: "acceptEdits",
+            allowed_tools: &d.allowed_tools,
+            disallowed_tools: &d.disallowed_tools,
+            max_turns: 3,
+            setting_sources: &[],
+            system_prompt_append: "",
+            resume_session: None,
+            mcp_config: Some(Path::new("/etc/mcp.json")),
+        };
+        let l = launch("claude".into(), Path::new("/tmp"), "u", &ep, &s, "t");
+        let pos = |f: &str| l.args.iter().position(|a| a == f).unwrap();
+        assert_eq!(
+            l.args[pos("--tools") + 1],
+            "Read,Edit,Write,Glob,Grep,Bash,WebFetch"
+        );
+        assert_eq!(
+            l.args[pos("--allowedTools") + 1],
+            "Read,Edit,Write,Glob,Grep,Bash,WebFetch"
+        );
+        assert_eq!(l.args[pos("--mcp-config") + 1], "/etc/mcp.json");
     }
 }

@@ -259,6 +259,11 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
     for w in &loaded.warnings {
         out.push((Level::Warn, format!("config: {w}")));
     }
+    if let Ok(bin) = claude_bin(ctx) {
+        out.push(fixed_prompt_line(
+            &crate::prefix::measure(&loaded.config, &bin).await,
+        ));
+    }
     for st in probe::probe_all(&loaded.config).await {
         if !st.up {
             out.push((
@@ -313,6 +318,43 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         }
     }
     finish(ctx, out)
+}
+
+/// The doctor's line on the delegate's fixed prompt.
+pub fn fixed_prompt_line(m: &Result<crate::prefix::FixedPrompt, String>) -> (Level, String) {
+    match m {
+        Ok(p) => {
+            let kb = |b: usize| format!("{:.1} KB", b as f64 / 1000.0);
+            let text = format!(
+                "delegate fixed prompt: {} tools offered ({}); system {} + tools {} = {} ≈ {} tokens, sent cold once per server cache; first request {}",
+                p.tools.len(),
+                if p.tools.is_empty() {
+                    "none".to_string()
+                } else {
+                    p.tools.join(", ")
+                },
+                kb(p.system_bytes),
+                kb(p.tools_bytes),
+                kb(p.bytes()),
+                crate::jobs::metrics::thousands(p.est_tokens() as u64),
+                kb(p.request_bytes),
+            );
+            if p.est_tokens() > 8_000 {
+                (
+                    Level::Warn,
+                    format!(
+                        "{text}; that is heavy for a local model: narrow defaults.allowed_tools"
+                    ),
+                )
+            } else {
+                (Level::Ok, text)
+            }
+        }
+        Err(e) => (
+            Level::Warn,
+            format!("delegate fixed prompt: not measured ({e})"),
+        ),
+    }
 }
 
 fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> {

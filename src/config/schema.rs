@@ -34,6 +34,7 @@ pub const DEFAULT_KEYS: &[&str] = &[
     "dump_requests",
     "claude_path",
     "stream_idle_timeout_s",
+    "mcp_config",
 ];
 
 /// One file, every field optional. Only used for its type errors.
@@ -86,6 +87,7 @@ struct DefaultsShape {
     dump_requests: Option<bool>,
     claude_path: Option<String>,
     stream_idle_timeout_s: Option<u64>,
+    mcp_config: Option<String>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -203,6 +205,9 @@ pub struct Defaults {
     pub claude_path: Option<String>,
     /// Longest silence tolerated inside a streamed answer.
     pub stream_idle_timeout_s: u64,
+    /// An MCP config file (`claude --mcp-config`) whose servers delegates
+    /// get; none by default (delegates run with `--strict-mcp-config`).
+    pub mcp_config: Option<String>,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -224,6 +229,7 @@ impl Default for Defaults {
             dump_requests: false,
             claude_path: None,
             stream_idle_timeout_s: 300,
+            mcp_config: None,
         }
     }
 }
@@ -582,6 +588,9 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         }
         if let Some(v) = d.get("stream_idle_timeout_s").and_then(Value::as_u64) {
             defaults.stream_idle_timeout_s = v.max(1);
+        }
+        if let Some(v) = get_str(d, "mcp_config") {
+            defaults.mcp_config = Some(v);
         }
     }
     if top.get("endpoints").is_none() {

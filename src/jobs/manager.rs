@@ -196,6 +196,12 @@ impl Manager {
             })?,
         };
         let claude = runner::find_claude(&loaded_defaults).map_err(StartError::Invalid)?;
+        let mcp_config = d
+            .mcp_config
+            .as_deref()
+            .map(runner::mcp_config_path)
+            .transpose()
+            .map_err(StartError::Invalid)?;
         let (model, endpoint) = match &prior {
             Some(p) => (Some(p.served_id.clone()), Some(p.endpoint.clone())),
             None => (args.model.clone(), args.endpoint.clone()),
@@ -263,6 +269,7 @@ impl Manager {
             log_dir: dir.clone(),
             context: target.resolved.context,
             metrics: None,
+            first_turn: None,
             queued_note: target.resolved.queued_note.clone(),
             permission_mode: args
                 .permission_mode
@@ -316,6 +323,7 @@ impl Manager {
             rec: rec.clone(),
             target,
             claude,
+            mcp_config,
             setting_sources: d.setting_sources.clone(),
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
@@ -515,7 +523,9 @@ impl Manager {
             } else {
                 None
             },
+            mcp_config: job.mcp_config.as_deref(),
         };
+        let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
         let task =
             std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
         let launch = runner::launch(
@@ -584,6 +594,8 @@ impl Manager {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut result: Option<runner::ResultEvent> = None;
         let mut stop: Option<Status> = None;
+        // Set when the session must not go on (a tool it was denied).
+        let mut refused: Option<String> = None;
         let mut dirty = false;
         let cancel_marker = dir.join("cancel_requested");
         loop {
@@ -600,6 +612,14 @@ impl Manager {
                     }
                     let info = runner::parse_event(&line);
                     if let Some(s) = info.session_id { rec.session_id = Some(s); }
+                    if let Some(tools) = &info.init_tools {
+                        let missing = runner::missing_tools(&offered, tools);
+                        if !missing.is_empty() {
+                            refused = Some(unknown_tools_error(&missing, info.claude_version.as_deref()));
+                            stop = Some(Status::Failed);
+                            break;
+                        }
+                    }
                     if let Some(f) = transcript.as_mut() {
                         for t in &info.transcript {
                             let _ = f.write_all(format!("{t}\n").as_bytes()).await;
@@ -655,6 +675,7 @@ impl Manager {
 
         // Outcome.
         let (status, error) = match (stop, &result) {
+            (Some(Status::Failed), _) => (Status::Failed, refused.take()),
             (Some(Status::Cancelled), _) => (
                 Status::Cancelled,
                 Some("cancelled; its process group was stopped".to_string()),
@@ -736,6 +757,7 @@ impl Manager {
             m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
         }
         rec.usage = m.usage;
+        rec.first_turn = m.first_turn;
         rec.metrics = Some(m);
         finish(&mut rec, status, error);
         rec.last_activity = Some(format!(
@@ -749,10 +771,24 @@ impl Manager {
     }
 }
 
+/// The sentence for tools in `allowed_tools` that Claude Code does not have.
+fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String {
+    let names = missing
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "allowed_tools names {names}, which Claude Code {} does not have (tool names are case-sensitive, e.g. Read, Edit, Write, Glob, Grep, Bash, WebFetch): fix allowed_tools in the call or in defaults.allowed_tools",
+        version.unwrap_or("(this version)")
+    )
+}
+
 struct Job {
     rec: JobRecord,
     target: api::Target,
     claude: PathBuf,
+    mcp_config: Option<PathBuf>,
     setting_sources: Vec<String>,
     default_append: String,
     dump: bool,

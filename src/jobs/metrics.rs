@@ -31,9 +31,49 @@ pub struct ServerDelta {
     pub shared: bool,
 }
 
+/// The job's first `/v1/messages` request: what its fixed prompt cost.
+///
+/// `prompt_tokens` is the whole prompt (new + cached); `ms` is the time to
+/// the first streamed byte (prompt processing), or the whole request when
+/// it was not streamed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FirstTurn {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub ms: u64,
+}
+
+/// `12345` as `12,345`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl FirstTurn {
+    /// "first turn: 226 new tokens, 4,259 from cache, 0.8 s"
+    pub fn line(&self) -> String {
+        format!(
+            "first turn: {} new tokens, {} from cache, {:.1} s",
+            thousands(self.prompt_tokens.saturating_sub(self.cached_tokens)),
+            thousands(self.cached_tokens),
+            self.ms as f64 / 1000.0
+        )
+    }
+}
+
 /// Figures of one job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobMetrics {
+    /// The first request (also on the record, as `first_turn`).
+    #[serde(default)]
+    pub first_turn: Option<FirstTurn>,
     pub requests: u64,
     pub usage: Usage,
     /// cache_read / (input + cache_read), per `/v1/messages` request.
@@ -93,6 +133,16 @@ pub fn from_log(dir: &Path) -> JobMetrics {
         m.usage.input += i;
         m.usage.cache_read += c;
         m.usage.output += o;
+        if m.first_turn.is_none() {
+            m.first_turn = Some(FirstTurn {
+                prompt_tokens: i + c,
+                cached_tokens: c,
+                ms: v["ttft_ms"]
+                    .as_u64()
+                    .or_else(|| v["ms"].as_u64())
+                    .unwrap_or(0),
+            });
+        }
         if i + c > 0 {
             m.cache_ratio_per_turn
                 .push(round3(c as f64 / (i + c) as f64));
@@ -192,6 +242,18 @@ mod tests {
         ]
         .into();
         let d = server_delta(&b, &a, false);
+        assert_eq!(
+            FirstTurn {
+                prompt_tokens: 4485,
+                cached_tokens: 4259,
+                ms: 780
+            }
+            .line(),
+            "first turn: 226 new tokens, 4,259 from cache, 0.8 s"
+        );
+        assert_eq!(thousands(21715), "21,715");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
         assert_eq!(d.prompt_processed, Some(500.0));
         assert_eq!(d.prompt_cached, Some(4500.0));
         assert_eq!(d.hit_ratio, Some(0.9));

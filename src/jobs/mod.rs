@@ -150,6 +150,9 @@ pub struct JobRecord {
     /// The per-slot window the session was told.
     pub context: Option<u64>,
     pub metrics: Option<JobMetrics>,
+    /// What the first request cost: prompt tokens, cached, time.
+    #[serde(default)]
+    pub first_turn: Option<metrics::FirstTurn>,
     /// Set when every slot was busy at start.
     pub queued_note: Option<String>,
     // What a resume needs to run the same way.
@@ -215,6 +218,9 @@ impl JobRecord {
             }
             if let Some(mt) = &self.metrics {
                 m.insert("metrics".into(), mt.short());
+            }
+            if let Some(f) = &self.first_turn {
+                m.insert("first_turn".into(), json!(f.line()));
             }
             if self.usage != Usage::default() {
                 m.insert("usage".into(), json!(self.usage));

@@ -220,4 +220,11 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
         "{text}"
     );
     assert!(text.contains("is writable"), "{text}");
+    // The delegate's fixed prompt, measured with the real CLI.
+    assert!(
+        text.contains(
+            "ok    delegate fixed prompt: 7 tools offered (Bash, Edit, Glob, Grep, Read, WebFetch, Write); system "
+        ),
+        "{text}"
+    );
 }

@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod fold_prop;
 mod jobs;
+mod lean;
 mod mcp_stdio;
 mod plugin;
 mod probe;

@@ -1,0 +1,235 @@
+//! The delegate's fixed prompt: what every job sends before its task.
+//!
+//! Every job's first request starts with Claude Code's `system` and
+//! `tools`, and a local server processes them cold unless its prefix cache
+//! still holds them. What they weigh depends on the Claude Code version and
+//! on the delegate's flags, so it is measured, not guessed: the real CLI
+//! is started with the job's own command line, pointed at a capture server
+//! on 127.0.0.1 that records the first `/v1/messages` body and ends the
+//! session with a one-word answer. `localagents doctor` reports the result;
+//! the benchmarks use the same capture for their before/after figures.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::config::{Config, Endpoint};
+use crate::runner::{self, Launch, RunSettings};
+
+/// The fixed part of a delegate's first request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedPrompt {
+    /// Tool names offered, in the order sent.
+    pub tools: Vec<String>,
+    pub system_bytes: usize,
+    pub tools_bytes: usize,
+    /// The whole first request (with the task and the environment).
+    pub request_bytes: usize,
+}
+
+impl FixedPrompt {
+    pub fn from_body(body: &Value) -> FixedPrompt {
+        let len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
+        FixedPrompt {
+            tools: body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect(),
+            system_bytes: len(&body["system"]),
+            tools_bytes: len(&body["tools"]),
+            request_bytes: len(body),
+        }
+    }
+
+    /// `system` + `tools` bytes.
+    pub fn bytes(&self) -> usize {
+        self.system_bytes + self.tools_bytes
+    }
+
+    /// A rough token count (4 bytes a token; a tokenizer gives ~10% less
+    /// on this JSON-heavy text).
+    pub fn est_tokens(&self) -> usize {
+        self.bytes().div_ceil(4)
+    }
+}
+
+#[derive(Clone)]
+struct Capture {
+    first: Arc<Mutex<Option<Value>>>,
+    seen: watch::Sender<bool>,
+    n: Arc<std::sync::atomic::AtomicU64>,
+}
+
+const DONE_SSE: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_capture_ID\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"capture\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"done\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+async fn messages(State(c): State<Capture>, body: Bytes) -> impl IntoResponse {
+    let n = c.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Ok(v) = serde_json::from_slice::<Value>(&body)
+        && let Ok(mut f) = c.first.lock()
+        && f.is_none()
+    {
+        *f = Some(v);
+        let _ = c.seen.send(true);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        DONE_SSE.replace("ID", &n.to_string()),
+    )
+}
+
+async fn count_tokens(body: Bytes) -> impl IntoResponse {
+    axum::Json(serde_json::json!({"input_tokens": body.len() / 4}))
+}
+
+async fn models() -> impl IntoResponse {
+    axum::Json(serde_json::json!({"data": [{"id": "capture", "type": "model"}]}))
+}
+
+/// Start `claude` as `make(base_url)` describes and return the body of its
+/// first `/v1/messages` request. The process group is stopped afterwards.
+pub async fn capture_first_request(
+    make: impl FnOnce(&str) -> Launch,
+    limit: Duration,
+) -> Result<Value, String> {
+    let (tx, mut rx) = watch::channel(false);
+    let cap = Capture {
+        first: Arc::new(Mutex::new(None)),
+        seen: tx,
+        n: Arc::new(0.into()),
+    };
+    let app = Router::new()
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/models", get(models))
+        .with_state(cap.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot listen on 127.0.0.1 ({e})"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("no local address ({e})"))?;
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let launch = make(&format!("http://{addr}"));
+    let result = match runner::spawn(&launch) {
+        Err(e) => Err(format!("cannot start {} ({e})", launch.claude.display())),
+        Ok(mut child) => {
+            let pgid = child.id().unwrap_or(0);
+            // Drain the pipes so claude never blocks on them.
+            let out = child.stdout().take();
+            let err = child.stderr().take();
+            let drain = tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut sink = Vec::new();
+                if let Some(mut o) = out {
+                    let _ = o.read_to_end(&mut sink).await;
+                }
+                let mut e = Vec::new();
+                if let Some(mut s) = err {
+                    let _ = s.read_to_end(&mut e).await;
+                }
+                String::from_utf8_lossy(&e).into_owned()
+            });
+            let got = tokio::time::timeout(limit, rx.wait_for(|s| *s)).await;
+            runner::stop_group(pgid, Duration::from_secs(2)).await;
+            let _ = child.inner_mut().wait().await;
+            let stderr = drain.await.unwrap_or_default();
+            match got {
+                Ok(Ok(_)) => cap
+                    .first
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.clone())
+                    .ok_or_else(|| "no request recorded".to_string()),
+                _ => Err(format!(
+                    "claude sent no request within {} s{}",
+                    limit.as_secs(),
+                    match stderr.lines().last() {
+                        Some(l) => format!(": {l}"),
+                        None => String::new(),
+                    }
+                )),
+            }
+        }
+    };
+    server.abort();
+    result
+}
+
+/// The launch of a delegate for `config`'s defaults in `cwd`, as a job
+/// would start it (task "Reply with one word.").
+pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) -> Launch {
+    let d = &config.defaults;
+    let endpoint = Endpoint {
+        name: "capture".into(),
+        base_url: base_url.into(),
+        backend: None,
+        host: None,
+        notes: None,
+        env: Default::default(),
+        api_key_env: None,
+    };
+    let mcp = d
+        .mcp_config
+        .as_deref()
+        .and_then(|p| runner::mcp_config_path(p).ok());
+    let s = RunSettings {
+        served_id: "capture",
+        window: Some(131_072),
+        permission_mode: &d.permission_mode,
+        allowed_tools: &d.allowed_tools,
+        disallowed_tools: &d.disallowed_tools,
+        max_turns: 1,
+        setting_sources: &d.setting_sources,
+        system_prompt_append: &d.system_prompt_append,
+        resume_session: None,
+        mcp_config: mcp.as_deref(),
+    };
+    let mut l = runner::launch(
+        claude.to_path_buf(),
+        cwd,
+        base_url,
+        &endpoint,
+        &s,
+        "Reply with one word.",
+    );
+    // Leave no session file behind.
+    let at = l
+        .args
+        .iter()
+        .position(|a| a == "--")
+        .unwrap_or(l.args.len());
+    l.args.insert(at, "--no-session-persistence".into());
+    l
+}
+
+/// Measure the fixed prompt of `config`'s delegates, in an empty temporary
+/// directory (so no project's files are part of it).
+pub async fn measure(config: &Config, claude: &Path) -> Result<FixedPrompt, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory ({e})"))?;
+    let body = capture_first_request(
+        |url| job_launch(config, claude, dir.path(), url),
+        Duration::from_secs(60),
+    )
+    .await?;
+    Ok(FixedPrompt::from_body(&body))
+}
