@@ -7,8 +7,10 @@
 //! 2. Replay the bodies in order against a real llama-server (fresh for each
 //!    run, one slot), `max_tokens` 1 and temperature 0, folded by the shim
 //!    or with every in-`messages` system entry hoisted into `system`.
-//! 3. Do it for today's traffic and for a variant with one new system entry
-//!    after each tool result, as older Claude Code versions sent.
+//! 3. Do it for today's traffic, for a variant with one new system entry
+//!    after each tool result, as older Claude Code versions sent, and for
+//!    the same session recorded with the lean delegate's flags (the in-job
+//!    cache ratio must not regress).
 //!
 //! Run: `scripts/e2e-real.sh bench` (it provisions llama-server and the
 //! model and sets LOCALAGENTS_E2E_*). Prints Markdown tables.
@@ -29,8 +31,9 @@ fn start_server() -> server::Server {
     server::start(&["-c", "32768", "--parallel", "1"])
 }
 
-/// Record a real session: 6 tool calls, then a final answer.
-async fn record() -> Vec<Value> {
+/// Record a real session: 6 tool calls, then a final answer. `lean`: with
+/// the delegate's lean flags (`--tools`, no auto-memory, no MCP servers).
+async fn record(lean: bool) -> Vec<Value> {
     let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         ..Default::default()
@@ -63,21 +66,30 @@ async fn record() -> Vec<Value> {
     let (home, work) = (tmp.path().join("home"), tmp.path().join("work"));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&work).unwrap();
-    let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
+    let mut env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
+    let mut args = vec![
+        "--model",
+        "gemma3-270m",
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "Bash,Read,Write,Edit,Glob",
+        "--max-turns",
+        "10",
+    ];
+    if lean {
+        args.extend([
+            "--tools",
+            "Bash,Read,Write,Edit,Glob",
+            "--strict-mcp-config",
+        ]);
+        env.push(("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()));
+    }
     let cmd = support::claude::command(
         &home,
         &work,
         &env,
-        &[
-            "--model",
-            "gemma3-270m",
-            "--permission-mode",
-            "acceptEdits",
-            "--allowedTools",
-            "Bash,Read,Write,Edit,Glob",
-            "--max-turns",
-            "10",
-        ],
+        &args,
         "Create notes.txt, then change it.",
     );
     let run = support::claude::run(cmd, Duration::from_secs(120)).await;
@@ -263,11 +275,12 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let bodies = record().await;
+        let bodies = record(false).await;
+        let lean = record(true).await;
         let in_msgs: Vec<usize> = bodies.iter().map(|b| b["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "system").count()).collect();
         println!("recorded {} requests of a real Claude Code 2.1.328 session; system entries inside messages per request: {in_msgs:?}", bodies.len());
         let variant = with_reminders(&bodies);
-        for (name, set) in [("today's traffic (2.1.328: one constant system entry)", &bodies), ("older Claude Code: a new system entry after each tool result", &variant)] {
+        for (name, set) in [("today's traffic (2.1.328: one constant system entry)", &bodies), ("older Claude Code: a new system entry after each tool result", &variant), ("the lean delegate (`--tools`, no auto-memory, `--strict-mcp-config`), today's traffic", &lean)] {
             let f: Vec<Value> = set.iter().map(folded).collect();
             let h: Vec<Value> = set.iter().map(hoist).collect();
             let ft = replay(&f).await;

@@ -10,7 +10,10 @@
 # path) and runs `cargo test --test e2e`.
 #   scripts/e2e-real.sh            provision and run the tier
 #   scripts/e2e-real.sh provision  only provision; print the env to use
-#   scripts/e2e-real.sh bench      provision and run the prefix-cache benchmark
+#   scripts/e2e-real.sh bench      provision and run the benchmarks on the real
+#                                  server (a job's first request before/after
+#                                  lean delegates, the prefix cache) and the
+#                                  smallest-window one (fake + real CLI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,7 +119,9 @@ case "${1:-run}" in
     ;;
   bench)
     provision
+    cargo bench --locked --bench first_turn
     cargo bench --locked --bench prefix_cache
+    cargo bench --locked --bench window
     ;;
   run)
     provision

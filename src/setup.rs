@@ -292,10 +292,10 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         let small = st
             .models
             .iter()
-            .any(|m| m.context.is_some_and(|c| c < probe::SMALL_WINDOW));
+            .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
         let lvl = if small { Level::Warn } else { Level::Ok };
         let extra = if small {
-            "; under 128k per slot Claude Code compacts constantly: raise -c or lower --parallel"
+            "; under 32k per slot even a short job makes Claude Code compact: raise -c or lower --parallel"
         } else {
             ""
         };

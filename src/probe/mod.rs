@@ -25,8 +25,17 @@ use metrics::Counters;
 /// How long a probe result is reused.
 pub const CACHE_TTL: Duration = Duration::from_millis(1000);
 
-/// Below this per-slot window Claude Code compacts all the time.
+/// Below this per-slot window a delegate's output budget shrinks to
+/// window/8: Claude Code's auto-compact threshold is window minus max
+/// output, which would otherwise sit near zero.
 pub const SMALL_WINDOW: u64 = 131_072;
+
+/// Below this per-slot window `status` warns. Measured with the lean
+/// delegate (`cargo bench --bench window`): a scripted 6-turn job peaks at
+/// about 9.3k prompt tokens, and Claude Code 2.1.328 starts compacting
+/// near window − window/8 − 13k, so 26,624 is the smallest window that ran
+/// it without compacting; 32k leaves a little room.
+pub const MIN_WINDOW: u64 = 32_768;
 
 /// One model id a server serves.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -450,10 +459,10 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     }
     for m in &st.models {
         if let Some(c) = m.context
-            && c < SMALL_WINDOW
+            && c < MIN_WINDOW
         {
             st.warnings.push(format!(
-                "{}: window {} per slot is under 128k; Claude Code will compact constantly (give each slot 128k or more)",
+                "{}: window {} per slot is under 32k; even a short job makes Claude Code compact (it starts near window - window/8 - 13k): give each slot 32k or more, 64k+ for jobs that read several files",
                 m.id, c
             ));
         }

@@ -375,3 +375,113 @@ fn t5_api_key_probe_and_run() {
         "{v}"
     );
 }
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.email", "t@example.com"]);
+    git(dir, &["config", "user.name", "t"]);
+    std::fs::write(dir.join("README.md"), "project\n").unwrap();
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "init"]);
+}
+
+fn scrape(url: &str) -> localagents::probe::metrics::Counters {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("{url}/metrics")])
+        .output()
+        .unwrap();
+    localagents::probe::metrics::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn t6_the_next_job_in_another_tree_starts_from_the_cache() {
+    // One slot, so both jobs meet the same cache.
+    let srv = start_server(&["-c", "32768", "--parallel", "1"]);
+    let d = dirs(&srv.url, "");
+    let (a, b) = (d.work.join("repo-a"), d.work.join("repo-b"));
+    repo(&a);
+    repo(&b);
+    let run = |cwd: &Path| -> (Value, Vec<Value>) {
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&d.cfg)
+            .arg("--state-dir")
+            .arg(&d.state)
+            .args([
+                "run",
+                "--model",
+                "gemma3-270m",
+                "--worktree",
+                "--max-turns",
+                "1",
+                "--json",
+                "Say hello.",
+            ])
+            .env("HOME", &d.home)
+            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        let rec: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(rec["isolation"], "worktree", "{rec}");
+        let reqs = requests(&d.state, rec["id"].as_str().unwrap())
+            .into_iter()
+            .filter(|l| l["path"] == "/v1/messages")
+            .collect();
+        (rec, reqs)
+    };
+    let (rec1, reqs1) = run(&a);
+    assert!(!reqs1.is_empty(), "{rec1}");
+    let m0 = scrape(&srv.url);
+    let (rec2, reqs2) = run(&b);
+    let m1 = scrape(&srv.url);
+    assert!(!reqs2.is_empty(), "{rec2}");
+    for r in reqs1.iter().chain(&reqs2) {
+        assert_eq!(r["status"], 200, "{r}");
+    }
+    let first = &reqs2[0]["usage"];
+    let (input, cached) = (
+        first["input"].as_u64().unwrap(),
+        first["cache_read"].as_u64().unwrap(),
+    );
+    let share = cached as f64 / (input + cached) as f64;
+    eprintln!(
+        "job 1 first turn {}; job 2 first turn {} ({share:.3} cached)",
+        rec1["first_turn"], rec2["first_turn"]
+    );
+    assert!(
+        share >= 0.9,
+        "job 2's first request: {input} processed, {cached} cached ({share:.3})"
+    );
+    assert_eq!(rec2["first_turn"]["cached_tokens"], cached, "{rec2}");
+    // The usage the shim logged is what the server counted.
+    let d = |k: &str| m1.get(k).copied().unwrap_or(0.0) - m0.get(k).copied().unwrap_or(0.0);
+    let (sum_in, sum_cached) = reqs2.iter().fold((0u64, 0u64), |(i, c), r| {
+        (
+            i + r["usage"]["input"].as_u64().unwrap_or(0),
+            c + r["usage"]["cache_read"].as_u64().unwrap_or(0),
+        )
+    });
+    assert_eq!(
+        d("llamacpp:prompt_tokens_total") as u64,
+        sum_in,
+        "processed: /metrics vs usage"
+    );
+    assert_eq!(
+        d("llamacpp:prompt_tokens_cached_total") as u64,
+        sum_cached,
+        "cached: /metrics vs usage"
+    );
+}

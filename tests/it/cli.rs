@@ -171,7 +171,7 @@ fn bringup_runs_the_command_on_request_and_waits_until_served() {
 async fn doctor_says_ok_warn_fail_with_the_fix() {
     let fake = crate::support::fake_llama::spawn(crate::support::fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
-        n_ctx: 32768,
+        n_ctx: 16384,
         supports_system_role: false,
         ..Default::default()
     })
@@ -207,7 +207,7 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
     assert!(text.contains("ok    claude CLI 2.1.328"), "{text}");
     assert!(
         text.contains(
-            "warn  endpoint box (llama.cpp): up, serves gemma3-270m (32768/slot); under 128k"
+            "warn  endpoint box (llama.cpp): up, serves gemma3-270m (16384/slot); under 32k"
         ),
         "{text}"
     );
