@@ -1,37 +1,69 @@
 //! The operations behind the MCP tools and the matching CLI commands.
 //!
-//! Each is a plain async function over explicit inputs that returns a JSON
-//! value or an [`ApiError`] whose text says what to do. The MCP handlers and
-//! the CLI are thin wrappers over these, so tests can call them directly.
+//! Each is a plain function over explicit inputs that returns a typed result
+//! or an [`Error`] whose text says what to do. The MCP handlers and the CLI
+//! are thin wrappers over these, so tests can call them directly. [`Error`]
+//! is the one error type at this boundary: it turns itself into an `isError`
+//! tool result for MCP and into an [`ExitStatus`] for the CLI.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
-use serde_json::{Value, json};
+use rmcp::handler::server::tool::IntoCallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, IntoContents};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::config::{self, ConfigError, Discovery};
+use crate::config::{self, ConfigError};
+pub use crate::context::Context;
+use crate::jobs::manager::{Manager, RunArgs, StartError};
+use crate::jobs::{Isolation, JobError, JobListItem, JobSummary, Status};
 use crate::probe;
 use crate::registry;
+pub use crate::registry::{ResolveError, Target, resolve_target};
 
-/// Shared context of a running `localagents` process.
-#[derive(Debug, Clone)]
-pub struct Context {
-    /// `--config` / `LOCALAGENTS_CONFIG`.
-    pub explicit_config: Option<PathBuf>,
-    /// `--state-dir` / `LOCALAGENTS_STATE_DIR`.
-    pub state_dir: PathBuf,
+/// Longest `wait_s` / `wait_job` timeout: below Claude Code's 2-minute
+/// tool budget. The skill and the tool docs quote it (tested).
+pub use crate::jobs::manager::MAX_WAIT;
+/// `list_jobs` default page.
+pub const DEFAULT_LIST_LIMIT: usize = 20;
+/// `job_log` default page.
+pub const DEFAULT_TAIL_LINES: usize = 80;
+/// `job_diff` default page.
+pub const DEFAULT_DIFF_BYTES: usize = 20_000;
+/// `cleanup_jobs` default age.
+pub const DEFAULT_CLEANUP_DAYS: u64 = 7;
+/// Longest age `cleanup_jobs` takes (a century).
+pub const MAX_CLEANUP_DAYS: u64 = 36_500;
+pub use crate::jobs::manager::MAX_TIMEOUT_S;
+
+/// How a command ended, as the process exit code (uv's `ExitStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// 0: it did what was asked (also when endpoints are down: a finding).
+    Success,
+    /// 1: a runtime failure (a job that did not succeed, a missing job).
+    Failure,
+    /// 2: a usage or config error.
+    Error,
 }
 
-impl Context {
-    /// Discovery for this call: the cwd is read now, not at start.
-    pub fn discovery(&self) -> Discovery {
-        Discovery::standard(self.explicit_config.clone())
+impl From<ExitStatus> for ExitCode {
+    fn from(s: ExitStatus) -> ExitCode {
+        match s {
+            ExitStatus::Success => ExitCode::SUCCESS,
+            ExitStatus::Failure => ExitCode::from(1),
+            ExitStatus::Error => ExitCode::from(2),
+        }
     }
 }
 
 /// A failure a caller can act on. The text is one or two sentences that
 /// name the fix.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub enum Error {
     #[error("config error: {0}")]
     Config(#[from] ConfigError),
     #[error("{0}")]
@@ -39,63 +71,85 @@ pub enum ApiError {
     /// Nothing serves the model: the message says whom to ask for what.
     #[error("{}", .0.message)]
     Unavailable(Box<registry::Unavailable>),
+    #[error("{0}")]
+    Job(#[from] JobError),
 }
 
-/// A model resolved to a live endpoint, with what a shim route needs.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub config: std::sync::Arc<config::Config>,
-    pub resolved: registry::Resolved,
-    pub endpoint: config::Endpoint,
-    pub backend: config::Backend,
-    /// The endpoint's probe at resolution (slots and `/metrics` counters).
-    pub probe: probe::EndpointStatus,
+impl From<ResolveError> for Error {
+    fn from(e: ResolveError) -> Self {
+        match e {
+            ResolveError::Config(c) => Error::Config(c),
+            ResolveError::Unavailable(u) => Error::Unavailable(u),
+            ResolveError::Invalid(s) => Error::Invalid(s),
+        }
+    }
 }
 
-/// Load, probe and resolve `model` (or the default) on `endpoint` (or any).
-pub async fn resolve_target(
-    ctx: &Context,
-    model: Option<&str>,
-    endpoint: Option<&str>,
-) -> Result<Target, ApiError> {
-    let loaded = config::load(&ctx.discovery())?;
-    let probes = probe::probe_all(&loaded.config).await;
-    let resolved = registry::resolve(&loaded.config, &probes, model, endpoint)
-        .map_err(ApiError::Unavailable)?;
-    let ep = loaded
-        .config
-        .endpoint(&resolved.endpoint)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::Invalid(format!(
-                "endpoint `{}` vanished from the config",
-                resolved.endpoint
-            ))
-        })?;
-    let Some(status) = probes.into_iter().find(|p| p.name == resolved.endpoint) else {
-        return Err(ApiError::Invalid(format!(
-            "endpoint `{}` has no probe result",
-            resolved.endpoint
-        )));
-    };
-    let backend = config::Backend::parse(&status.backend).unwrap_or(config::Backend::Other);
-    Ok(Target {
-        config: loaded.config.clone(),
-        resolved,
-        endpoint: ep,
-        backend,
-        probe: status,
-    })
+impl From<StartError> for Error {
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Unavailable(u) => Error::Unavailable(u),
+            StartError::Config(c) => Error::Config(c),
+            StartError::Job(j) => Error::Job(j),
+            other => Error::Invalid(other.to_string()),
+        }
+    }
+}
+
+impl Error {
+    /// The exit status of a CLI command that failed with this.
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            Error::Config(_) => ExitStatus::Error,
+            _ => ExitStatus::Failure,
+        }
+    }
+}
+
+impl IntoCallToolResult for Error {
+    /// An `isError` result with the sentence; `model_unavailable` keeps its
+    /// structure (whom to ask for what).
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let r = match self {
+            Error::Unavailable(u) => {
+                CallToolResult::structured_error(serde_json::to_value(&*u).unwrap_or(Value::Null))
+            }
+            e => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        };
+        Ok(r.into())
+    }
+}
+
+/// A successful tool result: `T` as one JSON text block.
+#[derive(Debug)]
+pub struct Reply<T>(pub T);
+
+impl<T: Serialize> IntoContents for Reply<T> {
+    fn into_contents(self) -> Vec<ContentBlock> {
+        vec![ContentBlock::text(
+            serde_json::to_string(&self.0).unwrap_or_else(|_| "{}".into()),
+        )]
+    }
+}
+
+/// Parse a closed-set argument, or say what the choices are.
+pub fn parse_arg<T: std::str::FromStr<Err = String>>(v: Option<&str>) -> Result<Option<T>, Error> {
+    v.map(str::parse).transpose().map_err(Error::Invalid)
 }
 
 /// `list_models`: the status object plus short guidance.
-pub async fn list_models(ctx: &Context) -> Result<Value, ApiError> {
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ModelsReport {
+    #[serde(flatten)]
+    pub status: registry::Status,
+    pub guidance: Value,
+}
+
+/// `list_models`.
+pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
-    let mut v = serde_json::to_value(&status).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("guidance".into(), registry::guidance(&status));
-    }
-    Ok(v)
+    let guidance = registry::guidance(&status);
+    Ok(ModelsReport { status, guidance })
 }
 
 /// Arguments of `register_endpoint`.
@@ -124,15 +178,24 @@ fn valid_env_name(name: &str) -> bool {
 }
 
 /// `register_endpoint`: validate, write the sidecar, probe the new endpoint.
-pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Value, ApiError> {
+/// What `register_endpoint` did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Registered {
+    pub registered: String,
+    pub written_to: PathBuf,
+    pub endpoint: probe::EndpointStatus,
+    pub warnings: Vec<String>,
+}
+
+pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Registered, Error> {
     let name = args.name.trim();
     if !valid_name(name) {
-        return Err(ApiError::Invalid(format!(
+        return Err(Error::Invalid(format!(
             "invalid endpoint name `{name}`: use 1-64 letters, digits, `_`, `.` or `-`"
         )));
     }
     let base_url = config::check_base_url(&args.base_url)
-        .map_err(|why| ApiError::Invalid(format!("invalid base_url: {why}")))?;
+        .map_err(|why| Error::Invalid(format!("invalid base_url: {why}")))?;
     let backend = match args
         .backend
         .as_deref()
@@ -142,7 +205,7 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Valu
         None => None,
         Some(b) if b.eq_ignore_ascii_case("auto") => None,
         Some(b) => Some(config::Backend::parse(b).ok_or_else(|| {
-            ApiError::Invalid(format!(
+            Error::Invalid(format!(
                 "unknown backend `{b}`: use llama.cpp, vllm or other, or leave it out to detect it"
             ))
         })?),
@@ -150,13 +213,13 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Valu
     if let Some(var) = &args.api_key_env
         && !valid_env_name(var)
     {
-        return Err(ApiError::Invalid(format!(
+        return Err(Error::Invalid(format!(
             "api_key_env must be the NAME of an environment variable (like LLAMA_API_KEY), not `{var}`; never pass the key itself"
         )));
     }
     let discovery = ctx.discovery();
     let sidecar = discovery.active_sidecar().ok_or_else(|| {
-        ApiError::Invalid(
+        Error::Invalid(
             "no place to write the sidecar: neither a config dir nor a project dir is known; pass --config".into(),
         )
     })?;
@@ -178,47 +241,42 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Valu
     probe::invalidate();
     let loaded = config::load(&discovery)?;
     let Some(ep) = loaded.config.endpoint(name) else {
-        return Err(ApiError::Invalid(format!(
+        return Err(Error::Invalid(format!(
             "wrote {} but endpoint `{name}` did not survive the merge; run `localagents config check`",
             sidecar.display()
         )));
     };
     let budget = std::time::Duration::from_secs_f64(loaded.config.defaults.probe_timeout_s);
     let st = probe::probe_cached(ep, budget).await;
-    Ok(json!({
-        "registered": name,
-        "written_to": sidecar,
-        "endpoint": st,
-        "warnings": loaded.warnings,
-    }))
+    Ok(Registered {
+        registered: name.to_string(),
+        written_to: sidecar,
+        endpoint: st,
+        warnings: loaded.warnings.clone(),
+    })
 }
 
 // ---- jobs -------------------------------------------------------------
 
-use crate::jobs::manager::{MAX_WAIT, Manager, RunArgs, StartError};
-use crate::jobs::{JobError, Status};
-
-/// A job tool failure: a sentence, or the structured `model_unavailable`.
-#[derive(Debug)]
-pub enum ToolFailure {
-    Text(String),
-    Structured(Value),
+/// A job's summary with whether it is still running.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobReply {
+    #[serde(flatten)]
+    pub job: JobSummary,
+    pub still_running: bool,
+    /// What to call next while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
-impl From<JobError> for ToolFailure {
-    fn from(e: JobError) -> Self {
-        ToolFailure::Text(e.to_string())
-    }
-}
-
-impl From<StartError> for ToolFailure {
-    fn from(e: StartError) -> Self {
-        match e {
-            StartError::Unavailable(u) => {
-                ToolFailure::Structured(serde_json::to_value(&*u).unwrap_or(Value::Null))
-            }
-            other => ToolFailure::Text(other.to_string()),
-        }
+/// Check `timeout_s` before anything starts: a number too big for a
+/// duration is a sentence, not a panic.
+pub fn check_timeout(timeout_s: Option<u64>) -> Result<(), Error> {
+    match timeout_s {
+        Some(t) if t == 0 || t > MAX_TIMEOUT_S => Err(Error::Invalid(format!(
+            "timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), not {t}"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -227,69 +285,114 @@ pub async fn run_agent(
     m: &std::sync::Arc<Manager>,
     args: RunArgs,
     wait_s: u64,
-) -> Result<Value, ToolFailure> {
+) -> Result<JobReply, Error> {
+    check_timeout(args.timeout_s)?;
     let rec = m.start(args).await?;
     let (rec, still) = if wait_s > 0 {
-        m.wait(
-            &rec.id,
-            std::time::Duration::from_secs(wait_s).min(MAX_WAIT),
-        )
-        .await?
+        m.wait(&rec.id, Duration::from_secs(wait_s.min(MAX_WAIT.as_secs())))
+            .await?
     } else {
         let still = !rec.status.terminal();
         (rec, still)
     };
-    let mut s = rec.summary();
-    if let Value::Object(o) = &mut s {
-        o.insert("still_running".into(), json!(still));
-        if still {
-            o.insert(
-                "next".into(),
-                json!(format!(
-                    "wait_job(\"{}\") to wait up to 110 s, or carry on and check job_status later",
-                    rec.id
-                )),
-            );
-        }
-    }
-    Ok(s)
+    Ok(JobReply {
+        next: still.then(|| {
+            format!(
+                "wait_job(\"{}\") to wait up to {} s, or carry on and check job_status later",
+                rec.id,
+                MAX_WAIT.as_secs()
+            )
+        }),
+        job: rec.summary(),
+        still_running: still,
+    })
 }
 
 /// `wait_job`.
-pub async fn wait_job(m: &Manager, id: &str, timeout_s: u64) -> Result<Value, ToolFailure> {
-    let (rec, still) = m
-        .wait(id, std::time::Duration::from_secs(timeout_s))
-        .await?;
-    let mut s = rec.summary();
-    if let Value::Object(o) = &mut s {
-        o.insert("still_running".into(), json!(still));
-    }
-    Ok(s)
+pub async fn wait_job(m: &Manager, id: &str, timeout_s: u64) -> Result<JobReply, Error> {
+    let wait = Duration::from_secs(timeout_s.min(MAX_WAIT.as_secs()));
+    let (rec, still) = m.wait(id, wait).await?;
+    Ok(JobReply {
+        job: rec.summary(),
+        still_running: still,
+        next: None,
+    })
 }
 
 /// `job_status`.
-pub fn job_status(m: &Manager, id: &str) -> Result<Value, ToolFailure> {
+pub fn job_status(m: &Manager, id: &str) -> Result<JobSummary, Error> {
     Ok(m.store.load(id)?.summary())
 }
 
 /// `list_jobs`.
-pub fn list_jobs(m: &Manager, status: Option<&str>, limit: usize) -> Result<Value, ToolFailure> {
-    let status = match status.map(str::trim).filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => Some(Status::parse(s).ok_or_else(|| {
-            ToolFailure::Text(format!(
-                "unknown status `{s}`: use queued, running, succeeded, failed, cancelled, timeout or lost"
-            ))
-        })?),
-    };
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobListItem>,
+    pub count: usize,
+}
+
+/// `list_jobs`.
+pub fn list_jobs(m: &Manager, status: Option<Status>, limit: usize) -> Result<JobList, Error> {
     let limit = limit.clamp(1, 200);
-    let jobs: Vec<Value> = m
+    let jobs: Vec<JobListItem> = m
         .store
         .list(status, limit)
         .iter()
         .map(|r| r.list_item())
         .collect();
-    Ok(json!({"jobs": jobs, "count": jobs.len()}))
+    Ok(JobList {
+        count: jobs.len(),
+        jobs,
+    })
+}
+
+/// Which log of a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogStream {
+    /// What the delegate said and did.
+    #[default]
+    Transcript,
+    /// Every backend request (the shim's log).
+    Requests,
+    /// The raw stream-json events.
+    Events,
+}
+
+impl LogStream {
+    fn file(self) -> &'static str {
+        match self {
+            LogStream::Transcript => "transcript.txt",
+            LogStream::Requests => "requests.jsonl",
+            LogStream::Events => "events.jsonl",
+        }
+    }
+}
+
+impl std::str::FromStr for LogStream {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "transcript" => Ok(LogStream::Transcript),
+            "requests" => Ok(LogStream::Requests),
+            "events" => Ok(LogStream::Events),
+            other => Err(format!(
+                "unknown stream `{other}`: use transcript, requests or events"
+            )),
+        }
+    }
+}
+
+/// A page of a job's log.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LogPage {
+    pub job_id: String,
+    pub stream: LogStream,
+    pub total_lines: usize,
+    pub from: usize,
+    pub to: usize,
+    pub next_offset: Option<usize>,
+    pub text: String,
 }
 
 const LOG_CAP: usize = 20_000;
@@ -298,23 +401,13 @@ const LOG_CAP: usize = 20_000;
 pub fn job_log(
     m: &Manager,
     id: &str,
-    stream: &str,
+    stream: LogStream,
     tail_lines: usize,
     offset: Option<usize>,
-) -> Result<Value, ToolFailure> {
+) -> Result<LogPage, Error> {
     let dir = m.store.dir(id)?;
     let _ = m.store.load(id)?;
-    let file = match stream {
-        "transcript" => "transcript.txt",
-        "requests" => "requests.jsonl",
-        "events" => "events.jsonl",
-        other => {
-            return Err(ToolFailure::Text(format!(
-                "unknown stream `{other}`: use transcript, requests or events"
-            )));
-        }
-    };
-    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let text = std::fs::read_to_string(dir.join(stream.file())).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let n = tail_lines.clamp(1, 2000);
     let from = match offset {
@@ -336,29 +429,38 @@ pub fn job_log(
         out.push('\n');
         to += 1;
     }
-    Ok(json!({
-        "job_id": id,
-        "stream": stream,
-        "total_lines": lines.len(),
-        "from": from,
-        "to": to,
-        "next_offset": if to < lines.len() { Some(to) } else { None },
-        "text": out,
-    }))
+    Ok(LogPage {
+        job_id: id.to_string(),
+        stream,
+        total_lines: lines.len(),
+        from,
+        to,
+        next_offset: (to < lines.len()).then_some(to),
+        text: out,
+    })
+}
+
+/// A page of a job's diff.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DiffPage {
+    pub job_id: String,
+    pub isolation: Isolation,
+    pub branch: Option<String>,
+    pub diffstat: Option<String>,
+    pub files_changed: Vec<String>,
+    pub total_bytes: usize,
+    pub offset: usize,
+    pub next_offset: Option<usize>,
+    pub diff: String,
 }
 
 /// `job_diff`: the full diff of a job, paged by bytes.
-pub fn job_diff(
-    m: &Manager,
-    id: &str,
-    max_bytes: usize,
-    offset: usize,
-) -> Result<Value, ToolFailure> {
+pub fn job_diff(m: &Manager, id: &str, max_bytes: usize, offset: usize) -> Result<DiffPage, Error> {
     let rec = m.store.load(id)?;
     let diff = match &rec.worktree {
         Some(w) if w.path.exists() => crate::worktree::diff_text(w),
         Some(w) => {
-            return Err(ToolFailure::Text(format!(
+            return Err(Error::Invalid(format!(
                 "job {id}'s worktree is gone ({}): {}",
                 w.path.display(),
                 w.note.clone().unwrap_or_else(|| "it was removed".into())
@@ -366,10 +468,10 @@ pub fn job_diff(
         }
         None => crate::worktree::diff_paths(&rec.cwd, &rec.files_changed),
     }
-    .map_err(|e| ToolFailure::Text(format!("job {id}: cannot compute the diff: {e}")))?;
+    .map_err(|e| Error::Invalid(format!("job {id}: cannot compute the diff: {e}")))?;
     let max = max_bytes.clamp(1000, 100_000);
     let start = offset.min(diff.len());
-    let mut end = (start + max).min(diff.len());
+    let mut end = start.saturating_add(max).min(diff.len());
     while !diff.is_char_boundary(end) {
         end -= 1;
     }
@@ -377,22 +479,37 @@ pub fn job_diff(
     while !diff.is_char_boundary(start_b) {
         start_b -= 1;
     }
-    Ok(json!({
-        "job_id": id,
-        "isolation": rec.isolation,
-        "branch": rec.worktree.as_ref().map(|w| w.branch.clone()),
-        "diffstat": rec.worktree.as_ref().and_then(|w| w.diffstat.clone()),
-        "files_changed": rec.files_changed,
-        "total_bytes": diff.len(),
-        "offset": start_b,
-        "next_offset": if end < diff.len() { Some(end) } else { None },
-        "diff": &diff[start_b..end],
-    }))
+    Ok(DiffPage {
+        job_id: id.to_string(),
+        isolation: rec.isolation,
+        branch: rec.worktree.as_ref().map(|w| w.branch.clone()),
+        diffstat: rec.worktree.as_ref().and_then(|w| w.diffstat.clone()),
+        files_changed: rec.files_changed.clone(),
+        total_bytes: diff.len(),
+        offset: start_b,
+        next_offset: (end < diff.len()).then_some(end),
+        diff: diff[start_b..end].to_string(),
+    })
 }
 
 /// `cancel_job`.
-pub async fn cancel_job(m: &Manager, id: &str) -> Result<Value, ToolFailure> {
+pub async fn cancel_job(m: &Manager, id: &str) -> Result<JobSummary, Error> {
     Ok(m.cancel(id).await?.summary())
+}
+
+/// One job `cleanup_jobs` removed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Removed {
+    pub job_id: String,
+    pub removed: Vec<String>,
+}
+
+/// What `cleanup_jobs` did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CleanupReport {
+    pub removed: Vec<Removed>,
+    pub skipped: Vec<String>,
+    pub older_than_days: Option<u64>,
 }
 
 /// `cleanup_jobs`: remove kept worktrees, their branches and old job dirs.
@@ -400,7 +517,14 @@ pub fn cleanup_jobs(
     m: &Manager,
     older_than_days: Option<u64>,
     job_id: Option<&str>,
-) -> Result<Value, ToolFailure> {
+) -> Result<CleanupReport, Error> {
+    let days = older_than_days.unwrap_or(DEFAULT_CLEANUP_DAYS);
+    if days > MAX_CLEANUP_DAYS {
+        return Err(Error::Invalid(format!(
+            "older_than_days must be at most {MAX_CLEANUP_DAYS} (a century), not {days}"
+        )));
+    }
+    m.store.reap_lost();
     let mut removed = Vec::new();
     let mut skipped = Vec::new();
     let candidates: Vec<String> = match job_id {
@@ -410,8 +534,9 @@ pub fn cleanup_jobs(
         }
         None => m.store.ids(),
     };
-    let days = older_than_days.unwrap_or(7);
-    let cutoff = chrono::Utc::now() - chrono::Duration::days(days as i64);
+    let cutoff = chrono::Utc::now()
+        .checked_sub_signed(chrono::Duration::days(days as i64))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
     for id in candidates {
         let rec = match m.store.load(&id) {
             Ok(r) => r,
@@ -454,9 +579,14 @@ pub fn cleanup_jobs(
         {
             what.push(format!("job dir {}", dir.display()));
         }
-        removed.push(json!({"job_id": id, "removed": what}));
+        removed.push(Removed {
+            job_id: id,
+            removed: what,
+        });
     }
-    Ok(
-        json!({"removed": removed, "skipped": skipped, "older_than_days": if job_id.is_none() { Some(days) } else { None }}),
-    )
+    Ok(CleanupReport {
+        removed,
+        skipped,
+        older_than_days: job_id.is_none().then_some(days),
+    })
 }

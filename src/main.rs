@@ -29,7 +29,9 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(cli::run(cli)) {
-        Ok(code) => code,
+        Ok(status) => status.into(),
+        // `localagents jobs | head -1`: the reader is done, so are we.
+        Err(e) if cli::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("localagents: {e:#}");
             ExitCode::from(1)

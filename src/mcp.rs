@@ -10,14 +10,17 @@ use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
-use crate::api::{self, ApiError, Context, ToolFailure};
+use crate::api::{
+    self, CleanupReport, Context, DiffPage, JobList, JobReply, LogPage, LogStream, ModelsReport,
+    Registered, Reply,
+};
 use crate::jobs::manager::{Manager, RunArgs};
+use crate::jobs::{Isolation, JobSummary, Status};
 
 /// What Claude reads about this server in its system prompt.
 pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about.";
@@ -59,6 +62,7 @@ pub struct RunAgentParams {
     pub cwd: Option<String>,
     /// `none` (work in the tree) or `worktree` (a fresh git worktree on branch local-agent/<job>, kept only if it changed).
     #[serde(default)]
+    #[schemars(with = "Option<Isolation>")]
     pub isolation: Option<String>,
     /// Seconds to wait for the job before returning (0: return at once; capped at 110).
     #[serde(default)]
@@ -108,6 +112,7 @@ pub struct WaitJobParams {
 pub struct ListJobsParams {
     /// Only jobs with this status: queued, running, succeeded, failed, cancelled, timeout, lost.
     #[serde(default)]
+    #[schemars(with = "Option<Status>")]
     pub status: Option<String>,
     /// How many, newest first (default 20).
     #[serde(default)]
@@ -121,6 +126,7 @@ pub struct JobLogParams {
     pub job_id: String,
     /// `transcript` (what the delegate said and did), `requests` (every backend request) or `events` (raw stream-json).
     #[serde(default)]
+    #[schemars(with = "Option<LogStream>")]
     pub stream: Option<String>,
     /// Lines to return (default 80).
     #[serde(default)]
@@ -162,24 +168,27 @@ pub struct Server {
     tool_router: ToolRouter<Self>,
 }
 
-fn job_result(r: Result<Value, ToolFailure>) -> Result<CallToolResult, ErrorData> {
-    match r {
-        Ok(v) => ok(v),
-        Err(ToolFailure::Text(t)) => Ok(CallToolResult::error(vec![ContentBlock::text(t)])),
-        Err(ToolFailure::Structured(v)) => Ok(CallToolResult::structured_error(v)),
+impl TryFrom<RunAgentParams> for RunArgs {
+    type Error = api::Error;
+    fn try_from(p: RunAgentParams) -> Result<RunArgs, api::Error> {
+        Ok(RunArgs {
+            task: p.task,
+            model: p.model,
+            endpoint: p.endpoint,
+            cwd: p.cwd.map(std::path::PathBuf::from),
+            isolation: api::parse_arg(p.isolation.as_deref())?,
+            permission_mode: p.permission_mode,
+            max_turns: p.max_turns,
+            allowed_tools: p.allowed_tools,
+            disallowed_tools: p.disallowed_tools,
+            system_prompt_append: p.system_prompt_append,
+            resume_job: p.resume_job,
+            timeout_s: p.timeout_s,
+        })
     }
 }
 
-fn ok(v: Value) -> Result<CallToolResult, ErrorData> {
-    let text = serde_json::to_string(&v).unwrap_or_else(|_| "{}".into());
-    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
-}
-
-fn fail(e: ApiError) -> Result<CallToolResult, ErrorData> {
-    Ok(CallToolResult::error(vec![ContentBlock::text(
-        e.to_string(),
-    )]))
-}
+type ToolResult<T> = Result<Reply<T>, api::Error>;
 
 #[tool_router]
 impl Server {
@@ -199,94 +208,52 @@ impl Server {
 
     /// Hand a task to a local model: starts a full headless Claude Code session on the user's own server and returns the job summary at once (or after wait_s). If the model is not running, the answer says whom to ask for what: ask the user, do not retry.
     #[tool(name = "run_agent")]
-    async fn run_agent(
-        &self,
-        Parameters(p): Parameters<RunAgentParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let args = RunArgs {
-            task: p.task,
-            model: p.model,
-            endpoint: p.endpoint,
-            cwd: p.cwd.map(std::path::PathBuf::from),
-            isolation: p.isolation,
-            permission_mode: p.permission_mode,
-            max_turns: p.max_turns,
-            allowed_tools: p.allowed_tools,
-            disallowed_tools: p.disallowed_tools,
-            system_prompt_append: p.system_prompt_append,
-            resume_job: p.resume_job,
-            timeout_s: p.timeout_s,
-        };
-        job_result(api::run_agent(&self.manager, args, p.wait_s.unwrap_or(0)).await)
+    async fn run_agent(&self, Parameters(p): Parameters<RunAgentParams>) -> ToolResult<JobReply> {
+        let wait_s = p.wait_s.unwrap_or(0);
+        let args = RunArgs::try_from(p)?;
+        api::run_agent(&self.manager, args, wait_s).await.map(Reply)
     }
 
     /// Wait for a job to end, up to timeout_s (max 110). Returns the summary with still_running.
     #[tool(name = "wait_job")]
-    async fn wait_job(
-        &self,
-        Parameters(p): Parameters<WaitJobParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::wait_job(&self.manager, &p.job_id, p.timeout_s.unwrap_or(110)).await)
+    async fn wait_job(&self, Parameters(p): Parameters<WaitJobParams>) -> ToolResult<JobReply> {
+        let t = p.timeout_s.unwrap_or(api::MAX_WAIT.as_secs());
+        api::wait_job(&self.manager, &p.job_id, t).await.map(Reply)
     }
 
     /// The summary of a job: status, result, files changed, worktree, metrics.
     #[tool(name = "job_status")]
-    async fn job_status(
-        &self,
-        Parameters(p): Parameters<JobIdParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::job_status(&self.manager, &p.job_id))
+    async fn job_status(&self, Parameters(p): Parameters<JobIdParams>) -> ToolResult<JobSummary> {
+        api::job_status(&self.manager, &p.job_id).map(Reply)
     }
 
     /// Jobs, newest first, across restarts.
     #[tool(name = "list_jobs")]
-    async fn list_jobs(
-        &self,
-        Parameters(p): Parameters<ListJobsParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::list_jobs(
-            &self.manager,
-            p.status.as_deref(),
-            p.limit.unwrap_or(20),
-        ))
+    async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> ToolResult<JobList> {
+        let status = api::parse_arg(p.status.as_deref().filter(|s| !s.trim().is_empty()))?;
+        let limit = p.limit.unwrap_or(api::DEFAULT_LIST_LIMIT);
+        api::list_jobs(&self.manager, status, limit).map(Reply)
     }
 
     /// A page of a job's transcript, request log or raw events.
     #[tool(name = "job_log")]
-    async fn job_log(
-        &self,
-        Parameters(p): Parameters<JobLogParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::job_log(
-            &self.manager,
-            &p.job_id,
-            p.stream.as_deref().unwrap_or("transcript"),
-            p.tail_lines.unwrap_or(80),
-            p.offset,
-        ))
+    async fn job_log(&self, Parameters(p): Parameters<JobLogParams>) -> ToolResult<LogPage> {
+        let stream = api::parse_arg(p.stream.as_deref())?.unwrap_or_default();
+        let tail = p.tail_lines.unwrap_or(api::DEFAULT_TAIL_LINES);
+        api::job_log(&self.manager, &p.job_id, stream, tail, p.offset).map(Reply)
     }
 
     /// The full diff of a job (a worktree job against its base, untracked files included), paged.
     #[tool(name = "job_diff")]
-    async fn job_diff(
-        &self,
-        Parameters(p): Parameters<JobDiffParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::job_diff(
-            &self.manager,
-            &p.job_id,
-            p.max_bytes.unwrap_or(20_000),
-            p.offset.unwrap_or(0),
-        ))
+    async fn job_diff(&self, Parameters(p): Parameters<JobDiffParams>) -> ToolResult<DiffPage> {
+        let max = p.max_bytes.unwrap_or(api::DEFAULT_DIFF_BYTES);
+        api::job_diff(&self.manager, &p.job_id, max, p.offset.unwrap_or(0)).map(Reply)
     }
 
     /// Stop a job: its whole process group is gone within 5 s.
     #[tool(name = "cancel_job")]
-    async fn cancel_job(
-        &self,
-        Parameters(p): Parameters<JobIdParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::cancel_job(&self.manager, &p.job_id).await)
+    async fn cancel_job(&self, Parameters(p): Parameters<JobIdParams>) -> ToolResult<JobSummary> {
+        api::cancel_job(&self.manager, &p.job_id).await.map(Reply)
     }
 
     /// Remove kept worktrees, their branches and old job directories; says what was removed.
@@ -294,21 +261,14 @@ impl Server {
     async fn cleanup_jobs(
         &self,
         Parameters(p): Parameters<CleanupParams>,
-    ) -> Result<CallToolResult, ErrorData> {
-        job_result(api::cleanup_jobs(
-            &self.manager,
-            p.older_than_days,
-            p.job_id.as_deref(),
-        ))
+    ) -> ToolResult<CleanupReport> {
+        api::cleanup_jobs(&self.manager, p.older_than_days, p.job_id.as_deref()).map(Reply)
     }
 
     /// Live view of every configured endpoint: up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.
     #[tool(name = "list_models")]
-    async fn list_models(&self) -> Result<CallToolResult, ErrorData> {
-        match api::list_models(&self.ctx).await {
-            Ok(v) => ok(v),
-            Err(e) => fail(e),
-        }
+    async fn list_models(&self) -> ToolResult<ModelsReport> {
+        api::list_models(&self.ctx).await.map(Reply)
     }
 
     /// Add a server the user told you about. Writes only the sidecar models.local.yaml next to the active config (the hand-written file is never touched) and returns a live probe of the new endpoint.
@@ -316,7 +276,7 @@ impl Server {
     async fn register_endpoint(
         &self,
         Parameters(p): Parameters<RegisterEndpointParams>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> ToolResult<Registered> {
         let args = api::RegisterArgs {
             name: p.name,
             base_url: p.base_url,
@@ -325,10 +285,7 @@ impl Server {
             notes: p.notes,
             api_key_env: p.api_key_env,
         };
-        match api::register_endpoint(&self.ctx, args).await {
-            Ok(v) => ok(v),
-            Err(e) => fail(e),
-        }
+        api::register_endpoint(&self.ctx, args).await.map(Reply)
     }
 }
 
@@ -353,10 +310,63 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
+    // The reaping step: a delegate whose localagents process died is
+    // stopped now (reading its record never signals).
+    let _ = manager.store.reap_lost();
     tokio::select! {
         r = service.waiting() => { r?; }
-        _ = crate::cli::wait_for_shutdown() => {}
+        _ = crate::signals::wait_for_shutdown() => {}
     }
     manager.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schema text of one tool (description and parameters).
+    fn tool_text(name: &str) -> String {
+        let tool = Server::tool_router()
+            .list_all()
+            .into_iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no tool {name}"));
+        serde_json::to_string(&tool).unwrap()
+    }
+
+    /// Each default lives in one const; the texts Claude reads quote it.
+    #[test]
+    fn docs_quote_the_defaults() {
+        let wait = api::MAX_WAIT.as_secs();
+        let d = crate::config::Defaults::default();
+        for (tool, phrase) in [
+            ("run_agent", format!("capped at {wait})")),
+            ("run_agent", format!("Turn limit (default {})", d.max_turns)),
+            (
+                "run_agent",
+                format!("timeout in seconds (default {})", d.timeout_s),
+            ),
+            ("wait_job", format!("(default {wait}, the maximum)")),
+            ("wait_job", format!("up to timeout_s (max {wait})")),
+            (
+                "list_jobs",
+                format!("(default {})", api::DEFAULT_LIST_LIMIT),
+            ),
+            ("job_log", format!("(default {})", api::DEFAULT_TAIL_LINES)),
+            ("job_diff", format!("(default {})", api::DEFAULT_DIFF_BYTES)),
+            (
+                "cleanup_jobs",
+                format!("(default {})", api::DEFAULT_CLEANUP_DAYS),
+            ),
+        ] {
+            let text = tool_text(tool);
+            assert!(text.contains(&phrase), "{tool}: `{phrase}` not in {text}");
+        }
+        let skill = include_str!("../skills/local-agents/SKILL.md");
+        let reference = include_str!("../skills/local-agents/reference.md");
+        assert!(skill.contains(&format!("`wait_job` (up to {wait} s per call)")));
+        assert!(reference.contains(&format!("`wait_s` up to {wait} |")));
+        assert!(reference.contains(&format!("waits up to {wait} s;")));
+    }
 }

@@ -150,7 +150,7 @@ pub async fn capture_first_request(
                 String::from_utf8_lossy(&e).into_owned()
             });
             let got = tokio::time::timeout(limit, rx.wait_for(|s| *s)).await;
-            runner::stop_group(pgid, Duration::from_secs(2)).await;
+            crate::process::stop_group(pgid, Duration::from_secs(2)).await;
             let _ = child.inner_mut().wait().await;
             let stderr = drain.await.unwrap_or_default();
             match got {

@@ -17,7 +17,7 @@ use crate::config::{self, Config, ConfigError, Discovery, Loaded, ModelEntry};
 use crate::probe::{self, EndpointStatus};
 
 /// A model on the menu and where it is served now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct MenuItem {
     pub name: String,
     pub notes: Option<String>,
@@ -27,7 +27,7 @@ pub struct MenuItem {
 }
 
 /// The object `status --json` prints and `list_models` returns.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Status {
     /// Files read, in merge order. Empty: the built-in default is in use.
     pub config: Vec<PathBuf>,
@@ -100,7 +100,7 @@ pub struct Resolved {
 }
 
 /// Nothing serves the name: what to ask the user for.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Unavailable {
     pub error: &'static str,
     pub model: String,
@@ -652,4 +652,65 @@ mod tests {
         assert_eq!(r.context, Some(200000));
         assert_eq!(r.context_source.as_deref(), Some("config"));
     }
+}
+
+// ---- resolving a job's target ------------------------------------------
+
+/// Why a model could not be resolved to a live endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("config error: {0}")]
+    Config(#[from] ConfigError),
+    /// Nothing serves the model: the message says whom to ask for what.
+    #[error("{}", .0.message)]
+    Unavailable(Box<Unavailable>),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A model resolved to a live endpoint, with what a shim route needs.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub config: std::sync::Arc<Config>,
+    pub resolved: Resolved,
+    pub endpoint: config::Endpoint,
+    pub backend: config::Backend,
+    /// The endpoint's probe at resolution (slots and `/metrics` counters).
+    pub probe: probe::EndpointStatus,
+}
+
+/// Load, probe and resolve `model` (or the default) on `endpoint` (or any).
+pub async fn resolve_target(
+    ctx: &crate::context::Context,
+    model: Option<&str>,
+    endpoint: Option<&str>,
+) -> Result<Target, ResolveError> {
+    let loaded = config::load(&ctx.discovery())?;
+    let probes = probe::probe_all(&loaded.config).await;
+    let resolved =
+        resolve(&loaded.config, &probes, model, endpoint).map_err(ResolveError::Unavailable)?;
+    let ep = loaded
+        .config
+        .endpoint(&resolved.endpoint)
+        .cloned()
+        .ok_or_else(|| {
+            ResolveError::Invalid(format!(
+                "endpoint `{}` vanished from the config",
+                resolved.endpoint
+            ))
+        })?;
+    let Some(status) = probes.into_iter().find(|p| p.name == resolved.endpoint) else {
+        return Err(ResolveError::Invalid(format!(
+            "endpoint `{}` has no probe result",
+            resolved.endpoint
+        )));
+    };
+    let backend = config::Backend::parse(&status.backend).unwrap_or(config::Backend::Other);
+    Ok(Target {
+        config: loaded.config.clone(),
+        resolved,
+        endpoint: ep,
+        backend,
+        probe: status,
+    })
 }

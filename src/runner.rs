@@ -20,15 +20,13 @@
 //! same config and Claude Code version, whatever the tree.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use process_wrap::tokio::ChildWrapper;
 use serde_json::Value;
 
 use crate::config::{Config, Endpoint};
 
-/// How long a delegate gets between SIGTERM and SIGKILL.
-pub const GRACE: Duration = Duration::from_secs(3);
+pub use crate::process::GRACE;
 
 /// What is needed to start one delegate.
 #[derive(Debug, Clone)]
@@ -243,37 +241,7 @@ pub fn spawn(l: &Launch) -> std::io::Result<Box<dyn ChildWrapper>> {
     for (k, v) in &l.env {
         cmd.env(k, v);
     }
-    let mut wrap = CommandWrap::from(cmd);
-    wrap.wrap(ProcessGroup::leader());
-    wrap.spawn()
-}
-
-/// Stop a process group: SIGTERM, then SIGKILL after `grace`.
-pub async fn stop_group(pgid: u32, grace: Duration) {
-    if pgid == 0 || pgid > i32::MAX as u32 {
-        return;
-    }
-    let g = pgid as i32;
-    // SAFETY: signalling the process group we created for the delegate.
-    if unsafe { libc::killpg(g, libc::SIGTERM) } != 0 {
-        return; // already gone
-    }
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        // SAFETY: signal 0 only checks whether the group still exists.
-        if unsafe { libc::killpg(g, 0) } != 0 {
-            return;
-        }
-    }
-    // SAFETY: as above.
-    unsafe { libc::killpg(g, libc::SIGKILL) };
-}
-
-/// Is any process of the group alive?
-pub fn group_alive(pgid: u32) -> bool {
-    // SAFETY: signal 0 only checks existence.
-    pgid != 0 && pgid <= i32::MAX as u32 && unsafe { libc::killpg(pgid as i32, 0) } == 0
+    crate::process::spawn_group_leader(cmd)
 }
 
 /// What one stream-json event tells the job.

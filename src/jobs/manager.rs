@@ -16,10 +16,11 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use super::{Isolation, JobError, JobRecord, Status, Store, metrics};
-use crate::api::{self, ApiError, Context};
 use crate::config::ConfigError;
+use crate::context::Context;
 use crate::probe;
 use crate::registry::Unavailable;
+use crate::registry::{self, ResolveError, Target};
 use crate::runner;
 use crate::shim::log::{RequestLog, now_ts};
 use crate::shim::{Route, Shim};
@@ -28,6 +29,10 @@ use crate::worktree::{self, GitError};
 /// Longest `wait_s` / `wait_job` timeout: below Claude Code's 2-minute
 /// tool budget.
 pub const MAX_WAIT: Duration = Duration::from_secs(110);
+
+/// Longest whole-job timeout (`timeout_s`): a week. Longer values are
+/// refused at the API and clamped from config.
+pub const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 /// Why a job could not start.
 #[derive(Debug, thiserror::Error)]
@@ -44,12 +49,12 @@ pub enum StartError {
     Job(#[from] JobError),
 }
 
-impl From<ApiError> for StartError {
-    fn from(e: ApiError) -> Self {
+impl From<ResolveError> for StartError {
+    fn from(e: ResolveError) -> Self {
         match e {
-            ApiError::Config(c) => StartError::Config(c),
-            ApiError::Unavailable(u) => StartError::Unavailable(u),
-            ApiError::Invalid(s) => StartError::Invalid(s),
+            ResolveError::Config(c) => StartError::Config(c),
+            ResolveError::Unavailable(u) => StartError::Unavailable(u),
+            ResolveError::Invalid(s) => StartError::Invalid(s),
         }
     }
 }
@@ -61,7 +66,7 @@ pub struct RunArgs {
     pub model: Option<String>,
     pub endpoint: Option<String>,
     pub cwd: Option<PathBuf>,
-    pub isolation: Option<String>,
+    pub isolation: Option<Isolation>,
     pub permission_mode: Option<String>,
     pub max_turns: Option<u32>,
     /// `Some(vec![])` means no tools, not the default.
@@ -170,15 +175,9 @@ impl Manager {
             }
             None => None,
         };
-        let isolation = match (&prior, args.isolation.as_deref().map(str::trim)) {
-            (Some(p), _) => p.isolation,
-            (None, None | Some("") | Some("none")) => Isolation::None,
-            (None, Some("worktree")) => Isolation::Worktree,
-            (None, Some(other)) => {
-                return Err(StartError::Invalid(format!(
-                    "isolation must be \"none\" or \"worktree\", not \"{other}\""
-                )));
-            }
+        let isolation = match &prior {
+            Some(p) => p.isolation,
+            None => args.isolation.unwrap_or(Isolation::None),
         };
         let origin_cwd = match (&prior, &args.cwd) {
             (Some(p), _) => p.origin_cwd.clone(),
@@ -206,7 +205,8 @@ impl Manager {
             Some(p) => (Some(p.served_id.clone()), Some(p.endpoint.clone())),
             None => (args.model.clone(), args.endpoint.clone()),
         };
-        let target = api::resolve_target(&self.ctx, model.as_deref(), endpoint.as_deref()).await?;
+        let target =
+            registry::resolve_target(&self.ctx, model.as_deref(), endpoint.as_deref()).await?;
 
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
@@ -284,7 +284,7 @@ impl Manager {
                 .timeout_s
                 .or(prior.as_ref().map(|p| p.timeout_s))
                 .unwrap_or(d.timeout_s)
-                .max(1),
+                .clamp(1, MAX_TIMEOUT_S),
             allowed_tools: pick(
                 &args.allowed_tools,
                 prior.as_ref().map(|p| &p.allowed_tools),
@@ -302,6 +302,7 @@ impl Manager {
             resumed_from: prior.as_ref().map(|p| p.id.clone()),
             pid: None,
             owner_pid: std::process::id(),
+            reaped: false,
         };
         self.store.save(&rec)?;
 
@@ -354,7 +355,7 @@ impl Manager {
         if let Some(mut done) = done {
             let _ = tokio::time::timeout(timeout, done.wait_for(|d| *d)).await;
         } else {
-            let deadline = Instant::now() + timeout;
+            let deadline = Instant::now() + timeout.min(MAX_WAIT);
             loop {
                 let r = self.store.load(id)?;
                 if r.status.terminal() || Instant::now() >= deadline {
@@ -390,7 +391,7 @@ impl Manager {
                 let dir = self.store.dir(id)?;
                 let _ = std::fs::write(dir.join("cancel_requested"), now_ts());
                 if let Some(pid) = rec.pid {
-                    runner::stop_group(pid, runner::GRACE).await;
+                    crate::process::stop_group(pid, crate::process::GRACE).await;
                 }
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {
@@ -590,7 +591,10 @@ impl Manager {
             .await
             .ok();
         let mut lines = stdout.map(|o| BufReader::new(o).lines());
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(rec.timeout_s);
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(Duration::from_secs(rec.timeout_s))
+            .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut result: Option<runner::ResultEvent> = None;
         let mut stop: Option<Status> = None;
@@ -659,13 +663,13 @@ impl Manager {
             }
         }
         if stop.is_some() {
-            runner::stop_group(pgid, runner::GRACE).await;
+            crate::process::stop_group(pgid, crate::process::GRACE).await;
         }
         // The leader has closed stdout; give it a moment to exit, then make
         // sure nothing of its group is left.
         let exit = tokio::time::timeout(Duration::from_secs(10), child.inner_mut().wait()).await;
-        if runner::group_alive(pgid) {
-            runner::stop_group(pgid, Duration::from_secs(1)).await;
+        if crate::process::group_alive(pgid) {
+            crate::process::stop_group(pgid, Duration::from_secs(1)).await;
         }
         let _ = child.try_wait();
         let stderr_tail = stderr_task.await.unwrap_or_default();
@@ -786,7 +790,7 @@ fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String {
 
 struct Job {
     rec: JobRecord,
-    target: api::Target,
+    target: Target,
     claude: PathBuf,
     mcp_config: Option<PathBuf>,
     setting_sources: Vec<String>,

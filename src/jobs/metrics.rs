@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::probe::Slots;
 use crate::probe::metrics::{Counters, first};
@@ -87,27 +87,45 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// The compact form of [`JobMetrics`] for summaries.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct MetricsShort {
+    pub requests: u64,
+    /// Mean cache ratio of turns 2 on.
+    pub cache_ratio_turn2_on: Option<f64>,
+    pub mean_ttft_ms: Option<f64>,
+    pub server: Option<ServerShort>,
+}
+
+/// The server-wide delta, compact.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ServerShort {
+    pub hit_ratio: Option<f64>,
+    pub prompt_tok_s: Option<f64>,
+    pub gen_tok_s: Option<f64>,
+    pub shared: bool,
+}
+
 impl JobMetrics {
     /// The compact form for summaries.
-    pub fn short(&self) -> Value {
+    pub fn short(&self) -> MetricsShort {
         let mean_ratio = if self.cache_ratio_per_turn.len() > 1 {
             let tail = &self.cache_ratio_per_turn[1..];
             Some(round3(tail.iter().sum::<f64>() / tail.len() as f64))
         } else {
             None
         };
-        let mut v = json!({
-            "requests": self.requests,
-            "cache_ratio_turn2_on": mean_ratio,
-            "mean_ttft_ms": self.mean_ttft_ms.map(|t| t.round()),
-        });
-        if let (Some(s), Value::Object(m)) = (&self.server, &mut v) {
-            m.insert(
-                "server".into(),
-                json!({"hit_ratio": s.hit_ratio, "prompt_tok_s": s.prompt_tok_s.map(f64::round), "gen_tok_s": s.gen_tok_s.map(f64::round), "shared": s.shared}),
-            );
+        MetricsShort {
+            requests: self.requests,
+            cache_ratio_turn2_on: mean_ratio,
+            mean_ttft_ms: self.mean_ttft_ms.map(f64::round),
+            server: self.server.as_ref().map(|s| ServerShort {
+                hit_ratio: s.hit_ratio,
+                prompt_tok_s: s.prompt_tok_s.map(f64::round),
+                gen_tok_s: s.gen_tok_s.map(f64::round),
+                shared: s.shared,
+            }),
         }
-        v
     }
 }
 

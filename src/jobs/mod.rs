@@ -11,14 +11,17 @@ pub mod metrics;
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
+use crate::process;
 use crate::shim::sse::Usage;
 use crate::worktree::WorktreeInfo;
 
 /// A job's lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Queued,
@@ -46,6 +49,9 @@ impl Status {
             Status::Lost => "lost",
         }
     }
+
+    /// Every status, for messages and schemas.
+    pub const ALL: &'static str = "queued, running, succeeded, failed, cancelled, timeout or lost";
 
     pub fn parse(s: &str) -> Option<Status> {
         Some(match s {
@@ -105,11 +111,36 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// How a job was isolated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
+    /// Work in the tree itself.
     None,
+    /// A fresh git worktree on branch `local-agent/<job>`, kept only if it changed.
     Worktree,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "none" => Ok(Isolation::None),
+            "worktree" => Ok(Isolation::Worktree),
+            other => Err(format!(
+                "isolation must be \"none\" or \"worktree\", not \"{other}\""
+            )),
+        }
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Status::parse(s.trim())
+            .ok_or_else(|| format!("unknown status `{}`: use {}", s.trim(), Status::ALL))
+    }
 }
 
 /// Per-job figures (see [`metrics`]).
@@ -167,11 +198,87 @@ pub struct JobRecord {
     pub pid: Option<u32>,
     /// The localagents process that runs it.
     pub owner_pid: u32,
+    /// A lost job's delegate was looked for and stopped ([`Store::reap_lost`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reaped: bool,
+}
+
+/// A list of paths, cut to its first entries when long.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PathList {
+    All(Vec<String>),
+    Cut { first: Vec<String>, total: usize },
+}
+
+impl PathList {
+    fn of(v: &[String], n: usize) -> PathList {
+        if v.len() > n {
+            PathList::Cut {
+                first: v[..n].to_vec(),
+                total: v.len(),
+            }
+        } else {
+            PathList::All(v.to_vec())
+        }
+    }
+}
+
+/// A worktree, as summaries show it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct WorktreeSummary {
+    pub branch: String,
+    pub path: PathBuf,
+    pub kept: bool,
+    pub diffstat: Option<String>,
+    pub note: Option<String>,
+}
+
+/// The compact summary tools return (well under 2 KB for normal jobs).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct JobSummary {
+    pub id: String,
+    pub status: Status,
+    /// The served id.
+    pub model: String,
+    pub endpoint: String,
+    pub isolation: Isolation,
+    pub cwd: PathBuf,
+    pub elapsed_s: Option<f64>,
+    pub num_turns: Option<u64>,
+    pub tool_calls: u64,
+    pub files_changed: PathList,
+    pub files_touched: PathList,
+    pub last_activity: Option<String>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub log_dir: PathBuf,
+    pub worktree: Option<WorktreeSummary>,
+    /// Set when every slot was busy at start.
+    pub queued: Option<String>,
+    pub metrics: Option<metrics::MetricsShort>,
+    /// "first turn: 226 new tokens, 4,259 from cache, 0.8 s"
+    pub first_turn: Option<String>,
+    pub usage: Usage,
+}
+
+/// One line of `list_jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct JobListItem {
+    pub id: String,
+    pub status: Status,
+    pub model: String,
+    pub created: String,
+    pub elapsed_s: Option<f64>,
+    /// How many files changed.
+    pub files_changed: usize,
+    /// The first 80 characters of the task.
+    pub task: String,
 }
 
 impl JobRecord {
-    /// The compact summary tools return (well under 2 KB for normal jobs).
-    pub fn summary(&self) -> Value {
+    /// The compact summary tools return.
+    pub fn summary(&self) -> JobSummary {
         let cut = |s: &Option<String>, n: usize| {
             s.as_ref().map(|t| {
                 if t.chars().count() > n {
@@ -182,65 +289,47 @@ impl JobRecord {
                 }
             })
         };
-        let list = |v: &[String], n: usize| -> Value {
-            if v.len() > n {
-                json!({"first": &v[..n], "total": v.len()})
-            } else {
-                json!(v)
-            }
-        };
-        let mut s = json!({
-            "id": self.id,
-            "status": self.status.as_str(),
-            "model": self.served_id,
-            "endpoint": self.endpoint,
-            "isolation": self.isolation,
-            "cwd": self.cwd,
-            "elapsed_s": self.elapsed_s.map(|e| (e * 10.0).round() / 10.0),
-            "num_turns": self.num_turns,
-            "tool_calls": self.tool_calls,
-            "files_changed": list(&self.files_changed, 20),
-            "files_touched": list(&self.files_touched, 20),
-            "last_activity": cut(&self.last_activity, 160),
-            "result": cut(&self.result, 900),
-            "error": cut(&self.error, 400),
-            "log_dir": self.log_dir,
-        });
-        if let Value::Object(m) = &mut s {
-            if let Some(w) = &self.worktree {
-                m.insert(
-                    "worktree".into(),
-                    json!({"branch": w.branch, "path": w.path, "kept": w.kept, "diffstat": w.diffstat, "note": w.note}),
-                );
-            }
-            if let Some(q) = &self.queued_note {
-                m.insert("queued".into(), json!(q));
-            }
-            if let Some(mt) = &self.metrics {
-                m.insert("metrics".into(), mt.short());
-            }
-            if let Some(f) = &self.first_turn {
-                m.insert("first_turn".into(), json!(f.line()));
-            }
-            if self.usage != Usage::default() {
-                m.insert("usage".into(), json!(self.usage));
-            }
-            m.retain(|_, v| !v.is_null());
+        JobSummary {
+            id: self.id.clone(),
+            status: self.status,
+            model: self.served_id.clone(),
+            endpoint: self.endpoint.clone(),
+            isolation: self.isolation,
+            cwd: self.cwd.clone(),
+            elapsed_s: self.elapsed_s.map(|e| (e * 10.0).round() / 10.0),
+            num_turns: self.num_turns,
+            tool_calls: self.tool_calls,
+            files_changed: PathList::of(&self.files_changed, 20),
+            files_touched: PathList::of(&self.files_touched, 20),
+            last_activity: cut(&self.last_activity, 160),
+            result: cut(&self.result, 900),
+            error: cut(&self.error, 400),
+            log_dir: self.log_dir.clone(),
+            worktree: self.worktree.as_ref().map(|w| WorktreeSummary {
+                branch: w.branch.clone(),
+                path: w.path.clone(),
+                kept: w.kept,
+                diffstat: w.diffstat.clone(),
+                note: w.note.clone(),
+            }),
+            queued: self.queued_note.clone(),
+            metrics: self.metrics.as_ref().map(|m| m.short()),
+            first_turn: self.first_turn.map(|f| f.line()),
+            usage: self.usage,
         }
-        s
     }
 
     /// One line for lists.
-    pub fn list_item(&self) -> Value {
-        json!({
-            "id": self.id,
-            "status": self.status.as_str(),
-            "model": self.served_id,
-            "created": self.created,
-            "elapsed_s": self.elapsed_s.map(|e| e.round()),
-            "files_changed": self.files_changed.len(),
-            "task": self.task.chars().take(80).collect::<String>(),
-        })
+    pub fn list_item(&self) -> JobListItem {
+        JobListItem {
+            id: self.id.clone(),
+            status: self.status,
+            model: self.served_id.clone(),
+            created: self.created.clone(),
+            elapsed_s: self.elapsed_s.map(|e| e.round()),
+            files_changed: self.files_changed.len(),
+            task: self.task.chars().take(80).collect(),
+        }
     }
 }
 
@@ -248,16 +337,6 @@ impl JobRecord {
 #[derive(Debug, Clone)]
 pub struct Store {
     pub root: PathBuf,
-}
-
-/// Is a process alive? (signal 0)
-pub fn alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 impl Store {
@@ -300,29 +379,45 @@ impl Store {
     }
 
     /// Load a record; a running job whose owner process is gone becomes
-    /// `lost` (and is saved so).
+    /// `lost` (and is saved so). Reading never signals anything: an
+    /// orphaned delegate is stopped by [`Store::reap_lost`].
     pub fn load(&self, id: &str) -> Result<JobRecord, JobError> {
         let mut rec = self.load_raw(id)?;
-        if !rec.status.terminal() && rec.owner_pid != std::process::id() && !alive(rec.owner_pid) {
-            let delegate = rec.pid.filter(|p| alive(*p));
-            if let Some(pgid) = delegate {
-                // Nobody reads its output any more: stop it.
-                // SAFETY: signalling a process group we started.
-                unsafe { libc::killpg(pgid as i32, libc::SIGKILL) };
-            }
+        if !rec.status.terminal()
+            && rec.owner_pid != std::process::id()
+            && !process::alive(rec.owner_pid)
+        {
             rec.status = Status::Lost;
             rec.error = Some(format!(
-                "the localagents process that ran this job (pid {}) is gone, so its delegate{} was lost; run it again, or resume_job to continue its session",
+                "the localagents process that ran this job (pid {}) is gone, so its delegate was lost; run it again, or resume_job to continue its session",
                 rec.owner_pid,
-                match delegate {
-                    Some(p) => format!(" (pid {p}, now stopped)"),
-                    None => String::new(),
-                }
             ));
             rec.finished.get_or_insert_with(crate::shim::log::now_ts);
             let _ = self.save(&rec);
         }
         Ok(rec)
+    }
+
+    /// The reaping step: stop the process groups of lost jobs whose
+    /// delegate is still running (nobody reads their output any more).
+    /// Returns the ids of the jobs whose delegate was stopped.
+    pub fn reap_lost(&self) -> Vec<String> {
+        let mut reaped = Vec::new();
+        for id in self.ids() {
+            let Ok(mut rec) = self.load(&id) else {
+                continue;
+            };
+            if rec.status != Status::Lost || rec.reaped {
+                continue;
+            }
+            if let Some(pgid) = rec.pid.filter(|p| process::group_alive(*p)) {
+                process::kill_group(pgid);
+                reaped.push(id.clone());
+            }
+            rec.reaped = true;
+            let _ = self.save(&rec);
+        }
+        reaped
     }
 
     /// Every job id, newest first.

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::config::Endpoint;
 
 /// The class of a probe failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// TCP connection refused: host up, nothing listening.

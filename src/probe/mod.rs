@@ -38,7 +38,7 @@ pub const SMALL_WINDOW: u64 = 131_072;
 pub const MIN_WINDOW: u64 = 32_768;
 
 /// One model id a server serves.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ServedModel {
     pub id: String,
     /// Per-slot context window in tokens, when known.
@@ -49,7 +49,9 @@ pub struct ServedModel {
 }
 
 /// Slot occupancy (llama.cpp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize,
+)]
 pub struct Slots {
     pub total: u64,
     pub busy: u64,
@@ -57,7 +59,7 @@ pub struct Slots {
 }
 
 /// Queue state (vLLM `/metrics`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Load {
     pub running: f64,
     pub waiting: f64,
@@ -66,7 +68,7 @@ pub struct Load {
 }
 
 /// What the chat template says about itself (llama.cpp `/props`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct TemplateCaps {
     pub supports_system_role: Option<bool>,
     pub supports_tool_calls: Option<bool>,
@@ -74,7 +76,7 @@ pub struct TemplateCaps {
 
 /// The live state of one endpoint. This is the `endpoints[]` object of
 /// `status --json` and `list_models`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EndpointStatus {
     pub name: String,
     pub base_url: String,

@@ -27,7 +27,9 @@ use super::errors;
 use crate::config::Backend;
 
 /// Token usage as the log records it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize,
+)]
 pub struct Usage {
     pub input: u64,
     pub cache_read: u64,

@@ -2,10 +2,12 @@
 
 mod support;
 
+mod bad_input;
 mod cli;
 mod config;
 mod fold_prop;
 mod jobs;
+mod layering;
 mod lean;
 mod mcp_stdio;
 mod plugin;

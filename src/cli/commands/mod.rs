@@ -1,0 +1,11 @@
+//! One file per command (uv's layout). Each returns an [`ExitStatus`].
+//!
+//! [`ExitStatus`]: super::ExitStatus
+
+pub mod config;
+pub mod hook;
+pub mod jobs;
+pub mod run;
+pub mod setup;
+pub mod shim;
+pub mod status;

@@ -1,0 +1,98 @@
+//! `localagents run`: a job in the foreground, with a spinner; Ctrl-C
+//! cancels it.
+
+use std::io::Write;
+
+use crate::api::Context;
+use crate::cli::render::render_job;
+use crate::cli::{ExitStatus, RunCmd, fail};
+use crate::jobs::manager::{Manager, RunArgs};
+use crate::jobs::{Isolation, Status};
+
+impl From<RunCmd> for RunArgs {
+    fn from(a: RunCmd) -> RunArgs {
+        RunArgs {
+            task: a.task.join(" "),
+            model: a.model,
+            endpoint: a.endpoint,
+            cwd: a.cwd,
+            isolation: Some(if a.worktree {
+                Isolation::Worktree
+            } else {
+                Isolation::None
+            }),
+            max_turns: a.max_turns,
+            timeout_s: a.timeout,
+            ..Default::default()
+        }
+    }
+}
+
+pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
+    let manager = Manager::new(ctx);
+    let json = args.json;
+    let run_args = RunArgs::from(args);
+    if let Err(e) = crate::api::check_timeout(run_args.timeout_s) {
+        return Ok(fail(&e));
+    }
+    let rec = match manager.start(run_args).await {
+        Ok(r) => r,
+        Err(e) => return Ok(fail(&e.into())),
+    };
+    let id = rec.id.clone();
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar.set_message(format!("job {id} on {} ({})", rec.served_id, rec.endpoint));
+    let mut progress = manager.progress(&id);
+    let interrupted = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break true,
+            r = manager.wait(&id, std::time::Duration::from_secs(1)) => {
+                match r {
+                    Ok((_, false)) => break false,
+                    Ok((rec, true)) => {
+                        let p = progress.as_mut().map(|p| p.borrow_and_update().clone()).unwrap_or_default();
+                        bar.set_message(format!(
+                            "job {id} · requests {} · tool calls {} · tokens in {} out {} · {}",
+                            p.turns,
+                            rec.tool_calls.max(p.tool_calls),
+                            rec.usage.input + rec.usage.cache_read,
+                            rec.usage.output,
+                            p.last_activity.chars().take(60).collect::<String>()
+                        ));
+                    }
+                    Err(e) => {
+                        bar.finish_and_clear();
+                        return Ok(fail(&e.into()));
+                    }
+                }
+            }
+        }
+    };
+    if interrupted {
+        bar.set_message(format!("cancelling job {id}…"));
+        let _ = manager.cancel(&id).await;
+    }
+    bar.finish_and_clear();
+    let rec = manager
+        .store
+        .load(&id)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = anstream::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &rec)?;
+        writeln!(out)?;
+    } else {
+        render_job(&mut out, &rec)?;
+    }
+    Ok(if rec.status == Status::Succeeded {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    })
+}

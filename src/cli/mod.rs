@@ -1,0 +1,242 @@
+//! The command line: argument definitions and dispatch. Each command lives
+//! in its own file under `commands/` and is a thin layer over
+//! [`crate::api`], [`crate::registry`] or [`crate::config`]; `render` turns
+//! typed results into text for a person.
+//!
+//! Exit codes come from one place, [`ExitStatus`]: 0 on success (also when
+//! endpoints are down: that is a finding, not a failure of the command), 1
+//! on a runtime error, 2 on a usage or config error. A closed stdout (a
+//! pipe into `head`) is not an error.
+
+mod commands;
+pub mod render;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use crate::api::ExitStatus;
+use crate::api::{Context, LogStream};
+use crate::jobs::Status;
+
+/// Hand Claude Code's grunt work to a model on your own llama.cpp or vLLM server.
+#[derive(Debug, Parser)]
+#[command(name = "localagents", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Config file; replaces the user and project models.yaml (its sidecar still merges over it).
+    #[arg(long, global = true, env = "LOCALAGENTS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where job records and logs live [default: $XDG_STATE_HOME/localagents].
+    #[arg(long, global = true, env = "LOCALAGENTS_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the MCP server on stdio (what Claude Code starts).
+    Serve,
+    /// Probe every endpoint: what is up, what it serves, window, slots, latency.
+    Status {
+        /// Print the stable JSON object (the same as the list_models tool).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hand a task to a local model and wait for it (the same path as the run_agent tool).
+    Run(RunCmd),
+    /// List jobs, newest first.
+    Jobs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only jobs with this status.
+        #[arg(long, value_enum)]
+        status: Option<Status>,
+        /// How many.
+        #[arg(long, default_value_t = crate::api::DEFAULT_LIST_LIMIT)]
+        limit: usize,
+    },
+    /// Inspect or stop one job.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Run a shim for a whole local Claude Code session; prints its URL, then the env for `claude`.
+    Shim(ShimArgs),
+    /// Write a starter config if there is none and register the Claude Code plugin.
+    Setup {
+        /// Register this plugin directory (a checkout) instead of a clean copy written to $XDG_DATA_HOME/localagents/plugin.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Check everything a delegated job needs: claude, config, endpoints, templates, git, state dir.
+    Doctor,
+    /// Say what it takes to bring MODEL up; with --run, run its bring_up command and wait.
+    Bringup {
+        /// Model name from the menu.
+        model: String,
+        /// Run the configured bring_up command (detached, logged) and poll until the model is served.
+        #[arg(long)]
+        run: bool,
+        /// Seconds to wait with --run.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Claude Code hooks (the plugin calls these).
+    #[command(subcommand)]
+    Hook(HookCommand),
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `localagents run`.
+#[derive(Debug, Args)]
+pub struct RunCmd {
+    /// Model name, served id or fuzzy name.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Project directory (default: the current directory).
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Work in a fresh git worktree on branch local-agent/<job>.
+    #[arg(long)]
+    pub worktree: bool,
+    /// Turn limit.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Whole-job timeout in seconds.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Print the job record as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The task.
+    #[arg(required = true, num_args = 1..)]
+    pub task: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// UserPromptSubmit: report finished jobs of this project once per session.
+    PromptSubmit,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// The job's summary (or its whole record with --json).
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A page of the job's transcript, requests or events log.
+    Log {
+        id: String,
+        /// Which log.
+        #[arg(long, value_enum, default_value_t = LogStream::Transcript)]
+        stream: LogStream,
+        /// Lines from the end.
+        #[arg(long, default_value_t = crate::api::DEFAULT_TAIL_LINES)]
+        tail: usize,
+    },
+    /// The job's full diff (untracked files included).
+    Diff { id: String },
+    /// Stop the job and its whole process group.
+    Cancel { id: String },
+}
+
+/// `localagents shim`.
+#[derive(Debug, Args)]
+pub struct ShimArgs {
+    /// Model name, served id or glob (default: `defaults.model`, else the first served model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Serve at the bare URL, without the unguessable /j/<token> prefix (for a fixed local setup).
+    #[arg(long)]
+    pub no_token: bool,
+    /// Write the `claude --settings` JSON to stdout and exit (needs --port and --no-token, so the URL stays valid).
+    #[arg(long)]
+    pub print_settings: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the merged config and print it.
+    Check,
+    /// List the files that are read, in merge order.
+    Path,
+}
+
+impl Global {
+    pub fn context(&self) -> Context {
+        Context {
+            explicit_config: self.config.clone(),
+            state_dir: self
+                .state_dir
+                .clone()
+                .unwrap_or_else(crate::paths::default_state_dir),
+        }
+    }
+}
+
+/// Run a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
+    let ctx = cli.global.context();
+    match cli.command {
+        Command::Serve => {
+            crate::mcp::serve_stdio(ctx).await?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Status { json } => commands::status::run(&ctx, json).await,
+        Command::Shim(args) => commands::shim::run(&ctx, args).await,
+        Command::Run(args) => commands::run::run(ctx, args).await,
+        Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
+        Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),
+        Command::Doctor => commands::setup::doctor(&ctx).await,
+        Command::Bringup {
+            model,
+            run,
+            timeout,
+        } => commands::setup::bringup(&ctx, &model, run, timeout).await,
+        Command::Jobs {
+            json,
+            status,
+            limit,
+        } => commands::jobs::list(&ctx, json, status, limit),
+        Command::Job(cmd) => commands::jobs::one(ctx, cmd).await,
+        Command::Config(ConfigCommand::Check) => commands::config::check(&ctx),
+        Command::Config(ConfigCommand::Path) => commands::config::path(&ctx),
+    }
+}
+
+/// Say why a command failed, on stderr, and how it exits.
+pub fn fail(e: &crate::api::Error) -> ExitStatus {
+    let _ = writeln!(anstream::stderr(), "localagents: {e}");
+    e.exit_status()
+}
+
+/// Is this error a closed stdout (`localagents jobs | head -1`)? Like
+/// ripgrep, that is a normal end, not a failure.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
