@@ -12,18 +12,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use super::{Isolation, JobError, JobRecord, Status, Store, metrics};
+use super::{Isolation, JobError, JobRecord, Status, Store};
 use crate::config::ConfigError;
 use crate::context::Context;
-use crate::probe;
 use crate::registry::Unavailable;
 use crate::registry::{self, ResolveError, Target};
 use crate::runner;
-use crate::shim::log::{RequestLog, now_ts};
-use crate::shim::{Route, Shim};
+use crate::shim::Shim;
+use crate::shim::log::now_ts;
 use crate::worktree::{self, GitError};
 
 /// Longest `wait_s` / `wait_job` timeout: below Claude Code's 2-minute
@@ -120,7 +118,7 @@ impl Manager {
         })
     }
 
-    async fn shim(&self) -> std::io::Result<&Shim> {
+    pub(super) async fn shim(&self) -> std::io::Result<&Shim> {
         self.shim.get_or_try_init(|| Shim::start(0)).await
     }
 
@@ -412,7 +410,7 @@ impl Manager {
         let _ = tokio::time::timeout(Duration::from_secs(8), futures::future::join_all(futs)).await;
     }
 
-    fn mark_active(&self, endpoint: &str, id: &str) -> Arc<AtomicBool> {
+    pub(super) fn mark_active(&self, endpoint: &str, id: &str) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         if let Ok(mut a) = self.active.lock() {
             let list = a.entry(endpoint.to_string()).or_default();
@@ -430,372 +428,23 @@ impl Manager {
         flag
     }
 
-    fn unmark_active(&self, endpoint: &str, id: &str) {
+    pub(super) fn unmark_active(&self, endpoint: &str, id: &str) {
         if let Ok(mut a) = self.active.lock()
             && let Some(list) = a.get_mut(endpoint)
         {
             list.retain(|x| x.id != id);
         }
     }
-
-    async fn run(
-        &self,
-        job: Job,
-        mut cancel: watch::Receiver<bool>,
-        progress: watch::Sender<Progress>,
-    ) {
-        let mut rec = job.rec.clone();
-        let dir = rec.log_dir.clone();
-        let started = Instant::now();
-        let shared = self.mark_active(&rec.endpoint, &rec.id);
-        let finish = |rec: &mut JobRecord, status: Status, error: Option<String>| {
-            rec.status = status;
-            if error.is_some() {
-                rec.error = error;
-            }
-            rec.finished = Some(now_ts());
-            rec.elapsed_s = Some(started.elapsed().as_secs_f64());
-        };
-
-        let shim = match self.shim().await {
-            Ok(s) => s,
-            Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!("cannot start the shim on 127.0.0.1 ({e})")),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
-            }
-        };
-        let reg = match shim.register(Route {
-            label: rec.id.clone(),
-            endpoint: job.target.endpoint.clone(),
-            backend: job.target.backend,
-            served_id: rec.served_id.clone(),
-            window: rec.context,
-            log: RequestLog::new(&dir, job.dump),
-            idle_timeout: job.idle,
-        }) {
-            Ok(r) => r,
-            Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!("cannot register the job with the shim ({e})")),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
-            }
-        };
-
-        // Server state before: the probe that resolved the model (at most a
-        // second old) has the slots and the counters.
-        let before = &job.target.probe;
-        let slots_at_start = before.slots;
-        if let Some(s) = slots_at_start
-            && s.free == 0
-        {
-            rec.queued_note = Some(format!(
-                "all {} slots of `{}` were busy at start: the job queued on the server",
-                s.total, rec.endpoint
-            ));
-        }
-        let snap_before = worktree::snapshot(&rec.cwd);
-
-        let append = rec
-            .system_prompt_append
-            .clone()
-            .unwrap_or_else(|| job.default_append.clone());
-        let settings = runner::RunSettings {
-            served_id: &rec.served_id,
-            window: rec.context,
-            permission_mode: &rec.permission_mode,
-            allowed_tools: &rec.allowed_tools,
-            disallowed_tools: &rec.disallowed_tools,
-            max_turns: rec.max_turns,
-            setting_sources: &job.setting_sources,
-            system_prompt_append: &append,
-            resume_session: if rec.resumed_from.is_some() {
-                rec.session_id.as_deref()
-            } else {
-                None
-            },
-            mcp_config: job.mcp_config.as_deref(),
-        };
-        let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
-        let task =
-            std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
-        let launch = runner::launch(
-            job.claude.clone(),
-            &rec.cwd,
-            &reg.base_url,
-            &job.target.endpoint,
-            &settings,
-            &task,
-        );
-        let mut child = match runner::spawn(&launch) {
-            Ok(c) => c,
-            Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!(
-                        "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
-                        launch.claude.display()
-                    )),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
-            }
-        };
-        let pgid = child.id().unwrap_or(0);
-        rec.pid = Some(pgid);
-        rec.status = Status::Running;
-        rec.started = Some(now_ts());
-        rec.last_activity = Some("starting claude".into());
-        let _ = self.store.save(&rec);
-
-        let stdout = child.stdout().take();
-        let stderr = child.stderr().take();
-        let stderr_task = tokio::spawn(async move {
-            let mut buf = Vec::new();
-            if let Some(mut e) = stderr {
-                let _ = e.read_to_end(&mut buf).await;
-            }
-            let s = String::from_utf8_lossy(&buf).into_owned();
-            let tail: String = s
-                .chars()
-                .rev()
-                .take(2000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            tail
-        });
-        let mut events = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("events.jsonl"))
-            .await
-            .ok();
-        let mut transcript = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("transcript.txt"))
-            .await
-            .ok();
-        let mut lines = stdout.map(|o| BufReader::new(o).lines());
-        let now = tokio::time::Instant::now();
-        let deadline = now
-            .checked_add(Duration::from_secs(rec.timeout_s))
-            .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let mut result: Option<runner::ResultEvent> = None;
-        let mut stop: Option<Status> = None;
-        // Set when the session must not go on (a tool it was denied).
-        let mut refused: Option<String> = None;
-        let mut dirty = false;
-        let cancel_marker = dir.join("cancel_requested");
-        loop {
-            tokio::select! {
-                line = async {
-                    match lines.as_mut() {
-                        Some(l) => l.next_line().await,
-                        None => Ok(None),
-                    }
-                } => {
-                    let Ok(Some(line)) = line else { break };
-                    if let Some(f) = events.as_mut() {
-                        let _ = f.write_all(format!("{line}\n").as_bytes()).await;
-                    }
-                    let info = runner::parse_event(&line);
-                    if let Some(s) = info.session_id { rec.session_id = Some(s); }
-                    if let Some(tools) = &info.init_tools {
-                        let missing = runner::missing_tools(&offered, tools);
-                        if !missing.is_empty() {
-                            refused = Some(unknown_tools_error(&missing, info.claude_version.as_deref()));
-                            stop = Some(Status::Failed);
-                            break;
-                        }
-                    }
-                    if let Some(f) = transcript.as_mut() {
-                        for t in &info.transcript {
-                            let _ = f.write_all(format!("{t}\n").as_bytes()).await;
-                        }
-                    }
-                    rec.tool_calls += info.tool_calls;
-                    for p in info.files_touched {
-                        if !rec.files_touched.contains(&p) { rec.files_touched.push(p); }
-                    }
-                    if let Some(a) = info.last_activity { rec.last_activity = Some(a); }
-                    if let Some(r) = info.result { result = Some(r); }
-                    dirty = true;
-                    let _ = progress.send(Progress {
-                        turns: reg.route.log.messages(),
-                        tool_calls: rec.tool_calls,
-                        last_activity: rec.last_activity.clone().unwrap_or_default(),
-                    });
-                }
-                _ = cancel.changed() => {
-                    stop = Some(Status::Cancelled);
-                    break;
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    stop = Some(Status::Timeout);
-                    break;
-                }
-                _ = tick.tick() => {
-                    if cancel_marker.exists() {
-                        stop = Some(Status::Cancelled);
-                        break;
-                    }
-                    if dirty {
-                        let _ = self.store.save(&rec);
-                        dirty = false;
-                    }
-                }
-            }
-        }
-        if stop.is_some() {
-            crate::process::stop_group(pgid, crate::process::GRACE).await;
-        }
-        // The leader has closed stdout; give it a moment to exit, then make
-        // sure nothing of its group is left.
-        let exit = tokio::time::timeout(Duration::from_secs(10), child.inner_mut().wait()).await;
-        if crate::process::group_alive(pgid) {
-            crate::process::stop_group(pgid, Duration::from_secs(1)).await;
-        }
-        let _ = child.try_wait();
-        let stderr_tail = stderr_task.await.unwrap_or_default();
-        if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
-            stop = Some(Status::Cancelled);
-        }
-
-        // Outcome.
-        let (status, error) = match (stop, &result) {
-            (Some(Status::Failed), _) => (Status::Failed, refused.take()),
-            (Some(Status::Cancelled), _) => (
-                Status::Cancelled,
-                Some("cancelled; its process group was stopped".to_string()),
-            ),
-            (Some(Status::Timeout), _) => (
-                Status::Timeout,
-                Some(format!(
-                    "timed out after {} s (timeout_s); its process group was stopped; raise timeout_s or split the task",
-                    rec.timeout_s
-                )),
-            ),
-            (_, Some(r)) if r.success => (Status::Succeeded, None),
-            (_, Some(r)) => {
-                let why = r
-                    .text
-                    .clone()
-                    .filter(|t| !t.is_empty())
-                    .unwrap_or_else(|| r.subtype.clone());
-                let mut msg = format!("claude ended with {}: {why}", r.subtype);
-                if let Some(t) = &r.terminal_reason {
-                    msg.push_str(&format!(" (terminal_reason {t})"));
-                }
-                (Status::Failed, Some(msg))
-            }
-            (_, None) => {
-                let code = match &exit {
-                    Ok(Ok(s)) => s
-                        .code()
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "a signal".into()),
-                    _ => "unknown".into(),
-                };
-                let tail = stderr_tail.trim();
-                let msg = if tail.is_empty() {
-                    format!(
-                        "claude exited ({code}) without a result; see {}",
-                        dir.join("events.jsonl").display()
-                    )
-                } else {
-                    format!(
-                        "claude exited ({code}) without a result: {}",
-                        tail.lines()
-                            .rev()
-                            .take(3)
-                            .collect::<Vec<_>>()
-                            .into_iter()
-                            .rev()
-                            .collect::<Vec<_>>()
-                            .join(" | ")
-                    )
-                };
-                (Status::Failed, Some(msg))
-            }
-        };
-        if let Some(r) = &result {
-            rec.result = r.text.clone();
-            rec.num_turns = r.num_turns;
-        }
-        if !stderr_tail.trim().is_empty() {
-            let _ = std::fs::write(dir.join("stderr.txt"), &stderr_tail);
-        }
-
-        // What changed.
-        if let (Some(b), Some(a)) = (snap_before, worktree::snapshot(&rec.cwd)) {
-            rec.files_changed = worktree::changed(&b, &a);
-        }
-        if let Some(w) = rec.worktree.as_mut()
-            && let Err(e) = worktree::finish(w, &rec.id)
-        {
-            w.note = Some(format!("could not inspect the worktree: {e}"));
-            w.kept = w.path.exists();
-        }
-
-        // Figures.
-        let mut m = metrics::from_log(&dir);
-        m.slots_at_start = slots_at_start;
-        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
-        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
-            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
-        }
-        rec.usage = m.usage;
-        rec.first_turn = m.first_turn;
-        rec.metrics = Some(m);
-        finish(&mut rec, status, error);
-        rec.last_activity = Some(format!(
-            "{} after {:.0}s",
-            status.as_str(),
-            started.elapsed().as_secs_f64()
-        ));
-        let _ = self.store.save(&rec);
-        self.unmark_active(&rec.endpoint, &rec.id);
-        drop(reg);
-    }
 }
 
-/// The sentence for tools in `allowed_tools` that Claude Code does not have.
-fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String {
-    let names = missing
-        .iter()
-        .map(|t| format!("`{t}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "allowed_tools names {names}, which Claude Code {} does not have (tool names are case-sensitive, e.g. Read, Edit, Write, Glob, Grep, Bash, WebFetch): fix allowed_tools in the call or in defaults.allowed_tools",
-        version.unwrap_or("(this version)")
-    )
-}
-
-struct Job {
-    rec: JobRecord,
-    target: Target,
-    claude: PathBuf,
-    mcp_config: Option<PathBuf>,
-    setting_sources: Vec<String>,
-    default_append: String,
-    dump: bool,
-    idle: Duration,
-    probe_budget: Duration,
+pub(super) struct Job {
+    pub(super) rec: JobRecord,
+    pub(super) target: Target,
+    pub(super) claude: PathBuf,
+    pub(super) mcp_config: Option<PathBuf>,
+    pub(super) setting_sources: Vec<String>,
+    pub(super) default_append: String,
+    pub(super) dump: bool,
+    pub(super) idle: Duration,
+    pub(super) probe_budget: Duration,
 }

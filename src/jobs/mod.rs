@@ -8,6 +8,7 @@
 
 pub mod manager;
 pub mod metrics;
+pub mod run;
 
 use std::path::{Path, PathBuf};
 
