@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -169,12 +170,12 @@ impl Shim {
 
 fn router(shared: Shared) -> Router {
     Router::new()
-        .route("/j/{token}/v1/messages", post(messages_tok))
-        .route("/j/{token}/v1/messages/count_tokens", post(count_tok))
-        .route("/j/{token}/v1/models", get(models_tok))
-        .route("/v1/messages", post(messages_open))
-        .route("/v1/messages/count_tokens", post(count_open))
-        .route("/v1/models", get(models_open))
+        .route("/j/{token}/v1/messages", post(messages_handler))
+        .route("/j/{token}/v1/messages/count_tokens", post(count_handler))
+        .route("/j/{token}/v1/models", get(models_handler))
+        .route("/v1/messages", post(messages_handler))
+        .route("/v1/messages/count_tokens", post(count_handler))
+        .route("/v1/models", get(models_handler))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -192,56 +193,56 @@ fn json_response(status: u16, body: &Value) -> Response {
 }
 
 async fn not_found() -> Response {
-    json_response(
-        404,
-        &errors::anthropic_error(
-            "not_found_error",
-            "not found: the localagents shim serves only POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models under a job's URL",
-        ),
-    )
+    NoRoute.into_response()
 }
 
-fn lookup(shared: &Shared, token: &str) -> Option<Arc<Route>> {
-    let inner = shared.upgrade()?;
-    let routes = inner.routes.read().ok()?;
-    routes.get(token).cloned()
+/// The route a request is for: the token after `/j/`, or the open route
+/// (`--no-token`) for a bare path. An extractor, so the route is checked
+/// from the request line before any body is read; an unknown route is the
+/// Anthropic-shaped 404.
+struct JobRoute(Arc<Route>);
+
+/// The rejection of [`JobRoute`].
+struct NoRoute;
+
+impl IntoResponse for NoRoute {
+    fn into_response(self) -> Response {
+        json_response(
+            404,
+            &errors::anthropic_error(
+                "not_found_error",
+                "not found: the localagents shim serves only POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models under a job's URL",
+            ),
+        )
+    }
 }
 
-async fn messages_tok(State(s): State<Shared>, Path(token): Path<String>, body: Bytes) -> Response {
-    match lookup(&s, &token) {
-        Some(r) => messages(r, body).await,
-        None => not_found().await,
+impl FromRequestParts<Shared> for JobRoute {
+    type Rejection = NoRoute;
+
+    async fn from_request_parts(parts: &mut Parts, shared: &Shared) -> Result<Self, NoRoute> {
+        let token = parts
+            .uri
+            .path()
+            .strip_prefix("/j/")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or("");
+        let inner = shared.upgrade().ok_or(NoRoute)?;
+        let routes = inner.routes.read().map_err(|_| NoRoute)?;
+        routes.get(token).cloned().map(JobRoute).ok_or(NoRoute)
     }
 }
-async fn messages_open(State(s): State<Shared>, body: Bytes) -> Response {
-    match lookup(&s, "") {
-        Some(r) => messages(r, body).await,
-        None => not_found().await,
-    }
+
+async fn messages_handler(JobRoute(r): JobRoute, body: Bytes) -> Response {
+    messages(r, body).await
 }
-async fn count_tok(State(s): State<Shared>, Path(token): Path<String>, body: Bytes) -> Response {
-    match lookup(&s, &token) {
-        Some(r) => count_tokens(r, body).await,
-        None => not_found().await,
-    }
+
+async fn count_handler(JobRoute(r): JobRoute, body: Bytes) -> Response {
+    count_tokens(r, body).await
 }
-async fn count_open(State(s): State<Shared>, body: Bytes) -> Response {
-    match lookup(&s, "") {
-        Some(r) => count_tokens(r, body).await,
-        None => not_found().await,
-    }
-}
-async fn models_tok(State(s): State<Shared>, Path(token): Path<String>) -> Response {
-    match lookup(&s, &token) {
-        Some(r) => models(r).await,
-        None => not_found().await,
-    }
-}
-async fn models_open(State(s): State<Shared>) -> Response {
-    match lookup(&s, "") {
-        Some(r) => models(r).await,
-        None => not_found().await,
-    }
+
+async fn models_handler(JobRoute(r): JobRoute) -> Response {
+    models(r).await
 }
 
 fn upstream(route: &Route, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
