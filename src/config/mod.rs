@@ -189,10 +189,9 @@ pub fn load(discovery: &Discovery) -> Result<Loaded, ConfigError> {
 /// Parse a config text on its own: the value with unknown keys removed, and
 /// the warnings about them. `path` only labels messages.
 pub fn parse_text(path: &Path, text: &str) -> Result<(Value, Vec<String>), ConfigError> {
-    // Typed pass first: it gives line and column for syntax and type errors.
-    if let Err(e) = serde_yaml_ng::from_str::<schema::FileShape>(text) {
-        return Err(parse_error(path, &e));
-    }
+    // Typed pass first: it gives line and column for syntax and type
+    // errors, and the unknown keys.
+    let unknown = schema::check_text(text).map_err(|e| parse_error(path, &e))?;
     let mut value: Value = serde_yaml_ng::from_str(text).map_err(|e| parse_error(path, &e))?;
     if value.is_null() {
         value = Value::Mapping(Mapping::new());
@@ -204,8 +203,10 @@ pub fn parse_text(path: &Path, text: &str) -> Result<(Value, Vec<String>), Confi
                 .into(),
         });
     }
-    let mut warnings = Vec::new();
-    schema::strip_unknown(path, &mut value, &mut warnings);
+    let warnings = unknown
+        .iter()
+        .filter_map(|key| schema::strip_unknown(path, &mut value, key))
+        .collect();
     Ok((value, warnings))
 }
 

@@ -1,103 +1,113 @@
 //! The keys of `models.yaml`, their defaults, and their validation.
 //!
 //! Two shapes live here. [`FileShape`] mirrors one file with every field
-//! optional; deserialising into it only exists to turn type errors into
-//! messages with line and column. [`Config`] is the merged result with
-//! defaults filled in, in config order (which is priority order).
+//! optional and is the one place that names the keys. [`Config`] is the
+//! merged result with defaults filled in, in config order (which is
+//! priority order).
 
 use std::path::Path;
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
-pub const TOP_KEYS: &[&str] = &["endpoints", "models", "defaults"];
-pub const ENDPOINT_KEYS: &[&str] = &["base_url", "backend", "host", "notes", "env", "api_key_env"];
-pub const MODEL_KEYS: &[&str] = &[
-    "notes",
-    "host",
-    "served_name",
-    "endpoint",
-    "context",
-    "bring_up",
-];
-pub const DEFAULT_KEYS: &[&str] = &[
-    "model",
-    "permission_mode",
-    "allowed_tools",
-    "disallowed_tools",
-    "setting_sources",
-    "max_turns",
-    "timeout_s",
-    "probe_timeout_s",
-    "system_prompt_append",
-    "dump_requests",
-    "claude_path",
-    "stream_idle_timeout_s",
-    "mcp_config",
-];
-
-/// One file, every field optional. Only used for its type errors.
-#[derive(Deserialize)]
+/// One file (and the merged result), every field optional. These structs
+/// are the one place that names the keys: deserialising gives line and
+/// column for type errors, `serde_ignored` reports unknown keys, the
+/// "did you mean" hints come from their schema, and [`build`] reads them.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename = "models.yaml (a mapping with endpoints, models, defaults)")]
-#[allow(dead_code)]
 pub(super) struct FileShape {
-    endpoints: Option<IndexMap<String, Option<EndpointShape>>>,
-    models: Option<IndexMap<String, Option<ModelShape>>>,
-    defaults: Option<DefaultsShape>,
+    #[schemars(with = "Option<std::collections::BTreeMap<String, Option<EndpointShape>>>")]
+    pub endpoints: Option<IndexMap<String, Option<EndpointShape>>>,
+    #[schemars(with = "Option<std::collections::BTreeMap<String, Option<ModelShape>>>")]
+    pub models: Option<IndexMap<String, Option<ModelShape>>>,
+    pub defaults: Option<DefaultsShape>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename = "endpoint (a mapping with base_url, backend, ...)")]
-#[allow(dead_code)]
-struct EndpointShape {
-    base_url: Option<String>,
-    backend: Option<String>,
-    host: Option<String>,
-    notes: Option<String>,
-    env: Option<IndexMap<String, ScalarShape>>,
-    api_key_env: Option<String>,
+pub(super) struct EndpointShape {
+    pub base_url: Option<String>,
+    pub backend: Option<String>,
+    pub host: Option<String>,
+    pub notes: Option<String>,
+    #[schemars(with = "Option<std::collections::BTreeMap<String, ScalarShape>>")]
+    pub env: Option<IndexMap<String, ScalarShape>>,
+    pub api_key_env: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename = "model (a mapping with notes, host, ...)")]
-#[allow(dead_code)]
-struct ModelShape {
-    notes: Option<String>,
-    host: Option<String>,
-    served_name: Option<String>,
-    endpoint: Option<String>,
-    context: Option<u64>,
-    bring_up: Option<String>,
+pub(super) struct ModelShape {
+    pub notes: Option<String>,
+    pub host: Option<String>,
+    pub served_name: Option<String>,
+    pub endpoint: Option<String>,
+    pub context: Option<u64>,
+    pub bring_up: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename = "defaults (a mapping)")]
-#[allow(dead_code)]
-struct DefaultsShape {
-    model: Option<String>,
-    permission_mode: Option<String>,
-    allowed_tools: Option<Vec<String>>,
-    disallowed_tools: Option<Vec<String>>,
-    setting_sources: Option<Vec<String>>,
-    max_turns: Option<u32>,
-    timeout_s: Option<u64>,
-    probe_timeout_s: Option<f64>,
-    system_prompt_append: Option<String>,
-    dump_requests: Option<bool>,
-    claude_path: Option<String>,
-    stream_idle_timeout_s: Option<u64>,
-    mcp_config: Option<String>,
+pub(super) struct DefaultsShape {
+    pub model: Option<String>,
+    pub permission_mode: Option<String>,
+    pub allowed_tools: Option<Vec<String>>,
+    pub disallowed_tools: Option<Vec<String>>,
+    pub setting_sources: Option<Vec<String>>,
+    pub max_turns: Option<u32>,
+    pub timeout_s: Option<u64>,
+    pub probe_timeout_s: Option<f64>,
+    pub system_prompt_append: Option<String>,
+    pub dump_requests: Option<bool>,
+    pub claude_path: Option<String>,
+    pub stream_idle_timeout_s: Option<u64>,
+    pub mcp_config: Option<String>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
-enum ScalarShape {
+pub(super) enum ScalarShape {
     S(String),
     N(serde_json::Number),
     B(bool),
+}
+
+impl ScalarShape {
+    fn text(&self) -> String {
+        match self {
+            ScalarShape::S(s) => s.clone(),
+            ScalarShape::N(n) => n.to_string(),
+            ScalarShape::B(b) => b.to_string(),
+        }
+    }
+}
+
+/// The keys a shape accepts, from its schema.
+fn keys_of<T: JsonSchema>() -> Vec<String> {
+    let schema = schemars::schema_for!(T);
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The valid keys of each section.
+pub fn top_keys() -> Vec<String> {
+    keys_of::<FileShape>()
+}
+pub fn endpoint_keys() -> Vec<String> {
+    keys_of::<EndpointShape>()
+}
+pub fn model_keys() -> Vec<String> {
+    keys_of::<ModelShape>()
+}
+pub fn default_keys() -> Vec<String> {
+    keys_of::<DefaultsShape>()
 }
 
 /// Which kind of server an endpoint is. `None` in [`Endpoint::backend`]
@@ -316,95 +326,75 @@ impl Config {
 }
 
 /// The nearest valid key, if it is near enough to be a typo.
-pub fn nearest<'a>(key: &str, valid: &[&'a str]) -> Option<&'a str> {
+pub fn nearest<'a>(key: &str, valid: &'a [String]) -> Option<&'a str> {
     let key_l = key.to_ascii_lowercase();
     valid
         .iter()
-        .map(|v| (strsim::damerau_levenshtein(&key_l, v), *v))
+        .map(|v| (strsim::damerau_levenshtein(&key_l, v), v.as_str()))
         .min_by_key(|(d, _)| *d)
         .filter(|(d, v)| *d <= (v.len() / 3).max(2))
         .map(|(_, v)| v)
 }
 
-fn unknown_warning(path: &Path, at: &str, key: &str, valid: &[&str]) -> String {
-    let hint = match nearest(key, valid) {
+/// The segments of a path `serde_ignored` reports (map keys and fields).
+fn segments(path: &serde_ignored::Path) -> Vec<String> {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => Vec::new(),
+        P::Seq { parent, index } => {
+            let mut v = segments(parent);
+            v.push(index.to_string());
+            v
+        }
+        P::Map { parent, key } => {
+            let mut v = segments(parent);
+            v.push(key.clone());
+            v
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            segments(parent)
+        }
+    }
+}
+
+/// The typed pass over one file: type errors with line and column, and the
+/// unknown keys (as segment lists) that `serde_ignored` saw.
+pub(super) fn check_text(text: &str) -> Result<Vec<Vec<String>>, serde_yaml_ng::Error> {
+    let mut unknown = Vec::new();
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    let _: FileShape = serde_ignored::deserialize(de, |p| unknown.push(segments(&p)))?;
+    Ok(unknown)
+}
+
+/// Remove one unknown key from a file's value, with the warning for it.
+pub(super) fn strip_unknown(path: &Path, value: &mut Value, key: &[String]) -> Option<String> {
+    let (last, parents) = key.split_last()?;
+    let valid = match parents {
+        [] => top_keys(),
+        [s, _] if s == "endpoints" => endpoint_keys(),
+        [s, _] if s == "models" => model_keys(),
+        [s] if s == "defaults" => default_keys(),
+        _ => return None,
+    };
+    let mut at = &mut *value;
+    for p in parents {
+        at = at.get_mut(p.as_str())?;
+    }
+    at.as_mapping_mut()?.shift_remove(last.as_str())?;
+    let shown = key.join(".");
+    let hint = match nearest(last, &valid) {
         Some(n) => format!("did you mean `{n}`?"),
         None => format!("valid keys: {}", valid.join(", ")),
     };
-    format!(
-        "{}: unknown key `{at}{key}` ({hint}); it is ignored",
+    Some(format!(
+        "{}: unknown key `{shown}` ({hint}); it is ignored",
         path.display()
-    )
+    ))
 }
 
-fn key_str(k: &Value) -> String {
-    match k {
-        Value::String(s) => s.clone(),
-        other => serde_yaml_ng::to_string(other)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default(),
-    }
-}
-
-fn strip_map(path: &Path, at: &str, map: &mut Mapping, valid: &[&str], warnings: &mut Vec<String>) {
-    let unknown: Vec<Value> = map
-        .keys()
-        .filter(|k| !valid.contains(&key_str(k).as_str()))
-        .cloned()
-        .collect();
-    for k in unknown {
-        warnings.push(unknown_warning(path, at, &key_str(&k), valid));
-        map.shift_remove(&k);
-    }
-}
-
-/// Remove unknown keys from one file's value, with a warning for each.
-pub(super) fn strip_unknown(path: &Path, value: &mut Value, warnings: &mut Vec<String>) {
-    let Value::Mapping(top) = value else { return };
-    strip_map(path, "", top, TOP_KEYS, warnings);
-    for (section, valid) in [("endpoints", ENDPOINT_KEYS), ("models", MODEL_KEYS)] {
-        if let Some(Value::Mapping(entries)) = top.get_mut(section) {
-            for (name, entry) in entries.iter_mut() {
-                if let Value::Mapping(m) = entry {
-                    let at = format!("{section}.{}.", key_str(name));
-                    strip_map(path, &at, m, valid, warnings);
-                }
-            }
-        }
-    }
-    if let Some(Value::Mapping(d)) = top.get_mut("defaults") {
-        strip_map(path, "defaults.", d, DEFAULT_KEYS, warnings);
-    }
-}
-
-fn get_str(m: &Mapping, key: &str) -> Option<String> {
-    match m.get(key)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-    .filter(|s| !s.trim().is_empty())
-}
-
-fn get_list(m: &Mapping, key: &str) -> Option<Vec<String>> {
-    match m.get(key)? {
-        Value::Sequence(seq) => Some(
-            seq.iter()
-                .filter_map(|v| match v {
-                    Value::String(s) => Some(s.clone()),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        Value::String(s) => Some(
-            s.split(',')
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty())
-                .collect(),
-        ),
-        _ => None,
-    }
+/// A string that says something (empty ones count as unset).
+fn text(s: &Option<String>) -> Option<String> {
+    s.clone().filter(|v| !v.trim().is_empty())
 }
 
 fn valid_endpoint_name(name: &str) -> bool {
@@ -439,136 +429,124 @@ pub fn check_base_url(raw: &str) -> Result<String, String> {
 /// become warnings and the entry is dropped or defaulted.
 pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
     let mut warnings = Vec::new();
-    let Value::Mapping(top) = merged else {
-        return (Config::builtin(), warnings);
-    };
-    if top.is_empty() {
+    if merged.as_mapping().is_none_or(|m| m.is_empty()) {
         return (Config::builtin(), warnings);
     }
-    let mut endpoints = Vec::new();
-    if let Some(Value::Mapping(eps)) = top.get("endpoints") {
-        for (name, entry) in eps {
-            let name = key_str(name);
-            if !valid_endpoint_name(&name) {
-                warnings.push(format!(
-                    "endpoint `{name}`: names may use only letters, digits, `_`, `.` and `-`; it is skipped"
-                ));
-                continue;
-            }
-            let empty = Mapping::new();
-            let m = match entry {
-                Value::Mapping(m) => m,
-                _ => &empty,
-            };
-            let Some(raw_url) = get_str(m, "base_url") else {
-                warnings.push(format!(
-                    "endpoint `{name}` has no base_url; it is skipped (add e.g. `base_url: http://127.0.0.1:8080`)"
-                ));
-                continue;
-            };
-            let base_url = match check_base_url(&raw_url) {
-                Ok(u) => u,
-                Err(why) => {
-                    warnings.push(format!("endpoint `{name}`: {why}; it is skipped"));
-                    continue;
-                }
-            };
-            let backend = match get_str(m, "backend") {
-                None => None,
-                Some(b) if b.eq_ignore_ascii_case("auto") => None,
-                Some(b) => match Backend::parse(&b) {
-                    Some(b) => Some(b),
-                    None => {
-                        warnings.push(format!(
-                            "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm or other); it will be detected"
-                        ));
-                        None
-                    }
-                },
-            };
-            let mut env = IndexMap::new();
-            if let Some(Value::Mapping(e)) = m.get("env") {
-                for (k, v) in e {
-                    let val = match v {
-                        Value::String(s) => s.clone(),
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => b.to_string(),
-                        _ => continue,
-                    };
-                    env.insert(key_str(k), val);
-                }
-            }
-            let api_key_env = get_str(m, "api_key_env");
-            if let Some(var) = &api_key_env
-                && std::env::var_os(var).is_none()
-            {
-                warnings.push(format!(
-                    "endpoint `{name}`: api_key_env names `{var}`, which is not set in this environment; export it where localagents runs"
-                ));
-            }
-            endpoints.push(Endpoint {
-                name,
-                base_url,
-                backend,
-                host: get_str(m, "host"),
-                notes: get_str(m, "notes"),
-                env,
-                api_key_env,
-            });
+    let shape: FileShape = match serde_yaml_ng::from_value(merged) {
+        Ok(s) => s,
+        Err(e) => {
+            warnings.push(format!(
+                "the merged config does not fit together ({e}); using the built-in default"
+            ));
+            return (Config::builtin(), warnings);
         }
+    };
+    let mut endpoints = Vec::new();
+    for (name, entry) in shape.endpoints.iter().flatten() {
+        if !valid_endpoint_name(name) {
+            warnings.push(format!(
+                "endpoint `{name}`: names may use only letters, digits, `_`, `.` and `-`; it is skipped"
+            ));
+            continue;
+        }
+        let empty = EndpointShape::default();
+        let m = entry.as_ref().unwrap_or(&empty);
+        let Some(raw_url) = text(&m.base_url) else {
+            warnings.push(format!(
+                "endpoint `{name}` has no base_url; it is skipped (add e.g. `base_url: http://127.0.0.1:8080`)"
+            ));
+            continue;
+        };
+        let base_url = match check_base_url(&raw_url) {
+            Ok(u) => u,
+            Err(why) => {
+                warnings.push(format!("endpoint `{name}`: {why}; it is skipped"));
+                continue;
+            }
+        };
+        let backend = match text(&m.backend) {
+            None => None,
+            Some(b) if b.eq_ignore_ascii_case("auto") => None,
+            Some(b) => match Backend::parse(&b) {
+                Some(b) => Some(b),
+                None => {
+                    warnings.push(format!(
+                        "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm or other); it will be detected"
+                    ));
+                    None
+                }
+            },
+        };
+        let env: IndexMap<String, String> = m
+            .env
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.text()))
+            .collect();
+        let api_key_env = text(&m.api_key_env);
+        if let Some(var) = &api_key_env
+            && std::env::var_os(var).is_none()
+        {
+            warnings.push(format!(
+                "endpoint `{name}`: api_key_env names `{var}`, which is not set in this environment; export it where localagents runs"
+            ));
+        }
+        endpoints.push(Endpoint {
+            name: name.clone(),
+            base_url,
+            backend,
+            host: text(&m.host),
+            notes: text(&m.notes),
+            env,
+            api_key_env,
+        });
     }
     let mut models = Vec::new();
-    if let Some(Value::Mapping(ms)) = top.get("models") {
-        for (name, entry) in ms {
-            let name = key_str(name);
-            let empty = Mapping::new();
-            let m = match entry {
-                Value::Mapping(m) => m,
-                _ => &empty,
-            };
-            let endpoint = get_str(m, "endpoint");
-            if let Some(e) = &endpoint
-                && !endpoints.iter().any(|x: &Endpoint| &x.name == e)
-            {
-                warnings.push(format!(
-                    "model `{name}`: endpoint `{e}` is not defined under `endpoints`"
-                ));
-            }
-            models.push(ModelEntry {
-                name,
-                notes: get_str(m, "notes"),
-                host: get_str(m, "host"),
-                served_name: get_str(m, "served_name"),
-                endpoint,
-                context: m.get("context").and_then(Value::as_u64),
-                bring_up: get_str(m, "bring_up"),
-            });
+    for (name, entry) in shape.models.iter().flatten() {
+        let empty = ModelShape::default();
+        let m = entry.as_ref().unwrap_or(&empty);
+        let endpoint = text(&m.endpoint);
+        if let Some(e) = &endpoint
+            && !endpoints.iter().any(|x: &Endpoint| &x.name == e)
+        {
+            warnings.push(format!(
+                "model `{name}`: endpoint `{e}` is not defined under `endpoints`"
+            ));
         }
+        models.push(ModelEntry {
+            name: name.clone(),
+            notes: text(&m.notes),
+            host: text(&m.host),
+            served_name: text(&m.served_name),
+            endpoint,
+            context: m.context,
+            bring_up: text(&m.bring_up),
+        });
     }
     let mut defaults = Defaults::default();
-    if let Some(Value::Mapping(d)) = top.get("defaults") {
-        if let Some(v) = get_str(d, "model") {
+    if let Some(d) = &shape.defaults {
+        if let Some(v) = text(&d.model) {
             defaults.model = Some(v);
         }
-        if let Some(v) = get_str(d, "permission_mode") {
+        if let Some(v) = text(&d.permission_mode) {
             defaults.permission_mode = v;
         }
-        if let Some(v) = get_list(d, "allowed_tools") {
-            defaults.allowed_tools = v;
+        if let Some(v) = &d.allowed_tools {
+            defaults.allowed_tools = v.clone();
         }
-        if let Some(v) = get_list(d, "disallowed_tools") {
-            defaults.disallowed_tools = v;
+        if let Some(v) = &d.disallowed_tools {
+            defaults.disallowed_tools = v.clone();
         }
-        if let Some(v) = get_list(d, "setting_sources") {
-            defaults.setting_sources = v;
+        if let Some(v) = &d.setting_sources {
+            defaults.setting_sources = v.clone();
         }
-        if let Some(v) = d.get("max_turns").and_then(Value::as_u64) {
-            defaults.max_turns = v.min(u32::MAX as u64) as u32;
+        if let Some(v) = d.max_turns {
+            defaults.max_turns = v;
         }
-        if let Some(v) = d.get("timeout_s").and_then(Value::as_u64) {
+        if let Some(v) = d.timeout_s {
             defaults.timeout_s = v;
         }
-        if let Some(v) = d.get("probe_timeout_s").and_then(Value::as_f64) {
+        if let Some(v) = d.probe_timeout_s {
             if v > 0.0 && v <= 60.0 {
                 defaults.probe_timeout_s = v;
             } else {
@@ -577,23 +555,23 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
                 ));
             }
         }
-        if let Some(v) = get_str(d, "system_prompt_append") {
+        if let Some(v) = text(&d.system_prompt_append) {
             defaults.system_prompt_append = v;
         }
-        if let Some(v) = d.get("dump_requests").and_then(Value::as_bool) {
+        if let Some(v) = d.dump_requests {
             defaults.dump_requests = v;
         }
-        if let Some(v) = get_str(d, "claude_path") {
+        if let Some(v) = text(&d.claude_path) {
             defaults.claude_path = Some(v);
         }
-        if let Some(v) = d.get("stream_idle_timeout_s").and_then(Value::as_u64) {
+        if let Some(v) = d.stream_idle_timeout_s {
             defaults.stream_idle_timeout_s = v.max(1);
         }
-        if let Some(v) = get_str(d, "mcp_config") {
+        if let Some(v) = text(&d.mcp_config) {
             defaults.mcp_config = Some(v);
         }
     }
-    if top.get("endpoints").is_none() {
+    if shape.endpoints.is_none() {
         // Only models or defaults were written: keep the zero-config endpoint.
         endpoints = Config::builtin().endpoints;
     } else if endpoints.is_empty() {
@@ -610,4 +588,26 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         },
         warnings,
     )
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_from_the_shapes() {
+        assert_eq!(top_keys(), ["endpoints", "models", "defaults"]);
+        assert!(default_keys().iter().any(|k| k == "mcp_config"));
+        assert!(endpoint_keys().iter().any(|k| k == "api_key_env"));
+        let valid = model_keys();
+        assert_eq!(nearest("srved_name", &valid), Some("served_name"));
+        let unknown = check_text("models:\n  a.b:\n    notse: x\ndefaults:\n  modle: m\n").unwrap();
+        assert_eq!(
+            unknown,
+            [
+                vec!["models".to_string(), "a.b".into(), "notse".into()],
+                vec!["defaults".to_string(), "modle".into()]
+            ]
+        );
+    }
 }
