@@ -33,8 +33,67 @@ pub use crate::process::GRACE;
 pub struct Launch {
     pub claude: PathBuf,
     pub args: Vec<String>,
+    /// Set on the child, in order (later wins).
     pub env: Vec<(String, String)>,
+    /// Removed from the inherited environment first.
+    pub env_remove: Vec<String>,
     pub cwd: PathBuf,
+}
+
+/// Variables that would send a delegate's traffic to a cloud provider
+/// instead of the shim.
+const PROVIDER_SWITCHES: &[&str] = &[
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_USE_FOUNDRY",
+    // A nested session must not think it runs inside Claude Code.
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+];
+
+/// The delegate's environment, cleaned: from the inherited `parent`
+/// variables, drop the provider switches, every `ANTHROPIC_*` that `ours`
+/// does not set (an inherited `ANTHROPIC_AUTH_TOKEN` or a real key must not
+/// reach the delegate) and the backend key variable (the shim adds the key
+/// on the way out; the delegate never needs it). Then `NO_PROXY`/`no_proxy`
+/// gain 127.0.0.1 and localhost, so the shim URL never goes through a proxy.
+/// Returns (names to remove, pairs to set after `ours`).
+pub fn clean_env<'a>(
+    parent: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ours: &[(String, String)],
+    key_var: Option<&str>,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut remove = Vec::new();
+    let mut no_proxy: Option<String> = None;
+    for (k, v) in parent {
+        let set_by_us = ours.iter().any(|(o, _)| o == k);
+        if PROVIDER_SWITCHES.contains(&k)
+            || (k.starts_with("ANTHROPIC_") && !set_by_us)
+            || key_var == Some(k)
+        {
+            remove.push(k.to_string());
+        }
+        if (k == "NO_PROXY" || k == "no_proxy") && !v.is_empty() {
+            no_proxy = Some(v.to_string());
+        }
+    }
+    let mut list: Vec<String> = no_proxy
+        .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+        .unwrap_or_default();
+    for h in ["127.0.0.1", "localhost"] {
+        if !list.iter().any(|x| x == h) {
+            list.push(h.to_string());
+        }
+    }
+    list.retain(|x| !x.is_empty());
+    let joined = list.join(",");
+    (
+        remove,
+        vec![
+            ("NO_PROXY".to_string(), joined.clone()),
+            ("no_proxy".to_string(), joined),
+        ],
+    )
 }
 
 /// The claude binary: `defaults.claude_path`, then `$LOCALAGENTS_CLAUDE`,
@@ -218,10 +277,20 @@ pub fn launch(
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
     env.extend(endpoint.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let parent: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().unwrap_or_default())))
+        .collect();
+    let (env_remove, proxy) = clean_env(
+        parent.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        &env,
+        endpoint.api_key_env.as_deref(),
+    );
+    env.extend(proxy);
     Launch {
         claude,
         args,
         env,
+        env_remove,
         cwd: cwd.to_path_buf(),
     }
 }
@@ -233,11 +302,10 @@ pub fn spawn(l: &Launch) -> std::io::Result<Box<dyn ChildWrapper>> {
         .current_dir(&l.cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        // A nested session must not think it runs inside Claude Code.
-        .env_remove("CLAUDECODE")
-        .env_remove("CLAUDE_CODE_ENTRYPOINT")
-        .env_remove("ANTHROPIC_AUTH_TOKEN");
+        .stderr(std::process::Stdio::piped());
+    for k in &l.env_remove {
+        cmd.env_remove(k);
+    }
     for (k, v) in &l.env {
         cmd.env(k, v);
     }
@@ -477,6 +545,62 @@ mod tests {
         assert!(
             l.env
                 .contains(&("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()))
+        );
+    }
+
+    #[test]
+    fn the_delegates_environment_is_clean() {
+        let ours = vec![
+            (
+                "ANTHROPIC_BASE_URL".to_string(),
+                "http://127.0.0.1:1/j/t".to_string(),
+            ),
+            (
+                "ANTHROPIC_API_KEY".to_string(),
+                "localagents-placeholder".to_string(),
+            ),
+        ];
+        let parent = [
+            ("ANTHROPIC_AUTH_TOKEN", "sk-real"),
+            ("ANTHROPIC_API_KEY", "sk-real-too"),
+            ("ANTHROPIC_BASE_URL", "https://elsewhere"),
+            ("ANTHROPIC_CUSTOM_HEADERS", "x: y"),
+            ("CLAUDE_CODE_USE_BEDROCK", "1"),
+            ("CLAUDE_CODE_USE_VERTEX", "1"),
+            ("CLAUDECODE", "1"),
+            ("LLAMA_KEY", "k"),
+            ("no_proxy", "corp.example, 127.0.0.1"),
+            ("PATH", "/usr/bin"),
+        ];
+        let (remove, set) = clean_env(parent, &ours, Some("LLAMA_KEY"));
+        for k in [
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_CUSTOM_HEADERS",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "CLAUDECODE",
+            "LLAMA_KEY",
+        ] {
+            assert!(remove.iter().any(|r| r == k), "{k} not removed: {remove:?}");
+        }
+        // Ours are overwritten, not removed; PATH stays.
+        assert!(
+            !remove
+                .iter()
+                .any(|r| r == "ANTHROPIC_BASE_URL" || r == "PATH")
+        );
+        assert_eq!(
+            set,
+            [
+                (
+                    "NO_PROXY".to_string(),
+                    "corp.example,127.0.0.1,localhost".to_string()
+                ),
+                (
+                    "no_proxy".to_string(),
+                    "corp.example,127.0.0.1,localhost".to_string()
+                )
+            ]
         );
     }
 

@@ -14,3 +14,4 @@ mod plugin;
 mod probe;
 mod real_claude;
 mod shim;
+mod trust;

@@ -1,0 +1,111 @@
+//! Trust (issue 15): what a delegate inherits, and what leaves the machine.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::support::{claude, fake_llama, script};
+
+/// `localagents run` with extra env on the supervisor; the record.
+async fn run_with_env(
+    cfg: &Path,
+    state: &Path,
+    home: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    task: &str,
+) -> Value {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"));
+    cmd.arg("--config")
+        .arg(cfg)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["run", "--model", "gemma3-270m", "--json", task])
+        .env("HOME", home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(cwd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "no record: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delegate_inherits_no_provider_switch_no_real_key_and_no_backend_key() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        strict_template: true,
+        api_key: Some("backend-secret-1".into()),
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "env > delegate-env.txt", "description": "dump env"}),
+        )],
+        "done",
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("work"),
+        tmp.path().join("state"),
+    );
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_BACKEND_KEY\ndefaults:\n  setting_sources: []\n  max_turns: 3\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let rec = run_with_env(
+        &cfg,
+        &state,
+        &home,
+        &work,
+        &[
+            ("LOCALAGENTS_TEST_BACKEND_KEY", "backend-secret-1"),
+            ("ANTHROPIC_AUTH_TOKEN", "sk-ant-real-token"),
+            ("ANTHROPIC_CUSTOM_HEADERS", "x-secret: 1"),
+            ("CLAUDE_CODE_USE_BEDROCK", "1"),
+            ("CLAUDE_CODE_USE_VERTEX", "1"),
+            ("NO_PROXY", "corp.example"),
+            ("HTTPS_PROXY", "http://127.0.0.1:9"),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+        ],
+        "Dump the environment.",
+    )
+    .await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let env = std::fs::read_to_string(work.join("delegate-env.txt")).unwrap();
+    for bad in [
+        "backend-secret-1",
+        "sk-ant-real-token",
+        "ANTHROPIC_CUSTOM_HEADERS",
+        "CLAUDE_CODE_USE_BEDROCK",
+        "CLAUDE_CODE_USE_VERTEX",
+    ] {
+        assert!(!env.contains(bad), "{bad} reached the delegate");
+    }
+    assert!(
+        env.lines()
+            .any(|l| l == "NO_PROXY=corp.example,127.0.0.1,localhost"),
+        "{env}"
+    );
+    // The shim still sent the key to the backend (through its proxy-free
+    // loopback hop), so the job could run at all.
+    assert!(fake.statuses().iter().all(|s| *s == 200), "{:?}", fake.statuses());
+}
