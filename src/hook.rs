@@ -146,7 +146,7 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
         if !recent {
             continue;
         }
-        if std::fs::create_dir_all(&sdir).is_err() {
+        if crate::paths::private_dir_all(&sdir).is_err() {
             return out;
         }
         // Only the hook that creates the marker reports the job.

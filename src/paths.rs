@@ -1,7 +1,15 @@
-//! Where things live on disk: the XDG config and state dirs, and the one
-//! atomic-write helper every durable file goes through.
+//! Where things live on disk: the XDG config and state dirs, and the
+//! helpers every state file goes through.
+//!
+//! The state holds briefs, transcripts and whole request bodies, so it is
+//! private: directories 0700, files 0600, files opened without following a
+//! symlink, and the root checked at start (ours, a real directory). There
+//! is no shared fallback under the temp dir: without a home or
+//! `XDG_STATE_HOME` localagents says so and stops.
 
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use etcetera::BaseStrategy;
@@ -13,21 +21,105 @@ pub fn config_dir() -> Option<PathBuf> {
         .map(|s| s.config_dir().join("localagents"))
 }
 
-/// `$XDG_STATE_HOME/localagents`, i.e. `~/.local/state/localagents`.
-pub fn default_state_dir() -> PathBuf {
+/// `$XDG_STATE_HOME/localagents`, i.e. `~/.local/state/localagents`;
+/// `None` without a home directory or `XDG_STATE_HOME`.
+pub fn default_state_dir() -> Option<PathBuf> {
     etcetera::choose_base_strategy()
         .ok()
         .and_then(|s| s.state_dir())
         .map(|d| d.join("localagents"))
-        .unwrap_or_else(|| std::env::temp_dir().join("localagents-state"))
+}
+
+/// Why the state root cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(
+        "no state directory: there is no home directory and XDG_STATE_HOME is not set; set XDG_STATE_HOME or pass --state-dir"
+    )]
+    NoHome,
+    #[error(
+        "state directory {0} is a symlink: point --state-dir (or XDG_STATE_HOME) at a real directory of yours"
+    )]
+    Symlink(PathBuf),
+    #[error("state directory {0} is not a directory: remove it or pass another --state-dir")]
+    NotDir(PathBuf),
+    #[error(
+        "state directory {path} belongs to uid {owner}, not to you (uid {me}): pass a --state-dir of your own"
+    )]
+    NotOurs { path: PathBuf, owner: u32, me: u32 },
+    #[error("cannot create or fix the state directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Create the state root if needed and check it: a real directory (not a
+/// symlink), owned by us, mode 0700 (tightened if it was wider).
+pub fn check_state_root(dir: &Path) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if std::fs::symlink_metadata(dir).is_err() {
+        private_dir_all(dir).map_err(io)?;
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(io)?;
+    if meta.file_type().is_symlink() {
+        return Err(StateError::Symlink(dir.to_path_buf()));
+    }
+    if !meta.is_dir() {
+        return Err(StateError::NotDir(dir.to_path_buf()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(StateError::NotOurs {
+            path: dir.to_path_buf(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// `mkdir -p` with mode 0700 for every directory it creates.
+pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Open a private file (0600) for appending, never through a symlink.
+pub fn append_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Write a private file (0600) whole, never through a symlink.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(bytes)
 }
 
 /// Write a file so that readers see either the old or the new content:
-/// a temp file in the same directory, fsync, then rename over the target.
+/// a temp file (0600) in the same directory, fsync, then rename over the
+/// target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = dir.unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    private_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;

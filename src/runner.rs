@@ -273,6 +273,11 @@ pub fn launch(
             // break the shared prefix), and a delegate has no business in
             // the user's memory files.
             ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "1"),
+            // No git-status snapshot and no commit-attribution reminder in
+            // the first message: about 1.3 KB of job-specific text every
+            // job pays cold (the delegate runs `git status` when it needs
+            // it, and a local model's commits are not Claude Code's).
+            ("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS", "1"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
@@ -545,6 +550,10 @@ mod tests {
         assert!(
             l.env
                 .contains(&("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()))
+        );
+        assert!(
+            l.env
+                .contains(&("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS".into(), "1".into()))
         );
     }
 

@@ -441,7 +441,7 @@ pub async fn bringup(
         return Ok(0);
     }
     let dir = ctx.state_dir.join("bringup");
-    std::fs::create_dir_all(&dir)?;
+    crate::paths::private_dir_all(&dir)?;
     let safe: String = model
         .chars()
         .map(|c| {

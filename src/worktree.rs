@@ -75,7 +75,7 @@ pub fn create(
         .map_err(|_| GitError::NoHead(root.clone()))?;
     let branch_name = branch_name(job);
     let branch = repo.branch(&branch_name, &head, false)?;
-    std::fs::create_dir_all(worktrees_dir)?;
+    crate::paths::private_dir_all(worktrees_dir)?;
     let path = worktrees_dir.join(job);
     let mut opts = WorktreeAddOptions::new();
     let reference = branch.into_reference();

@@ -185,20 +185,32 @@ pub enum ConfigCommand {
 }
 
 impl Global {
-    pub fn context(&self) -> Context {
-        Context {
+    /// The context, with the state root created and checked (private,
+    /// ours, not a symlink).
+    pub fn context(&self) -> Result<Context, crate::paths::StateError> {
+        let state_dir = match &self.state_dir {
+            Some(d) => d.clone(),
+            None => crate::paths::default_state_dir().ok_or(crate::paths::StateError::NoHome)?,
+        };
+        crate::paths::check_state_root(&state_dir)?;
+        Ok(Context {
             explicit_config: self.config.clone(),
-            state_dir: self
-                .state_dir
-                .clone()
-                .unwrap_or_else(crate::paths::default_state_dir),
-        }
+            state_dir,
+        })
     }
 }
 
 /// Run a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
-    let ctx = cli.global.context();
+    let ctx = match cli.global.context() {
+        Ok(c) => c,
+        // A hook never fails loudly: no output, exit 0.
+        Err(_) if matches!(cli.command, Command::Hook(_)) => return Ok(ExitStatus::Success),
+        Err(e) => {
+            let _ = writeln!(anstream::stderr(), "localagents: {e}");
+            return Ok(ExitStatus::Error);
+        }
+    };
     match cli.command {
         Command::Serve => {
             crate::mcp::serve_stdio(ctx).await?;

@@ -208,13 +208,14 @@ impl Manager {
 
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
-        std::fs::create_dir_all(&dir).map_err(JobError::from)?;
+        crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
         let task = if args.task.trim().is_empty() {
             "Continue where you left off.".to_string()
         } else {
             args.task.clone()
         };
-        std::fs::write(dir.join("task.txt"), &task).map_err(JobError::from)?;
+        crate::paths::write_private(&dir.join("task.txt"), task.as_bytes())
+            .map_err(JobError::from)?;
 
         let (worktree, cwd) = match (&prior, isolation) {
             (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
@@ -387,7 +388,8 @@ impl Manager {
                 // Owned by another localagents process: ask it, and stop the
                 // delegate ourselves so it ends within the same bound.
                 let dir = self.store.dir(id)?;
-                let _ = std::fs::write(dir.join("cancel_requested"), now_ts());
+                let _ =
+                    crate::paths::write_private(&dir.join("cancel_requested"), now_ts().as_bytes());
                 if let Some(pid) = rec.pid {
                     crate::process::stop_group(pid, crate::process::GRACE).await;
                 }

@@ -243,18 +243,13 @@ impl Manager {
                 .collect();
             tail
         });
-        let mut events = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("events.jsonl"))
-            .await
-            .ok();
-        let mut transcript = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("transcript.txt"))
-            .await
-            .ok();
+        let open = |name: &str| {
+            crate::paths::append_private(&dir.join(name))
+                .ok()
+                .map(tokio::fs::File::from_std)
+        };
+        let mut events = open("events.jsonl");
+        let mut transcript = open("transcript.txt");
         let mut lines = stdout.map(|o| BufReader::new(o).lines());
         let now = tokio::time::Instant::now();
         let deadline = now
@@ -361,7 +356,7 @@ impl Manager {
             rec.num_turns = r.num_turns;
         }
         if !stderr_tail.trim().is_empty() {
-            let _ = std::fs::write(dir.join("stderr.txt"), &stderr_tail);
+            let _ = crate::paths::write_private(&dir.join("stderr.txt"), stderr_tail.as_bytes());
         }
 
         // What changed.

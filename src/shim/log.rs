@@ -6,7 +6,7 @@
 //! API keys never reach these files: the shim adds the key on the way out
 //! and logs only the body.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -57,7 +57,7 @@ pub struct RequestLog {
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    crate::paths::append_private(path)
 }
 
 impl RequestLog {
@@ -89,7 +89,7 @@ impl RequestLog {
             &mut files.1
         };
         if slot.is_none() {
-            let _ = std::fs::create_dir_all(&self.dir);
+            let _ = crate::paths::private_dir_all(&self.dir);
             match open_append(&self.dir.join(name)) {
                 Ok(f) => *slot = Some(f),
                 Err(e) => {

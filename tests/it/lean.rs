@@ -151,6 +151,12 @@ async fn first_request_is_lean_and_its_prefix_is_the_same_in_every_tree() {
         ["Bash", "Edit", "Glob", "Grep", "Read", "WebFetch", "Write"],
         "only the allowed tools are offered"
     );
+    // No git-status snapshot or attribution reminder in the first message.
+    let first_msgs = serde_json::to_string(&first_a["messages"]).unwrap();
+    assert!(
+        !first_msgs.contains("gitStatus") && !first_msgs.contains("Co-Authored-By"),
+        "{first_msgs}"
+    );
     let sys = system_text(&first_a);
     assert!(
         !sys.contains("/memory/") && !sys.contains("# Memory"),

@@ -107,5 +107,90 @@ async fn the_delegate_inherits_no_provider_switch_no_real_key_and_no_backend_key
     );
     // The shim still sent the key to the backend (through its proxy-free
     // loopback hop), so the job could run at all.
-    assert!(fake.statuses().iter().all(|s| *s == 200), "{:?}", fake.statuses());
+    assert!(
+        fake.statuses().iter().all(|s| *s == 200),
+        "{:?}",
+        fake.statuses()
+    );
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_is_private() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::text("done"));
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("work"),
+        tmp.path().join("state"),
+    );
+    for d in [&home, &work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // An older install left the root world-readable: it is tightened.
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  dump_requests: true\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let rec = run_with_env(&cfg, &state, &home, &work, &[], "Say done.").await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let dir = state.join("jobs").join(rec["id"].as_str().unwrap());
+    assert_eq!(mode(&state), 0o700, "state root");
+    assert_eq!(mode(&state.join("jobs")), 0o700, "jobs dir");
+    assert_eq!(mode(&dir), 0o700, "job dir");
+    for f in [
+        "job.json",
+        "task.txt",
+        "transcript.txt",
+        "events.jsonl",
+        "requests.jsonl",
+        "requests_full.jsonl",
+    ] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+}
+
+#[test]
+fn a_symlinked_state_root_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let real = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = tmp.path().join("state");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--state-dir")
+        .arg(&link)
+        .arg("jobs")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is a symlink"), "{err}");
+    // The hook never fails loudly.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--state-dir")
+        .arg(&link)
+        .args(["hook", "prompt-submit"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
 }
