@@ -6,8 +6,8 @@
 //!    line and environment): job 1 in-tree in one repository, job 2 in a
 //!    worktree of another repository. "before" is the command line of the
 //!    previous release (`--allowedTools` only, auto-memory on, project MCP
-//!    servers allowed); "after" is today's (`--tools`, no auto-memory,
-//!    `--strict-mcp-config`).
+//!    servers allowed, git-status snapshot); "after" is today's (`--tools`,
+//!    no auto-memory, `--strict-mcp-config`, no git-status snapshot).
 //! 2. Fold each as the shim does, and send job 1's then job 2's to a fresh
 //!    llama-server (one slot, `-c 32768`, the strict template), with
 //!    `max_tokens` 1 and temperature 0: processed and cached tokens from
@@ -49,7 +49,7 @@ fn repo(dir: &Path) {
 }
 
 /// The previous release's command line: no `--tools`, no
-/// `--strict-mcp-config`, auto-memory on.
+/// `--strict-mcp-config`, auto-memory and the git-status snapshot on.
 fn before(mut l: Launch) -> Launch {
     if let Some(i) = l.args.iter().position(|a| a == "--tools") {
         l.args.drain(i..i + 2);
@@ -187,7 +187,7 @@ fn main() {
         for (name, legacy) in [
             ("before (`--allowedTools` only, auto-memory on)", true),
             (
-                "after (`--tools`, no auto-memory, `--strict-mcp-config`)",
+                "after (`--tools`, no auto-memory, no git snapshot, `--strict-mcp-config`)",
                 false,
             ),
         ] {

@@ -84,6 +84,7 @@ async fn record(lean: bool) -> Vec<Value> {
             "--strict-mcp-config",
         ]);
         env.push(("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()));
+        env.push(("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS".into(), "1".into()));
     }
     let cmd = support::claude::command(
         &home,
