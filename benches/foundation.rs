@@ -1,7 +1,12 @@
 //! Foundation figures (issue 1): `status` with a live, a refused and a hung
 //! endpoint; MCP cold start to the `tools/list` answer; idle RSS of `serve`.
 //!
-//! Run: `cargo bench --bench foundation`. Prints a Markdown table.
+//! Run: `cargo bench --bench foundation`. Prints a Markdown table;
+//! `-- --markdown` prints only the README's table (scripts/bench-readme.sh
+//! pastes it between the `<!-- bench:foundation -->` markers).
+//!
+//! `-- --smoke` (run by `.ci/run`): only the cold start, 10 runs; fails on a
+//! gross regression, a p50 over [`SMOKE_COLD_START_MS`].
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -14,7 +19,38 @@ use support::stats::{pct, rss_kb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
+/// Smoke limit: `serve` cold start to the `tools/list` answer, p50.
+const SMOKE_COLD_START_MS: f64 = 100.0;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Full,
+    Smoke,
+    Markdown,
+}
+
+/// `cargo bench --bench foundation [-- --smoke | --markdown]` (cargo adds
+/// `--bench` itself for `harness = false` targets).
+fn mode() -> Mode {
+    let mut mode = Mode::Full;
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--bench" => {}
+            "--smoke" if mode == Mode::Full => mode = Mode::Smoke,
+            "--markdown" if mode == Mode::Full => mode = Mode::Markdown,
+            _ => {
+                eprintln!(
+                    "foundation bench: unexpected argument {a:?}; usage: cargo bench --bench foundation [-- --smoke | --markdown]"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    mode
+}
+
 fn main() {
+    let mode = mode();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -39,9 +75,11 @@ fn main() {
     )
     .expect("write config");
 
-    // 1. status with three endpoints.
+    // 1. status with three endpoints (not in the smoke run: it waits out
+    // the 2.5 s probe budget each time).
     let mut status_s = Vec::new();
-    for _ in 0..5 {
+    let status_runs = if mode == Mode::Smoke { 0 } else { 5 };
+    for _ in 0..status_runs {
         let t = Instant::now();
         let out = Command::new(BIN)
             .arg("--config")
@@ -67,7 +105,9 @@ fn main() {
     let mut start_ms = Vec::new();
     let mut rss_init = Vec::new();
     let mut rss_after_list = 0;
-    for i in 0..30 {
+    let smoke = mode == Mode::Smoke;
+    let start_runs = if smoke { 10 } else { 30 };
+    for i in 0..start_runs {
         let t = Instant::now();
         let mut child = Command::new(BIN)
             .arg("--config")
@@ -102,11 +142,11 @@ fn main() {
         }
         start_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         assert!(line.contains("list_models"));
-        if i < 5 {
+        if i < 5 && !smoke {
             std::thread::sleep(Duration::from_millis(500));
             rss_init.push(rss_kb(child.id()));
         }
-        if i == 0 {
+        if i == 0 && !smoke {
             writeln!(
                 stdin,
                 r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"list_models","arguments":{{}}}}}}"#
@@ -128,6 +168,21 @@ fn main() {
     start_ms.sort_by(f64::total_cmp);
     rss_init.sort();
 
+    if smoke {
+        let p50 = pct(&mut start_ms, 0.5);
+        println!(
+            "smoke foundation: `serve` cold start to `tools/list`, p50 of {start_runs} runs: {p50:.1} ms (max {:.1} ms); limit {SMOKE_COLD_START_MS} ms",
+            start_ms[start_ms.len() - 1]
+        );
+        if p50 > SMOKE_COLD_START_MS {
+            eprintln!(
+                "smoke foundation FAILED: `serve` cold start to `tools/list` took {p50:.1} ms (p50 of {start_runs} runs), over the {SMOKE_COLD_START_MS} ms limit."
+            );
+            std::process::exit(1);
+        }
+        return;
+    }
+
     println!("| figure | value | target |");
     println!("|---|---|---|");
     let status_med = pct(&mut status_s, 0.5);
@@ -138,7 +193,7 @@ fn main() {
         status_s[status_s.len() - 1]
     );
     println!(
-        "| `serve` cold start to `tools/list` answer, 30 runs | p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms | < 30 ms |",
+        "| `serve` cold start to `tools/list` answer, {start_runs} runs | p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms | < 30 ms |",
         pct(&mut start_ms, 0.5),
         pct(&mut start_ms, 0.95),
         start_ms[start_ms.len() - 1]

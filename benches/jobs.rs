@@ -3,7 +3,9 @@
 //! of the MCP server with 4 running jobs. Needs the pinned Claude Code CLI
 //! (scripts/install-claude.sh, or LOCALAGENTS_CLAUDE).
 //!
-//! Run: `cargo bench --bench jobs`. Prints a Markdown table.
+//! Run: `cargo bench --bench jobs`. Prints a Markdown table; `-- --markdown`
+//! prints only the README's table (scripts/bench-readme.sh pastes it between
+//! the `<!-- bench:jobs -->` markers). No smoke mode: it needs Claude Code.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -39,7 +41,21 @@ async fn call(
     serde_json::from_str(&text).unwrap_or(Value::String(text))
 }
 
+/// `cargo bench --bench jobs [-- --markdown]` (cargo adds `--bench` itself
+/// for `harness = false` targets). The table is the same either way.
+fn check_args() {
+    for a in std::env::args().skip(1) {
+        if a != "--bench" && a != "--markdown" {
+            eprintln!(
+                "jobs bench: unexpected argument {a:?}; usage: cargo bench --bench jobs [-- --markdown] (it has no smoke mode: it runs Claude Code)"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
+    check_args();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -50,6 +66,17 @@ fn main() {
 
 async fn async_main() {
     let claude = support::claude::binary();
+    let version = std::process::Command::new(&claude)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "?".into());
     let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: 131072,
@@ -206,7 +233,7 @@ async fn async_main() {
         ret_ms[ret_ms.len() - 1]
     );
     println!(
-        "| whole job, 2 turns (Write, then report), 6 runs each: `claude -p` straight at the fake | median {d50:.3} s | |"
+        "| whole job, 2 turns (Write, then report), 6 runs each: `claude -p` (Claude Code {version}) straight at the fake | median {d50:.3} s | |"
     );
     println!(
         "| the same through `localagents run` (probe, shim, job records) | median {v50:.3} s, overhead {:.1}% | < 5% |",

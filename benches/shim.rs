@@ -2,7 +2,15 @@
 //! same local fake, stream relay time to first byte and throughput, and
 //! peak memory per in-flight request of a `localagents shim` process.
 //!
-//! Run: `cargo bench --bench shim`. Prints a Markdown table.
+//! Run: `cargo bench --bench shim`. Prints a Markdown table; `-- --markdown`
+//! prints only the README's table (scripts/bench-readme.sh pastes it between
+//! the `<!-- bench:shim -->` markers).
+//!
+//! `-- --smoke` (run by `.ci/run`): only the non-streaming request, 200 runs,
+//! each one sent straight to the fake (a bare loopback hop) and through the
+//! shim, interleaved; fails on a gross regression, the shim adding more than
+//! [`SMOKE_ADDED_PER_HOP`] times the bare hop's p50. A ratio within one run,
+//! so a busy machine slows both sides alike.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -25,6 +33,37 @@ use support::stats::{pct, rss_kb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const EVENTS: usize = 2000;
+
+/// Smoke limit: the shim's added p50, in multiples of a bare loopback hop
+/// (the same request straight to the fake, p50, same run).
+const SMOKE_ADDED_PER_HOP: f64 = 3.0;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Full,
+    Smoke,
+    Markdown,
+}
+
+/// `cargo bench --bench shim [-- --smoke | --markdown]` (cargo adds
+/// `--bench` itself for `harness = false` targets).
+fn mode() -> Mode {
+    let mut mode = Mode::Full;
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--bench" => {}
+            "--smoke" if mode == Mode::Full => mode = Mode::Smoke,
+            "--markdown" if mode == Mode::Full => mode = Mode::Markdown,
+            _ => {
+                eprintln!(
+                    "shim bench: unexpected argument {a:?}; usage: cargo bench --bench shim [-- --smoke | --markdown]"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    mode
+}
 
 thread_local! {
     /// (KB, ms per call) of the in-process fold_raw measurement.
@@ -100,7 +139,9 @@ fn body_of(stream: bool, pairs: usize) -> Vec<u8> {
 }
 
 fn main() {
-    {
+    let mode = mode();
+    let smoke = mode == Mode::Smoke;
+    if !smoke {
         let b = body_of(true, 105);
         let t = Instant::now();
         for _ in 0..1000 {
@@ -162,9 +203,10 @@ fn main() {
     ));
     let body = Bytes::from(body);
 
+    let (warmup, runs) = if smoke { (20, 200) } else { (100, 1000) };
     let (direct, via) = rt.block_on(async {
         let (mut d, mut s) = (Vec::new(), Vec::new());
-        for i in 0..1100 {
+        for i in 0..warmup + runs {
             for (target, out) in [(&fake_url, &mut d), (&shim_url, &mut s)] {
                 let t = Instant::now();
                 let r = client
@@ -173,8 +215,9 @@ fn main() {
                     .send()
                     .await
                     .unwrap();
+                assert!(r.status().is_success(), "{target}: {}", r.status());
                 let _ = r.bytes().await.unwrap();
-                if i >= 100 {
+                if i >= warmup {
                     out.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
             }
@@ -182,6 +225,25 @@ fn main() {
         (d, s)
     });
     let (mut d, mut s) = (direct, via);
+    let body_kb = body.len() as f64 / 1024.0;
+    if smoke {
+        let _ = shim.kill();
+        let _ = shim.wait();
+        let (d50, s50) = (pct(&mut d, 0.5), pct(&mut s, 0.5));
+        let (added, limit) = (s50 - d50, SMOKE_ADDED_PER_HOP * d50);
+        println!(
+            "smoke shim: {body_kb:.0} KB request, p50 of {runs} runs: a bare loopback hop (straight to the fake) {d50:.3} ms, through the shim {s50:.3} ms, added {added:.3} ms = {:.2}x the hop; limit {SMOKE_ADDED_PER_HOP}x ({limit:.3} ms)",
+            added / d50
+        );
+        if added > limit {
+            eprintln!(
+                "smoke shim FAILED: the shim added {added:.3} ms p50 to a {body_kb:.0} KB request, {:.2}x a bare loopback hop ({d50:.3} ms), over the {SMOKE_ADDED_PER_HOP}x limit.",
+                added / d50
+            );
+            std::process::exit(1);
+        }
+        return;
+    }
     let (mut gd, mut gs) = rt.block_on(async {
         let (mut d, mut s) = (Vec::new(), Vec::new());
         for i in 0..1100 {
@@ -295,11 +357,10 @@ fn main() {
     let per_req_kb = (peak.load(Ordering::SeqCst).saturating_sub(base)) as f64 / INFLIGHT as f64;
     let _ = shim.kill();
     let _ = shim.wait();
-    let body_kb = body.len() as f64 / 1024.0;
     println!("| figure | direct | through the shim | added | target |");
     println!("|---|---|---|---|---|");
     println!(
-        "| {:.0} KB non-streaming request, p50 (1000 runs) | {d50:.3} ms | {s50:.3} ms | {:.3} ms | < 1 ms |",
+        "| {:.0} KB non-streaming request, p50 ({runs} runs) | {d50:.3} ms | {s50:.3} ms | {:.3} ms | < 1 ms |",
         body_kb,
         s50 - d50
     );
@@ -315,10 +376,11 @@ fn main() {
         pct(&mut st, 0.5),
         pct(&mut st, 0.5) - pct(&mut dt, 0.5)
     );
+    let dtot50 = pct(&mut dtot, 0.5);
     println!(
-        "| stream of {EVENTS} events, total, p50 | {:.3} ms | {stot50:.3} ms | {:.3} ms | |",
-        pct(&mut dtot, 0.5),
-        stot50 - pct(&mut dtot, 0.5)
+        "| stream of {EVENTS} events, total, p50 | {dtot50:.3} ms | {stot50:.3} ms | {:.3} ms ({:.1} µs/event) | |",
+        stot50 - dtot50,
+        (stot50 - dtot50) * 1000.0 / EVENTS as f64
     );
     println!(
         "| GET /v1/models (a bare extra hop), p50 | {gd50:.3} ms | {gs50:.3} ms | {:.3} ms | |",
