@@ -58,6 +58,11 @@ fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> 
     None
 }
 
+/// An error and its sources, `: `-joined.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    chain_text(e)
+}
+
 fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);

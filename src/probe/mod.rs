@@ -149,7 +149,26 @@ pub fn http_client() -> &'static reqwest::Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
+/// Longest a TCP (and TLS) connect to a backend may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client that keeps no idle connections: each request gets a fresh one
+/// (the shim's retry after a stale pooled connection).
+pub fn fresh_http_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_max_idle_per_host(0)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new())
     })

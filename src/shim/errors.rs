@@ -275,6 +275,15 @@ pub fn unreachable(base_url: &str, why: &str) -> Translated {
     }
 }
 
+/// A backend that took the request and never answered.
+pub fn no_headers(base_url: &str, why: &str) -> Translated {
+    Translated {
+        status: 504,
+        body: anthropic_error("api_error", &format!("backend {base_url} {why}")),
+        note: Some("no_response_headers".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

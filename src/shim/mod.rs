@@ -193,7 +193,7 @@ fn json_response(status: u16, body: &Value) -> Response {
 }
 
 async fn not_found() -> Response {
-    NoRoute.into_response()
+    Rejected::NoRoute.into_response()
 }
 
 /// The route a request is for: the token after `/j/`, or the open route
@@ -203,34 +203,73 @@ async fn not_found() -> Response {
 struct JobRoute(Arc<Route>);
 
 /// The rejection of [`JobRoute`].
-struct NoRoute;
+enum Rejected {
+    NoRoute,
+    /// A browser or a foreign host name on the open route.
+    Foreign,
+}
 
-impl IntoResponse for NoRoute {
+impl IntoResponse for Rejected {
     fn into_response(self) -> Response {
-        json_response(
-            404,
-            &errors::anthropic_error(
-                "not_found_error",
-                "not found: the localagents shim serves only POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models under a job's URL",
+        match self {
+            Rejected::NoRoute => json_response(
+                404,
+                &errors::anthropic_error(
+                    "not_found_error",
+                    "not found: the localagents shim serves only POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models under a job's URL",
+                ),
             ),
-        )
+            Rejected::Foreign => json_response(
+                403,
+                &errors::anthropic_error(
+                    "permission_error",
+                    "the open localagents shim (--no-token) answers only local programs: no Origin header, and Host 127.0.0.1, localhost or [::1]",
+                ),
+            ),
+        }
     }
 }
 
 impl FromRequestParts<Shared> for JobRoute {
-    type Rejection = NoRoute;
+    type Rejection = Rejected;
 
-    async fn from_request_parts(parts: &mut Parts, shared: &Shared) -> Result<Self, NoRoute> {
+    async fn from_request_parts(parts: &mut Parts, shared: &Shared) -> Result<Self, Rejected> {
         let token = parts
             .uri
             .path()
             .strip_prefix("/j/")
             .and_then(|rest| rest.split('/').next())
             .unwrap_or("");
-        let inner = shared.upgrade().ok_or(NoRoute)?;
-        let routes = inner.routes.read().map_err(|_| NoRoute)?;
-        routes.get(token).cloned().map(JobRoute).ok_or(NoRoute)
+        if token.is_empty() && !local_caller(&parts.headers) {
+            // The open route (`--no-token`) has no secret in its URL: a
+            // web page (Origin) or a DNS-rebound name (Host) must not
+            // reach it.
+            return Err(Rejected::Foreign);
+        }
+        let inner = shared.upgrade().ok_or(Rejected::NoRoute)?;
+        let routes = inner.routes.read().map_err(|_| Rejected::NoRoute)?;
+        routes
+            .get(token)
+            .cloned()
+            .map(JobRoute)
+            .ok_or(Rejected::NoRoute)
     }
+}
+
+/// A request from a local program: no `Origin` header (browsers always
+/// send one on a cross-site POST) and a loopback `Host`.
+fn local_caller(headers: &axum::http::HeaderMap) -> bool {
+    if headers.contains_key(header::ORIGIN) {
+        return false;
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return true; // HTTP/1.0 without Host: not a browser
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    matches!(name, "127.0.0.1" | "localhost" | "::1")
 }
 
 async fn messages_handler(JobRoute(r): JobRoute, body: Bytes) -> Response {
@@ -246,7 +285,16 @@ async fn models_handler(JobRoute(r): JobRoute) -> Response {
 }
 
 fn upstream(route: &Route, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    let mut req = crate::probe::http_client()
+    upstream_with(crate::probe::http_client(), route, method, path)
+}
+
+fn upstream_with(
+    client: &reqwest::Client,
+    route: &Route,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    let mut req = client
         .request(method, format!("{}{}", route.endpoint.base_url, path))
         .header(header::CONTENT_TYPE, "application/json");
     if let Some(key) = route.endpoint.api_key() {
@@ -330,24 +378,82 @@ fn reply_error(
     json_response(tr.status, &tr.body)
 }
 
+/// How long a streamed request may wait for the backend's response
+/// headers: long enough for a prompt that fills the whole window at 100
+/// tokens/s (a 27B partly offloaded to the CPU, cold), at least 5 minutes,
+/// at most an hour. A non-streamed request has `idle_timeout` for all of it.
+pub fn first_byte_timeout(window: Option<u64>) -> Duration {
+    Duration::from_secs((window.unwrap_or(131_072) / 100).clamp(300, 3600))
+}
+
+/// Why a request got no response.
+enum SendError {
+    Transport(reqwest::Error),
+    /// Accepted, but no response headers within this long.
+    NoHeaders(Duration),
+}
+
+/// A pooled connection the server had already closed fails before any
+/// byte of the request is answered ("connection closed before message
+/// completed", a reset on write). Such a request never reached the model:
+/// it is sent once more, on a fresh connection.
+fn retry_fresh(e: &reqwest::Error) -> bool {
+    !e.is_timeout() && (e.is_request() || e.is_connect())
+}
+
 async fn send(
     route: &Route,
     path: &str,
     body: Bytes,
     stream: bool,
-) -> Result<reqwest::Response, reqwest::Error> {
-    let mut req = upstream(route, reqwest::Method::POST, path).body(body);
-    if stream {
-        req = req.header(header::ACCEPT, "text/event-stream");
-    } else {
-        req = req.timeout(route.idle_timeout);
+    notes: &mut Vec<String>,
+) -> Result<reqwest::Response, SendError> {
+    let limit = first_byte_timeout(route.window);
+    for attempt in 0..2 {
+        let client = if attempt == 0 {
+            crate::probe::http_client()
+        } else {
+            crate::probe::fresh_http_client()
+        };
+        let mut req = upstream_with(client, route, reqwest::Method::POST, path).body(body.clone());
+        let sent = if stream {
+            req = req.header(header::ACCEPT, "text/event-stream");
+            match tokio::time::timeout(limit, req.send()).await {
+                Ok(r) => r,
+                Err(_) => return Err(SendError::NoHeaders(limit)),
+            }
+        } else {
+            req.timeout(route.idle_timeout).send().await
+        };
+        match sent {
+            Ok(r) => return Ok(r),
+            Err(e) if attempt == 0 && retry_fresh(&e) => {
+                notes.push(format!(
+                    "retry_fresh_connection ({})",
+                    crate::probe::classify::error_chain(&e)
+                        .chars()
+                        .take(120)
+                        .collect::<String>()
+                ));
+            }
+            Err(e) => return Err(SendError::Transport(e)),
+        }
     }
-    req.send().await
+    unreachable!("the loop returns on its second attempt")
 }
 
-async fn read_error(resp: reqwest::Response) -> (u16, Value, String) {
+/// At most this much of a backend's error body is read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+async fn read_error(mut resp: reqwest::Response) -> (u16, Value, String) {
     let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.unwrap_or_default();
+    let mut bytes = Vec::new();
+    while bytes.len() < MAX_ERROR_BODY {
+        match resp.chunk().await {
+            Ok(Some(c)) => bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]),
+            _ => break,
+        }
+    }
     let text = first_500(&bytes);
     let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(text.clone()));
     (status, v, text)
@@ -394,6 +500,39 @@ fn unreachable_reply(
     )
 }
 
+/// Answer a request that got no response from the backend.
+fn send_failed(
+    route: &Route,
+    e: SendError,
+    mut rec: RequestRecord,
+    started: Instant,
+    notes: Vec<String>,
+) -> Response {
+    match e {
+        SendError::Transport(e) => {
+            unreachable_reply(route, &e, route.idle_timeout, rec, started, notes)
+        }
+        SendError::NoHeaders(limit) => {
+            let why = format!(
+                "accepted the request but sent no response headers within {} s (the first-byte timeout, from the {}-token window): it is hung, or still on a prompt too big for it",
+                limit.as_secs(),
+                route
+                    .window
+                    .map(|w| w.to_string())
+                    .unwrap_or_else(|| "unknown".into())
+            );
+            rec.error = Some(why.clone());
+            reply_error(
+                route,
+                errors::no_headers(&route.endpoint.base_url, &why),
+                rec,
+                started,
+                notes,
+            )
+        }
+    }
+}
+
 /// `POST /v1/messages`.
 async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let started = Instant::now();
@@ -416,11 +555,9 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let stream = rec.stream;
     let mut retried = false;
     let resp = loop {
-        let resp = match send(&route, "/v1/messages", out.clone(), stream).await {
+        let resp = match send(&route, "/v1/messages", out.clone(), stream, &mut notes).await {
             Ok(r) => r,
-            Err(e) => {
-                return unreachable_reply(&route, &e, route.idle_timeout, rec, started, notes);
-            }
+            Err(e) => return send_failed(&route, e, rec, started, notes),
         };
         if resp.status().is_success() {
             break resp;
@@ -556,8 +693,8 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         json_response(200, &out)
     };
     let out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-    match send(&route, "/v1/messages/count_tokens", out, false).await {
-        Err(e) => unreachable_reply(&route, &e, route.idle_timeout, rec, started, notes),
+    match send(&route, "/v1/messages/count_tokens", out, false, &mut notes).await {
+        Err(e) => send_failed(&route, e, rec, started, notes),
         Ok(resp) if matches!(resp.status().as_u16(), 404 | 405 | 501) => {
             rec.upstream_status = Some(resp.status().as_u16());
             estimate(rec, notes)

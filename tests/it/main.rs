@@ -14,4 +14,5 @@ mod plugin;
 mod probe;
 mod real_claude;
 mod shim;
+mod transport;
 mod trust;
