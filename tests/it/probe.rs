@@ -250,23 +250,39 @@ async fn http_errors_are_named_with_status_and_message() {
 #[tokio::test]
 async fn probe_all_is_concurrent_and_cached() {
     let fake = fake_llama::spawn(Default::default()).await;
-    let silent = net::silent_listener().await;
+    // Two endpoints that never answer: probed one after the other they
+    // would take two budgets.
+    let (hung1, hung2) = (net::silent_listener().await, net::silent_listener().await);
+    let budget = Duration::from_millis(1000);
     let mut cfg = localagents::config::Config::builtin();
-    cfg.defaults.probe_timeout_s = 0.8;
+    cfg.defaults.probe_timeout_s = budget.as_secs_f64();
     cfg.endpoints = vec![
         ep("live", fake.url(), None),
         ep("dead", &format!("http://{}", net::refused_addr()), None),
-        ep("hung", &format!("http://{}", silent.addr), None),
+        ep("hung1", &format!("http://{}", hung1.addr), None),
+        ep("hung2", &format!("http://{}", hung2.addr), None),
     ];
     let started = Instant::now();
     let all = probe::probe_all(&cfg).await;
     let took = started.elapsed();
     assert_eq!(
         all.iter().map(|s| s.up).collect::<Vec<_>>(),
-        [true, false, false]
+        [true, false, false, false]
     );
-    // Concurrent: one budget in all, not one per endpoint (generous bound).
-    assert!(took < Duration::from_millis(800 * 2), "took {took:?}");
+    assert_eq!(
+        all.iter().map(|s| s.error_kind).collect::<Vec<_>>(),
+        [
+            None,
+            Some(FailureKind::Refused),
+            Some(FailureKind::Timeout),
+            Some(FailureKind::Timeout)
+        ]
+    );
+    // Concurrent: about one budget in all, not one per hung endpoint.
+    assert!(
+        took < budget + budget / 2,
+        "took {took:?} for two hung endpoints with a {budget:?} budget"
+    );
     let before = fake.hits().len();
     let again = probe::probe_all(&cfg).await;
     assert!(again[0].up);
