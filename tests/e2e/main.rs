@@ -59,6 +59,12 @@ fn dirs(url: &str, extra_endpoint: &str) -> Dirs {
 }
 
 fn localagents(d: &Dirs, args: &[&str]) -> std::process::Output {
+    localagents_env(d, args, &[])
+}
+
+/// `localagents` with extra environment for the child only: no test changes
+/// its own process's environment.
+fn localagents_env(d: &Dirs, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(BIN)
         .arg("--config")
         .arg(&d.cfg)
@@ -67,6 +73,7 @@ fn localagents(d: &Dirs, args: &[&str]) -> std::process::Output {
         .args(args)
         .env("HOME", &d.home)
         .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+        .envs(env.iter().copied())
         .current_dir(&d.work)
         .output()
         .unwrap()
@@ -318,8 +325,9 @@ fn t4_overflow_is_prompt_is_too_long_with_the_servers_numbers() {
 
 #[test]
 fn t5_api_key_probe_and_run() {
-    // SAFETY: only this test reads it; the tier runs one test at a time.
-    unsafe { std::env::set_var("LOCALAGENTS_E2E_KEY", "e2e-secret-key") };
+    // The key is given to each child `localagents` (see `key`), never set
+    // in this process.
+    let key = [("LOCALAGENTS_E2E_KEY", "e2e-secret-key")];
     let keyed = start_server(&[
         "-c",
         "65536",
@@ -334,13 +342,14 @@ fn t5_api_key_probe_and_run() {
         format!("endpoints:\n  real:\n    base_url: {}\n    api_key_env: LOCALAGENTS_E2E_KEY\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n", keyed.url),
     )
     .unwrap();
-    let out = localagents(&with_key, &["status", "--json"]);
+    let out = localagents_env(&with_key, &["status", "--json"], &key);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["endpoints"][0]["up"], true, "{v}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("e2e-secret-key"));
-    let out = localagents(
+    let out = localagents_env(
         &with_key,
         &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+        &key,
     );
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
