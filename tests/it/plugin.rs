@@ -269,6 +269,137 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     );
 }
 
+/// A copy of the plugin's launcher scripts in `dest` (no binary, no build).
+fn launcher_copy(dest: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for rel in ["plugin/localagents", "bin/localagents"] {
+        let to = dest.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(Path::new(ROOT).join(rel), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Run `c` with stdin closed; None if it is still running after `limit`
+/// (then it is killed).
+fn output_within(c: &mut Command, limit: Duration) -> Option<std::process::Output> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn launcher_never_runs_itself_when_the_binary_is_missing() {
+    // Claude Code 2.1.328 appends the plugin's bin/ to the Bash tool's PATH,
+    // and bin/localagents defers to the launcher: with no binary installed,
+    // a launcher that takes that for the binary execs itself forever.
+    assert!(
+        !Path::new("/usr/bin/localagents").exists() && !Path::new("/bin/localagents").exists(),
+        "this test needs a PATH without a localagents binary"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("plugin-root");
+    launcher_copy(&root);
+    // A second copy of the plugin (another version, or the same plugin
+    // loaded twice) whose bin/ is on PATH too, and a symlink to the bin/
+    // wrapper from elsewhere on PATH.
+    let other = tmp.path().join("other-root");
+    launcher_copy(&other);
+    let linkdir = tmp.path().join("links");
+    std::fs::create_dir_all(&linkdir).unwrap();
+    std::os::unix::fs::symlink(root.join("bin/localagents"), linkdir.join("localagents")).unwrap();
+    let bin_dir = root.join("bin");
+    let paths = [
+        format!("{}:/usr/bin:/bin", bin_dir.display()),
+        format!(
+            "{}:{}:{}:/usr/bin:/bin",
+            bin_dir.display(),
+            linkdir.display(),
+            other.join("bin").display()
+        ),
+    ];
+    let cmd = |exe: &Path, path: &str, args: &[&str], plugin_root: bool| {
+        let mut c = Command::new(exe);
+        c.args(args).env_clear().env("PATH", path);
+        if plugin_root {
+            c.env("CLAUDE_PLUGIN_ROOT", &root);
+        }
+        c
+    };
+    for path in &paths {
+        // What the Bash tool runs (`localagents status`), and the launcher
+        // as the MCP server starts it.
+        for (exe, plugin_root) in [
+            (root.join("bin/localagents"), false),
+            (root.join("plugin/localagents"), true),
+        ] {
+            let o = output_within(
+                &mut cmd(&exe, path, &["--version"], plugin_root),
+                Duration::from_secs(2),
+            )
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} with PATH={path} did not finish within 2 s: it runs itself",
+                    exe.display()
+                )
+            });
+            assert!(!o.status.success(), "{path}");
+            assert!(o.stdout.is_empty(), "stdout is MCP: {o:?}");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("the localagents binary is not installed")
+                    && err.contains("cargo install --locked --path"),
+                "{path}: {err}"
+            );
+        }
+        // The UserPromptSubmit hook: exit 0, nothing at all, at once.
+        let o = output_within(
+            &mut cmd(
+                &root.join("plugin/localagents"),
+                path,
+                &["hook", "prompt-submit"],
+                true,
+            ),
+            Duration::from_secs(1),
+        )
+        .unwrap_or_else(|| panic!("the hook with PATH={path} did not finish within 1 s"));
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{o:?}");
+    }
+    // Skipping its own bin/ still finds a real binary later on PATH.
+    let real_dir = tmp.path().join("real");
+    std::fs::create_dir_all(&real_dir).unwrap();
+    std::os::unix::fs::symlink(BIN, real_dir.join("localagents")).unwrap();
+    let path = format!(
+        "{}:{}:{}:/usr/bin:/bin",
+        bin_dir.display(),
+        other.join("bin").display(),
+        real_dir.display()
+    );
+    let o = output_within(
+        &mut cmd(&root.join("bin/localagents"), &path, &["--version"], false),
+        Duration::from_secs(2),
+    )
+    .expect("finishes");
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "),
+        "{o:?}"
+    );
+}
+
 /// Finished job records for the hook, written as the job manager writes them.
 fn fake_finished_job(state: &Path, cwd: &Path, n: u32, finished_ago_s: i64) -> String {
     let created = chrono::Utc::now() - chrono::Duration::seconds(finished_ago_s + 100);
@@ -583,12 +714,12 @@ async fn the_hook_puts_a_finished_job_into_the_next_prompt_once() {
         !last_user.contains(&id),
         "the second prompt does not carry it again: {last_user}"
     );
-    assert!(
-        second
-            .to_string()
-            .matches(&format!("localagents job {id}"))
-            .count()
-            <= 1
+    // Exactly once: in the first prompt's history, not again.
+    let second = second.to_string();
+    assert_eq!(
+        second.matches(&format!("localagents job {id}")).count(),
+        1,
+        "{second}"
     );
 }
 

@@ -410,25 +410,51 @@ async fn unreachable_backend_is_529_naming_the_url() {
 
 #[tokio::test]
 async fn api_key_is_added_upstream_and_never_logged() {
-    // SAFETY: a variable only this test uses.
-    unsafe { std::env::set_var("LOCALAGENTS_TEST_SHIM_KEY", "k3y-very-secret") };
+    use tokio::io::AsyncBufReadExt;
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         api_key: Some("k3y-very-secret".into()),
         ..strict()
     })
     .await;
     let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        Some("LOCALAGENTS_TEST_SHIM_KEY"),
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  fake:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_SHIM_KEY\n",
+            fake.url()
+        ),
     )
-    .await;
+    .unwrap();
+    let state = tmp.path().join("state");
+    // The key reaches the shim through a child's environment: the test
+    // process's own environment is never changed.
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["shim", "--model", "gemma3-270m"])
+        .env("HOME", tmp.path())
+        .env("LOCALAGENTS_TEST_SHIM_KEY", "k3y-very-secret")
+        .env("LOCALAGENTS_DUMP_REQUESTS", "1")
+        .current_dir(tmp.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut base_url = String::new();
+    tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut base_url))
+        .await
+        .expect("the shim prints its URL")
+        .unwrap();
+    let base_url = base_url.trim().to_string();
+    assert!(base_url.starts_with("http://127.0.0.1:"), "{base_url:?}");
     let r = client()
-        .post(format!("{}/v1/messages", reg.base_url))
+        .post(format!("{base_url}/v1/messages"))
         .header("x-api-key", "placeholder-from-claude")
         .body(cc_body(false).to_string())
         .send()
@@ -439,10 +465,36 @@ async fn api_key_is_added_upstream_and_never_logged() {
         fake.state.auth_seen.lock().unwrap().last().unwrap(),
         "Bearer k3y-very-secret"
     );
+    // The request is logged (both files, the body dump on) without the key.
+    let run_dir = || {
+        std::fs::read_dir(state.join("shim"))
+            .ok()?
+            .flatten()
+            .next()
+            .map(|e| e.path())
+    };
+    let t = std::time::Instant::now();
+    let dir = loop {
+        if let Some(d) = run_dir()
+            && ["requests.jsonl", "requests_full.jsonl"].iter().all(|f| {
+                std::fs::read_to_string(d.join(f)).is_ok_and(|t| t.contains("/v1/messages"))
+            })
+        {
+            break d;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no request log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     for f in ["requests.jsonl", "requests_full.jsonl"] {
-        let text = std::fs::read_to_string(tmp.path().join(f)).unwrap();
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
         assert!(!text.contains("k3y-very-secret"), "{f}");
     }
+    child.kill().await.unwrap();
+    let mut err = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().unwrap(), &mut err)
+        .await
+        .unwrap();
+    assert!(!err.contains("k3y-very-secret"), "{err}");
 }
 
 #[tokio::test]
