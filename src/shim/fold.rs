@@ -11,6 +11,11 @@
 //! (else the next one, else the top-level `system`) keeps every earlier
 //! token where it was: Claude Code only ever appends after the last user
 //! message, so a new system entry lands in the last or a newer user message.
+//! (With 2.1.328's one constant entry, hoisting would keep one session's
+//! prefix too; but that entry is the environment block, with the job's
+//! working directory, and hoisting it into `system` would put job-specific
+//! text ahead of the tool schemas, so no job could reuse the previous one's
+//! cached `system` and `tools`. Folded, it sits in `messages`, after them.)
 //!
 //! The folded block is `<system>\n{text}\n</system>`. The same entry arrives
 //! as a list of text blocks on the first request and as a plain string later;
