@@ -65,6 +65,7 @@ pub(super) struct DefaultsShape {
     pub claude_path: Option<String>,
     pub stream_idle_timeout_s: Option<u64>,
     pub mcp_config: Option<String>,
+    pub first_byte_timeout_s: Option<u64>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -218,6 +219,9 @@ pub struct Defaults {
     /// An MCP config file (`claude --mcp-config`) whose servers delegates
     /// get; none by default (delegates run with `--strict-mcp-config`).
     pub mcp_config: Option<String>,
+    /// Longest wait for a streamed answer's first byte; `None`: from the
+    /// window (see `shim::first_byte_timeout`).
+    pub first_byte_timeout_s: Option<u64>,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -240,6 +244,7 @@ impl Default for Defaults {
             claude_path: None,
             stream_idle_timeout_s: 300,
             mcp_config: None,
+            first_byte_timeout_s: None,
         }
     }
 }
@@ -569,6 +574,9 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         }
         if let Some(v) = text(&d.mcp_config) {
             defaults.mcp_config = Some(v);
+        }
+        if let Some(v) = d.first_byte_timeout_s {
+            defaults.first_byte_timeout_s = Some(v.clamp(1, 24 * 3600));
         }
     }
     if shape.endpoints.is_none() {

@@ -57,6 +57,9 @@ pub struct Route {
     pub log: RequestLog,
     /// Longest silence tolerated inside a stream.
     pub idle_timeout: Duration,
+    /// Longest wait for a streamed answer's response headers
+    /// (`defaults.first_byte_timeout_s`, else [`first_byte_timeout`]).
+    pub first_byte_timeout: Duration,
 }
 
 struct Inner {
@@ -408,7 +411,7 @@ async fn send(
     stream: bool,
     notes: &mut Vec<String>,
 ) -> Result<reqwest::Response, SendError> {
-    let limit = first_byte_timeout(route.window);
+    let limit = route.first_byte_timeout;
     for attempt in 0..2 {
         let client = if attempt == 0 {
             crate::probe::http_client()
@@ -514,12 +517,8 @@ fn send_failed(
         }
         SendError::NoHeaders(limit) => {
             let why = format!(
-                "accepted the request but sent no response headers within {} s (the first-byte timeout, from the {}-token window): it is hung, or still on a prompt too big for it",
+                "accepted the request but sent no response headers within {} s (defaults.first_byte_timeout_s): it is hung, or still on a prompt too big for it",
                 limit.as_secs(),
-                route
-                    .window
-                    .map(|w| w.to_string())
-                    .unwrap_or_else(|| "unknown".into())
             );
             rec.error = Some(why.clone());
             reply_error(

@@ -264,6 +264,7 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
             window: Some(32768),
             log: RequestLog::new(tmp.path(), false),
             idle_timeout: Duration::from_secs(300),
+            first_byte_timeout: Duration::from_secs(300),
         })
         .unwrap();
     let via = client

@@ -43,6 +43,7 @@ async fn shim_for(
             window,
             log: RequestLog::new(dir, true),
             idle_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(300),
         })
         .unwrap();
     (shim, reg)

@@ -30,6 +30,7 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
         window: Some(32768),
         log: RequestLog::new(dir, false),
         idle_timeout: Duration::from_secs(10),
+        first_byte_timeout: Duration::from_secs(2),
     }
 }
 
@@ -198,4 +199,35 @@ async fn the_open_route_answers_only_local_programs() {
     assert_eq!(v["error"]["type"], "permission_error");
     let r = go(None, Some("https://evil.example")).await.unwrap();
     assert_eq!(r.status(), 403, "a browser page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_never_answers_gets_an_error_within_the_first_byte_timeout() {
+    let silent = crate::support::net::silent_listener().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = Shim::start(0).await.unwrap();
+    // first_byte_timeout 2 s (see `route`).
+    let reg = shim
+        .register(route(&format!("http://{}", silent.addr), tmp.path()))
+        .unwrap();
+    let t = Instant::now();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .json(&json!({"model": "m", "max_tokens": 8, "stream": true,
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    assert_eq!(r.status(), 504);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("sent no response headers within 2 s"),
+        "{v}"
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
 }
