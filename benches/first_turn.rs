@@ -17,9 +17,12 @@
 
 #[path = "../tests/e2e/server.rs"]
 mod server;
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use support::git::{git, repo};
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use localagents::prefix::{self, FixedPrompt};
@@ -27,26 +30,6 @@ use localagents::probe::metrics;
 use localagents::runner::Launch;
 use localagents::shim::fold;
 use serde_json::{Value, json};
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    git(dir, &["config", "user.email", "b@example.com"]);
-    git(dir, &["config", "user.name", "b"]);
-    std::fs::write(dir.join("README.md"), "project\n").unwrap();
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-qm", "init"]);
-}
 
 /// The previous release's command line: no `--tools`, no
 /// `--strict-mcp-config`, auto-memory and the git-status snapshot on.

@@ -22,31 +22,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 /// Smoke limit: `serve` cold start to the `tools/list` answer, p50.
 const SMOKE_COLD_START_MS: f64 = 100.0;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Full,
-    Smoke,
-    Markdown,
-}
+use support::bench::Mode;
 
-/// `cargo bench --bench foundation [-- --smoke | --markdown]` (cargo adds
-/// `--bench` itself for `harness = false` targets).
 fn mode() -> Mode {
-    let mut mode = Mode::Full;
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--bench" => {}
-            "--smoke" if mode == Mode::Full => mode = Mode::Smoke,
-            "--markdown" if mode == Mode::Full => mode = Mode::Markdown,
-            _ => {
-                eprintln!(
-                    "foundation bench: unexpected argument {a:?}; usage: cargo bench --bench foundation [-- --smoke | --markdown]"
-                );
-                std::process::exit(2);
-            }
-        }
-    }
-    mode
+    support::bench::mode("foundation", true)
 }
 
 fn main() {

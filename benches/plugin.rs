@@ -25,31 +25,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 /// Smoke limit: the prompt hook's run time, p50.
 const SMOKE_HOOK_MS: f64 = 50.0;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Full,
-    Smoke,
-    Markdown,
-}
+use support::bench::Mode;
 
-/// `cargo bench --bench plugin [-- --smoke | --markdown]` (cargo adds
-/// `--bench` itself for `harness = false` targets).
 fn mode() -> Mode {
-    let mut mode = Mode::Full;
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--bench" => {}
-            "--smoke" if mode == Mode::Full => mode = Mode::Smoke,
-            "--markdown" if mode == Mode::Full => mode = Mode::Markdown,
-            _ => {
-                eprintln!(
-                    "plugin bench: unexpected argument {a:?}; usage: cargo bench --bench plugin [-- --smoke | --markdown]"
-                );
-                std::process::exit(2);
-            }
-        }
-    }
-    mode
+    support::bench::mode("plugin", true)
 }
 
 fn main() {

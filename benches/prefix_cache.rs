@@ -269,6 +269,40 @@ fn report(name: &str, folded: &[Turn], hoisted: &[Turn]) {
     );
 }
 
+/// `--in-job`: the in-job cache ratio of the same session recorded with the
+/// previous delegate flags and with the lean ones, folded, in one run.
+async fn in_job() {
+    let before = record(false).await;
+    let after = record(true).await;
+    let bf: Vec<Value> = before.iter().map(folded).collect();
+    let af: Vec<Value> = after.iter().map(folded).collect();
+    let bt = replay(&bf).await;
+    let at = replay(&af).await;
+    let mean = |t: &[Turn]| t[1..].iter().map(ratio).sum::<f64>() / (t.len() - 1) as f64;
+    let min = |t: &[Turn]| t[1..].iter().map(ratio).fold(1.0, f64::min);
+    let prompt = |t: &[Turn]| t[0].processed + t[0].cached;
+    println!(
+        "#### In-job cache ratio, previous delegate flags vs lean (`cargo bench --bench prefix_cache -- --in-job`)\n"
+    );
+    println!(
+        "The same scripted 9-request session of the real Claude Code 2.1.328, folded by the shim, replayed on a fresh one-slot llama-server.\n"
+    );
+    println!(
+        "| delegate | requests | first prompt (tokens) | mean cache ratio, turns 2.. | lowest | turns 2.. s |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (name, t) in [("previous flags", &bt), ("lean", &at)] {
+        println!(
+            "| {name} | {} | {} | {:.3} | {:.3} | {:.1} |",
+            t.len(),
+            prompt(t),
+            mean(t),
+            min(t),
+            t[1..].iter().map(|x| x.secs).sum::<f64>()
+        );
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -276,6 +310,9 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        if std::env::args().any(|a| a == "--in-job") {
+            return in_job().await;
+        }
         let bodies = record(false).await;
         let lean = record(true).await;
         let in_msgs: Vec<usize> = bodies.iter().map(|b| b["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "system").count()).collect();

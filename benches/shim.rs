@@ -38,31 +38,10 @@ const EVENTS: usize = 2000;
 /// (the same request straight to the fake, p50, same run).
 const SMOKE_ADDED_PER_HOP: f64 = 3.0;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Full,
-    Smoke,
-    Markdown,
-}
+use support::bench::Mode;
 
-/// `cargo bench --bench shim [-- --smoke | --markdown]` (cargo adds
-/// `--bench` itself for `harness = false` targets).
 fn mode() -> Mode {
-    let mut mode = Mode::Full;
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--bench" => {}
-            "--smoke" if mode == Mode::Full => mode = Mode::Smoke,
-            "--markdown" if mode == Mode::Full => mode = Mode::Markdown,
-            _ => {
-                eprintln!(
-                    "shim bench: unexpected argument {a:?}; usage: cargo bench --bench shim [-- --smoke | --markdown]"
-                );
-                std::process::exit(2);
-            }
-        }
-    }
-    mode
+    support::bench::mode("shim", true)
 }
 
 thread_local! {

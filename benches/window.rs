@@ -17,7 +17,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -28,32 +27,15 @@ const WINDOWS: &[u64] = &[
     8192, 12288, 16384, 20480, 24576, 26624, 28672, 30720, 32768, 49152,
 ];
 
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
 /// A small Rust-like project: one 9 KB source file.
 fn project(dir: &Path) {
-    std::fs::create_dir_all(dir.join("src")).unwrap();
     let mut src = String::new();
     for i in 0..120 {
         src.push_str(&format!(
             "/// Adds {i} to x, saturating.\npub fn add_{i}(x: u32) -> u32 {{\n    x.saturating_add({i})\n}}\n\n"
         ));
     }
-    std::fs::write(dir.join("src/lib.rs"), &src).unwrap();
-    std::fs::write(dir.join("README.md"), "adders\n").unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    git(dir, &["config", "user.email", "b@example.com"]);
-    git(dir, &["config", "user.name", "b"]);
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-qm", "init"]);
+    support::git::repo_with(dir, &[("src/lib.rs", &src)]);
 }
 
 fn script() -> support::script::Script {

@@ -12,6 +12,7 @@ mod server;
 mod support;
 
 use server::{need, start as start_server};
+use support::git::repo;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -415,26 +416,6 @@ fn t5_api_key_probe_and_run() {
             .contains("the server wants an API key"),
         "{v}"
     );
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    git(dir, &["config", "user.email", "t@example.com"]);
-    git(dir, &["config", "user.name", "t"]);
-    std::fs::write(dir.join("README.md"), "project\n").unwrap();
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-qm", "init"]);
 }
 
 fn scrape(url: &str) -> localagents::probe::metrics::Counters {

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::support::git::repo;
 use crate::support::{claude, fake_llama, script};
 
 struct Env {
@@ -41,27 +42,6 @@ fn env_for(fake_url: &str, defaults: &str) -> Env {
         state,
         cfg,
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?} in {}", dir.display());
-}
-
-/// A git repository with one commit.
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    git(dir, &["config", "user.email", "t@example.com"]);
-    git(dir, &["config", "user.name", "t"]);
-    std::fs::write(dir.join("README.md"), "project\n").unwrap();
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-qm", "init"]);
 }
 
 /// `localagents run --json` in `cwd`; the record it prints, and the exit code.
