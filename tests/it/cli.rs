@@ -228,3 +228,24 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
         "{text}"
     );
 }
+
+/// Issue 14, defect 4: the real tier builds llama.cpp from source, so the
+/// prerequisites name a C/C++ compiler and `.ci/run` checks for one like
+/// for its other tools.
+#[test]
+fn prerequisites_name_the_compiler_and_ci_checks_for_it() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme.find("## Quick start").unwrap();
+    let end = readme[start..].find("\n## ").map(|e| start + e).unwrap();
+    let quick = &readme[start..end];
+    assert!(
+        quick.contains("C/C++ compiler") && quick.contains("g++"),
+        "the Quick start names the compiler: {quick}"
+    );
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("command -v g++") && ci.contains("g++ (or c++) is missing from PATH"),
+        ".ci/run checks for the compiler"
+    );
+}
