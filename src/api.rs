@@ -269,24 +269,12 @@ pub struct JobReply {
     pub next: Option<String>,
 }
 
-/// Check `timeout_s` before anything starts: a number too big for a
-/// duration is a sentence, not a panic.
-pub fn check_timeout(timeout_s: Option<u64>) -> Result<(), Error> {
-    match timeout_s {
-        Some(t) if t == 0 || t > MAX_TIMEOUT_S => Err(Error::Invalid(format!(
-            "timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), not {t}"
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// `run_agent`: start a job; return its summary at once or after `wait_s`.
 pub async fn run_agent(
     m: &std::sync::Arc<Manager>,
     args: RunArgs,
     wait_s: u64,
 ) -> Result<JobReply, Error> {
-    check_timeout(args.timeout_s)?;
     let rec = m.start(args).await?;
     let (rec, still) = if wait_s > 0 {
         m.wait(&rec.id, Duration::from_secs(wait_s.min(MAX_WAIT.as_secs())))

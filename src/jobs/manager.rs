@@ -142,6 +142,14 @@ impl Manager {
     pub async fn start(self: &Arc<Self>, args: RunArgs) -> Result<JobRecord, StartError> {
         let loaded_defaults = crate::config::load(&self.ctx.discovery())?.config;
         let d = &loaded_defaults.defaults;
+        // A number too big for a duration is a sentence, not a panic.
+        if let Some(t) = args.timeout_s
+            && (t == 0 || t > MAX_TIMEOUT_S)
+        {
+            return Err(StartError::Invalid(format!(
+                "timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), not {t}"
+            )));
+        }
         if args.task.trim().is_empty() && args.resume_job.is_none() {
             return Err(StartError::Invalid(
                 "task is empty: give the delegate a self-contained brief".into(),

@@ -32,9 +32,6 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     let manager = Manager::new(ctx);
     let json = args.json;
     let run_args = RunArgs::from(args);
-    if let Err(e) = crate::api::check_timeout(run_args.timeout_s) {
-        return Ok(fail(&e));
-    }
     let rec = match manager.start(run_args).await {
         Ok(r) => r,
         Err(e) => return Ok(fail(&e.into())),
