@@ -171,12 +171,6 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
-fn valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// `register_endpoint`: validate, write the sidecar, probe the new endpoint.
 /// What `register_endpoint` did.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -210,11 +204,11 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Regi
             ))
         })?),
     };
-    if let Some(var) = &args.api_key_env
-        && !valid_env_name(var)
-    {
+    if args.api_key_env.is_some() {
+        // A prompt-injected call must not be able to send a secret from the
+        // environment to a URL of its choosing.
         return Err(Error::Invalid(format!(
-            "api_key_env must be the NAME of an environment variable (like LLAMA_API_KEY), not `{var}`; never pass the key itself"
+            "register_endpoint does not take api_key_env: a key is the user's to configure, never a tool call's; ask the user to add `api_key_env: NAME` under endpoints.{name} in ~/.config/localagents/models.yaml themselves"
         )));
     }
     let discovery = ctx.discovery();
@@ -228,11 +222,7 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Regi
     if let Some(b) = backend {
         entry.insert("backend".into(), b.as_str().into());
     }
-    for (k, v) in [
-        ("host", &args.host),
-        ("notes", &args.notes),
-        ("api_key_env", &args.api_key_env),
-    ] {
+    for (k, v) in [("host", &args.host), ("notes", &args.notes)] {
         if let Some(v) = v.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
             entry.insert(k.into(), v.into());
         }

@@ -41,9 +41,11 @@ pub struct RegisterEndpointParams {
     /// Free text: what runs there and how to start it.
     #[serde(default)]
     pub notes: Option<String>,
-    /// NAME of an environment variable that holds the server's API key. Never the key itself.
+    /// Not taken: a key is the user's to configure, never a model's. Kept
+    /// out of the schema; present, it is refused with a sentence.
     #[serde(default)]
-    pub api_key_env: Option<String>,
+    #[schemars(skip)]
+    pub api_key_env: Option<serde_json::Value>,
 }
 
 /// Arguments of `run_agent`.
@@ -283,7 +285,10 @@ impl Server {
             backend: p.backend,
             host: p.host,
             notes: p.notes,
-            api_key_env: p.api_key_env,
+            api_key_env: p.api_key_env.map(|v| match v {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            }),
         };
         api::register_endpoint(&self.ctx, args).await.map(Reply)
     }

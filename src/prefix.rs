@@ -187,6 +187,7 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
         notes: None,
         env: Default::default(),
         api_key_env: None,
+        allow_insecure_key: false,
     };
     let mcp = d
         .mcp_config

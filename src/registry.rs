@@ -478,6 +478,7 @@ mod tests {
             notes: None,
             env: Default::default(),
             api_key_env: None,
+            allow_insecure_key: false,
         };
         let mut st = EndpointStatus::new(&ep);
         st.up = true;

@@ -507,6 +507,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             api_key_env: None,
+            allow_insecure_key: false,
         };
         let s = RunSettings {
             served_id: "m",
@@ -651,6 +652,7 @@ mod tests {
             notes: None,
             env: Default::default(),
             api_key_env: None,
+            allow_insecure_key: false,
         };
         let d = crate::config::Defaults::default();
         let s = RunSettings {

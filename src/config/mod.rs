@@ -23,7 +23,7 @@
 
 mod schema;
 
-pub use schema::{Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url};
+pub use schema::{Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url, key_safe_url};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -36,6 +36,7 @@ pub(super) struct EndpointShape {
     #[schemars(with = "Option<std::collections::BTreeMap<String, ScalarShape>>")]
     pub env: Option<IndexMap<String, ScalarShape>>,
     pub api_key_env: Option<String>,
+    pub allow_insecure_key: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -158,11 +159,17 @@ pub struct Endpoint {
     pub env: IndexMap<String, String>,
     /// Name of the env var holding the API key. Never the key itself.
     pub api_key_env: Option<String>,
+    /// Send the key over plain http to a host that is not loopback or
+    /// private (off by default).
+    pub allow_insecure_key: bool,
 }
 
 impl Endpoint {
     /// The API key, read from the environment now. Never log it.
     pub fn api_key(&self) -> Option<String> {
+        if !self.allow_insecure_key && !key_safe_url(&self.base_url) {
+            return None;
+        }
         let var = self.api_key_env.as_deref()?;
         std::env::var(var).ok().filter(|k| !k.is_empty())
     }
@@ -269,6 +276,7 @@ impl Config {
                 notes: Some("built-in default: no models.yaml was found".into()),
                 env: IndexMap::new(),
                 api_key_env: None,
+                allow_insecure_key: false,
             }],
             models: Vec::new(),
             defaults: Defaults::default(),
@@ -308,6 +316,9 @@ impl Config {
             }
             if let Some(k) = &e.api_key_env {
                 m.insert("api_key_env".into(), k.clone().into());
+            }
+            if e.allow_insecure_key {
+                m.insert("allow_insecure_key".into(), true.into());
             }
             eps.insert(e.name.clone().into(), Value::Mapping(m));
         }
@@ -409,6 +420,25 @@ fn valid_endpoint_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// May a key travel to this URL? https always; plain http only to a
+/// loopback or private address (or `localhost`).
+pub fn key_safe_url(base_url: &str) -> bool {
+    let Ok(u) = url::Url::parse(base_url) else {
+        return false;
+    };
+    if u.scheme() == "https" {
+        return true;
+    }
+    match u.host() {
+        Some(url::Host::Domain(d)) => d == "localhost" || d.ends_with(".localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        Some(url::Host::Ipv6(ip)) => {
+            ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+        }
+        None => false,
+    }
+}
+
 /// Check an endpoint URL: http or https with a host. Returns it without a
 /// trailing slash, or a sentence saying what is wrong.
 pub fn check_base_url(raw: &str) -> Result<String, String> {
@@ -496,9 +526,16 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
                 "endpoint `{name}`: api_key_env names `{var}`, which is not set in this environment; export it where localagents runs"
             ));
         }
+        let allow_insecure_key = m.allow_insecure_key.unwrap_or(false);
+        if api_key_env.is_some() && !allow_insecure_key && !key_safe_url(&base_url) {
+            warnings.push(format!(
+                "endpoint `{name}`: its key is not sent: {base_url} is plain http to a host that is not loopback or private; use https, or set allow_insecure_key: true on it if you accept that"
+            ));
+        }
         endpoints.push(Endpoint {
             name: name.clone(),
             base_url,
+            allow_insecure_key,
             backend,
             host: text(&m.host),
             notes: text(&m.notes),

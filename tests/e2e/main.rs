@@ -259,6 +259,7 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
                 notes: None,
                 env: Default::default(),
                 api_key_env: None,
+                allow_insecure_key: false,
             },
             backend: Backend::LlamaCpp,
             served_id: "gemma3-270m".into(),

@@ -93,12 +93,12 @@ async fn initialize_list_tools_list_models_register_endpoint() {
         .unwrap();
     let props = reg.input_schema.get("properties").unwrap();
     assert!(
-        props
-            .get("api_key_env")
-            .unwrap()
-            .get("description")
-            .is_some(),
+        props.get("base_url").unwrap().get("description").is_some(),
         "doc comments become descriptions"
+    );
+    assert!(
+        props.get("api_key_env").is_none(),
+        "keys are not a tool call's to set"
     );
 
     // list_models
@@ -180,7 +180,7 @@ async fn initialize_list_tools_list_models_register_endpoint() {
         ),
         (
             json!({"name": "ok", "base_url": "http://127.0.0.1:1", "api_key_env": "sk-abc 123"}),
-            "NAME of an environment variable",
+            "register_endpoint does not take api_key_env",
         ),
     ] {
         let r = client

@@ -18,6 +18,7 @@ fn ep(name: &str, url: &str, backend: Option<Backend>) -> Endpoint {
         notes: None,
         env: IndexMap::new(),
         api_key_env: None,
+        allow_insecure_key: false,
     }
 }
 

@@ -22,6 +22,7 @@ fn endpoint(url: &str, key_env: Option<&str>) -> Endpoint {
         notes: None,
         env: IndexMap::new(),
         api_key_env: key_env.map(str::to_string),
+        allow_insecure_key: false,
     }
 }
 

@@ -24,6 +24,7 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
             notes: None,
             env: IndexMap::new(),
             api_key_env: None,
+            allow_insecure_key: false,
         },
         backend: Backend::LlamaCpp,
         served_id: "m".into(),

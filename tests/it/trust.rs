@@ -194,3 +194,129 @@ fn a_symlinked_state_root_is_refused() {
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
 }
+
+/// A listener that records every request head it gets and answers 200 with
+/// an empty model list.
+async fn capturing_listener() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let seen = s2.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16384];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let body = r#"{"object":"list","data":[]}"#;
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_endpoint_takes_no_key_and_nothing_is_sent() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    let (url, seen) = capturing_listener().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(&cfg, "endpoints: {}\n").unwrap();
+    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
+        c.arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .arg("serve")
+            .env("LOCALAGENTS_TEST_SECRET", "the-secret-value")
+            .current_dir(tmp.path());
+    });
+    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    for key in ["HOME", "LOCALAGENTS_TEST_SECRET"] {
+        let r = c
+            .call_tool(
+                CallToolRequestParams::new("register_endpoint").with_arguments(
+                    json!({"name": "evil", "base_url": url, "api_key_env": key})
+                        .as_object()
+                        .cloned()
+                        .unwrap(),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.is_error, Some(true));
+        let text = r.content[0].as_text().unwrap().text.clone();
+        assert!(
+            text.contains("register_endpoint does not take api_key_env"),
+            "{text}"
+        );
+    }
+    c.cancel().await.unwrap();
+    let seen = seen.lock().unwrap().join("\n");
+    assert!(
+        !seen.contains("the-secret-value") && !seen.to_lowercase().contains("authorization"),
+        "{seen}"
+    );
+    assert!(
+        !tmp.path().join("models.local.yaml").exists(),
+        "nothing was written"
+    );
+}
+
+#[test]
+fn a_key_never_travels_over_plain_http_to_a_public_host() {
+    use localagents::config::key_safe_url;
+    for ok in [
+        "https://api.example.com",
+        "http://127.0.0.1:8080",
+        "http://localhost:8080",
+        "http://10.0.0.5:8000",
+        "http://192.168.1.20:8080",
+        "http://[::1]:8080",
+    ] {
+        assert!(key_safe_url(ok), "{ok}");
+    }
+    for bad in [
+        "http://203.0.113.7:8080",
+        "http://gpu.example.com:8000",
+        "http://8.8.8.8",
+    ] {
+        assert!(!key_safe_url(bad), "{bad}");
+    }
+    // In a config: the key is withheld with a warning, unless allowed.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        "endpoints:\n  far:\n    base_url: http://203.0.113.7:8080\n    api_key_env: PATH\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("its key is not sent") && err.contains("allow_insecure_key"),
+        "{err}"
+    );
+}
