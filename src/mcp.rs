@@ -317,7 +317,9 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
     // The reaping step: a delegate whose localagents process died is
     // stopped now (reading its record never signals).
-    let _ = manager.store.reap_lost();
+    let store = manager.store.clone();
+    // Off the start-up path: it reads every job record.
+    drop(tokio::task::spawn_blocking(move || store.reap_lost()));
     tokio::select! {
         r = service.waiting() => { r?; }
         _ = crate::signals::wait_for_shutdown() => {}

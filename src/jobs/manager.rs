@@ -336,7 +336,7 @@ impl Manager {
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
             idle: Duration::from_secs(d.stream_idle_timeout_s),
-            first_byte: d.first_byte_timeout_s.map(Duration::from_secs),
+            first_byte_s: d.first_byte_timeout_s,
             probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
         };
         tokio::spawn(async move {
@@ -457,6 +457,6 @@ pub(super) struct Job {
     pub(super) default_append: String,
     pub(super) dump: bool,
     pub(super) idle: Duration,
-    pub(super) first_byte: Option<Duration>,
+    pub(super) first_byte_s: Option<u64>,
     pub(super) probe_budget: Duration,
 }

@@ -143,9 +143,7 @@ impl Manager {
             window: rec.context,
             log: RequestLog::new(&dir, job.dump),
             idle_timeout: job.idle,
-            first_byte_timeout: job
-                .first_byte
-                .unwrap_or_else(|| crate::shim::first_byte_timeout(rec.context)),
+            first_byte_timeout: crate::shim::first_byte_timeout(job.first_byte_s, rec.context),
         }) {
             Ok(r) => r,
             Err(e) => {

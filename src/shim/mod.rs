@@ -385,8 +385,11 @@ fn reply_error(
 /// headers: long enough for a prompt that fills the whole window at 100
 /// tokens/s (a 27B partly offloaded to the CPU, cold), at least 5 minutes,
 /// at most an hour. A non-streamed request has `idle_timeout` for all of it.
-pub fn first_byte_timeout(window: Option<u64>) -> Duration {
-    Duration::from_secs((window.unwrap_or(131_072) / 100).clamp(300, 3600))
+/// `configured` (`defaults.first_byte_timeout_s`) wins when set.
+pub fn first_byte_timeout(configured: Option<u64>, window: Option<u64>) -> Duration {
+    Duration::from_secs(
+        configured.unwrap_or_else(|| (window.unwrap_or(131_072) / 100).clamp(300, 3600)),
+    )
 }
 
 /// Why a request got no response.
@@ -404,6 +407,30 @@ fn retry_fresh(e: &reqwest::Error) -> bool {
     !e.is_timeout() && (e.is_request() || e.is_connect())
 }
 
+/// One attempt on `client`.
+async fn send_once(
+    client: &reqwest::Client,
+    route: &Route,
+    path: &str,
+    body: Bytes,
+    stream: bool,
+) -> Result<reqwest::Response, SendError> {
+    let req = upstream_with(client, route, reqwest::Method::POST, path).body(body);
+    if !stream {
+        return req
+            .timeout(route.idle_timeout)
+            .send()
+            .await
+            .map_err(SendError::Transport);
+    }
+    let limit = route.first_byte_timeout;
+    let req = req.header(header::ACCEPT, "text/event-stream");
+    match tokio::time::timeout(limit, req.send()).await {
+        Ok(r) => r.map_err(SendError::Transport),
+        Err(_) => Err(SendError::NoHeaders(limit)),
+    }
+}
+
 async fn send(
     route: &Route,
     path: &str,
@@ -411,38 +438,21 @@ async fn send(
     stream: bool,
     notes: &mut Vec<String>,
 ) -> Result<reqwest::Response, SendError> {
-    let limit = route.first_byte_timeout;
-    for attempt in 0..2 {
-        let client = if attempt == 0 {
-            crate::probe::http_client()
-        } else {
-            crate::probe::fresh_http_client()
-        };
-        let mut req = upstream_with(client, route, reqwest::Method::POST, path).body(body.clone());
-        let sent = if stream {
-            req = req.header(header::ACCEPT, "text/event-stream");
-            match tokio::time::timeout(limit, req.send()).await {
-                Ok(r) => r,
-                Err(_) => return Err(SendError::NoHeaders(limit)),
-            }
-        } else {
-            req.timeout(route.idle_timeout).send().await
-        };
-        match sent {
-            Ok(r) => return Ok(r),
-            Err(e) if attempt == 0 && retry_fresh(&e) => {
-                notes.push(format!(
-                    "retry_fresh_connection ({})",
-                    crate::probe::classify::error_chain(&e)
-                        .chars()
-                        .take(120)
-                        .collect::<String>()
-                ));
-            }
-            Err(e) => return Err(SendError::Transport(e)),
+    let pooled = crate::probe::http_client();
+    match send_once(pooled, route, path, body.clone(), stream).await {
+        Err(SendError::Transport(e)) if retry_fresh(&e) => {
+            notes.push(format!(
+                "retry_fresh_connection ({})",
+                crate::probe::classify::error_chain(&e)
+                    .chars()
+                    .take(120)
+                    .collect::<String>()
+            ));
+            let fresh = crate::probe::fresh_http_client();
+            send_once(fresh, route, path, body, stream).await
         }
+        other => other,
     }
-    unreachable!("the loop returns on its second attempt")
 }
 
 /// At most this much of a backend's error body is read.

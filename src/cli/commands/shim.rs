@@ -46,12 +46,10 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
         window: r.context,
         log: RequestLog::new(&log_dir, dump),
         idle_timeout: std::time::Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
-        first_byte_timeout: target
-            .config
-            .defaults
-            .first_byte_timeout_s
-            .map(std::time::Duration::from_secs)
-            .unwrap_or_else(|| crate::shim::first_byte_timeout(r.context)),
+        first_byte_timeout: crate::shim::first_byte_timeout(
+            target.config.defaults.first_byte_timeout_s,
+            r.context,
+        ),
     };
     let server = match Shim::start(args.port).await {
         Ok(s) => s,
