@@ -475,35 +475,64 @@ pub async fn cancel_job(m: &Manager, id: &str) -> Result<JobSummary, Error> {
     Ok(m.cancel(id).await?.summary())
 }
 
-/// One job `cleanup_jobs` removed.
+/// One job `cleanup_jobs` removed (or would remove, in a dry run).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Removed {
     pub job_id: String,
     pub removed: Vec<String>,
 }
 
+/// A job whose worktree holds work that is nowhere else: kept.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct KeptWork {
+    pub job_id: String,
+    pub branch: String,
+    pub path: String,
+    /// What would be lost.
+    pub reason: String,
+    /// How to look at it, and how to remove it anyway.
+    pub review: String,
+}
+
 /// What `cleanup_jobs` did.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CleanupReport {
+    /// True when nothing was removed: `removed` lists what would go.
+    pub dry_run: bool,
     pub removed: Vec<Removed>,
+    /// Worktrees with uncommitted files or unmerged commits, kept unless `force`.
+    pub kept: Vec<KeptWork>,
     pub skipped: Vec<String>,
     pub older_than_days: Option<u64>,
 }
 
-/// `cleanup_jobs`: remove kept worktrees, their branches and old job dirs.
-pub fn cleanup_jobs(
-    m: &Manager,
-    older_than_days: Option<u64>,
-    job_id: Option<&str>,
-) -> Result<CleanupReport, Error> {
-    let days = older_than_days.unwrap_or(DEFAULT_CLEANUP_DAYS);
+/// What `cleanup_jobs` should do.
+#[derive(Debug, Clone, Default)]
+pub struct CleanupArgs {
+    /// Default [`DEFAULT_CLEANUP_DAYS`]; at most [`MAX_CLEANUP_DAYS`].
+    pub older_than_days: Option<u64>,
+    pub job_id: Option<String>,
+    /// List what would be removed, remove nothing.
+    pub dry_run: bool,
+    /// Remove worktrees with unmerged or uncommitted work too.
+    pub force: bool,
+}
+
+/// `cleanup_jobs`: remove finished jobs' dirs, and their worktrees and
+/// branches when nothing in them would be lost (or `force`).
+pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport, Error> {
+    let days = a.older_than_days.unwrap_or(DEFAULT_CLEANUP_DAYS);
     if days > MAX_CLEANUP_DAYS {
         return Err(Error::Invalid(format!(
             "older_than_days must be at most {MAX_CLEANUP_DAYS} (a century), not {days}"
         )));
     }
-    m.store.reap_lost();
+    if !a.dry_run {
+        m.store.reap_lost().await;
+    }
+    let job_id = a.job_id.as_deref();
     let mut removed = Vec::new();
+    let mut kept = Vec::new();
     let mut skipped = Vec::new();
     let candidates: Vec<String> = match job_id {
         Some(id) => {
@@ -540,20 +569,43 @@ pub fn cleanup_jobs(
         if let Some(w) = &rec.worktree
             && (w.kept || w.path.exists())
         {
-            match crate::worktree::remove(w, &id) {
-                Ok(()) => what.push(format!(
-                    "worktree {} and branch {}",
-                    w.path.display(),
-                    w.branch
-                )),
-                Err(e) => {
-                    skipped.push(format!("{id}: {e}"));
-                    continue;
+            if !a.force {
+                match crate::worktree::unreviewed(w) {
+                    Ok(None) => {}
+                    Ok(Some(why)) => {
+                        kept.push(KeptWork {
+                            job_id: id.clone(),
+                            branch: w.branch.clone(),
+                            path: w.path.display().to_string(),
+                            reason: why.to_string(),
+                            review: format!(
+                                "review with `localagents job diff {id}` (or job_diff), merge what you want, then cleanup_jobs with job_id {id} and force: true"
+                            ),
+                        });
+                        continue;
+                    }
+                    Err(e) => {
+                        skipped.push(format!(
+                            "{id}: cannot tell whether its worktree is merged ({e}); kept"
+                        ));
+                        continue;
+                    }
                 }
             }
+            if !a.dry_run
+                && let Err(e) = crate::worktree::remove(w, &id)
+            {
+                skipped.push(format!("{id}: {e}"));
+                continue;
+            }
+            what.push(format!(
+                "worktree {} and branch {}",
+                w.path.display(),
+                w.branch
+            ));
         }
         if let Ok(dir) = m.store.dir(&id)
-            && std::fs::remove_dir_all(&dir).is_ok()
+            && (a.dry_run || std::fs::remove_dir_all(&dir).is_ok())
         {
             what.push(format!("job dir {}", dir.display()));
         }
@@ -563,7 +615,9 @@ pub fn cleanup_jobs(
         });
     }
     Ok(CleanupReport {
+        dry_run: a.dry_run,
         removed,
+        kept,
         skipped,
         older_than_days: job_id.is_none().then_some(days),
     })

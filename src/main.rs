@@ -9,6 +9,10 @@ use clap::Parser;
 use localagents::cli::{self, Cli};
 
 fn main() -> ExitCode {
+    // A job guard is this binary re-executed; it must not start a runtime.
+    if let Some(code) = localagents::process::guard_entry() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCALAGENTS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

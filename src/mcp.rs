@@ -160,6 +160,12 @@ pub struct CleanupParams {
     /// Remove just this finished job (its worktree, branch and directory).
     #[serde(default)]
     pub job_id: Option<String>,
+    /// Only list what would be removed (default true). Pass false to remove.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    /// Also remove worktrees with uncommitted files or unmerged commits (default false). Only when the user said so.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// The localagents MCP server.
@@ -252,19 +258,25 @@ impl Server {
         api::job_diff(&self.manager, &p.job_id, max, p.offset.unwrap_or(0)).map(Reply)
     }
 
-    /// Stop a job: its whole process group is gone within 5 s.
+    /// Stop a job: the delegate and every process it started are gone within 5 s.
     #[tool(name = "cancel_job")]
     async fn cancel_job(&self, Parameters(p): Parameters<JobIdParams>) -> ToolResult<JobSummary> {
         api::cancel_job(&self.manager, &p.job_id).await.map(Reply)
     }
 
-    /// Remove kept worktrees, their branches and old job directories; says what was removed.
+    /// Remove old finished jobs. A dry run unless dry_run is false. A worktree with uncommitted files or unmerged commits is kept and listed (force removes it).
     #[tool(name = "cleanup_jobs")]
     async fn cleanup_jobs(
         &self,
         Parameters(p): Parameters<CleanupParams>,
     ) -> ToolResult<CleanupReport> {
-        api::cleanup_jobs(&self.manager, p.older_than_days, p.job_id.as_deref()).map(Reply)
+        let args = api::CleanupArgs {
+            older_than_days: p.older_than_days,
+            job_id: p.job_id,
+            dry_run: p.dry_run.unwrap_or(true),
+            force: p.force,
+        };
+        api::cleanup_jobs(&self.manager, &args).await.map(Reply)
     }
 
     /// Live view of every configured endpoint: up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.
@@ -319,7 +331,7 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     // stopped now (reading its record never signals).
     let store = manager.store.clone();
     // Off the start-up path: it reads every job record.
-    drop(tokio::task::spawn_blocking(move || store.reap_lost()));
+    drop(tokio::spawn(async move { store.reap_lost().await }));
     tokio::select! {
         r = service.waiting() => { r?; }
         _ = crate::signals::wait_for_shutdown() => {}

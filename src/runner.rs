@@ -300,21 +300,21 @@ pub fn launch(
     }
 }
 
-/// Spawn a delegate as the leader of a new process group, stdout piped.
+/// Spawn a delegate under a job guard ([`crate::process::guard`]) that
+/// leads a new process group; stdout and stderr piped, the guard's stdin
+/// is the lifeline (keep the child while the job runs).
 pub fn spawn(l: &Launch) -> std::io::Result<Box<dyn ChildWrapper>> {
-    let mut cmd = tokio::process::Command::new(&l.claude);
-    cmd.args(&l.args)
-        .current_dir(&l.cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for k in &l.env_remove {
-        cmd.env_remove(k);
-    }
-    for (k, v) in &l.env {
-        cmd.env(k, v);
-    }
-    crate::process::spawn_group_leader(cmd)
+    crate::process::spawn_guarded(&l.claude, &l.args, |cmd| {
+        cmd.current_dir(&l.cwd)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for k in &l.env_remove {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &l.env {
+            cmd.env(k, v);
+        }
+    })
 }
 
 /// What one stream-json event tells the job.

@@ -203,6 +203,49 @@ pub fn finish(info: &mut WorktreeInfo, job: &str) -> Result<(), GitError> {
     Ok(())
 }
 
+/// Whether a kept worktree holds work that is nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreviewed {
+    /// Uncommitted or untracked files in the worktree.
+    Dirty(usize),
+    /// Commits on the branch that the repository's HEAD does not contain.
+    Unmerged,
+}
+
+impl std::fmt::Display for Unreviewed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreviewed::Dirty(n) => write!(f, "{n} uncommitted or untracked files"),
+            Unreviewed::Unmerged => write!(f, "commits not merged into the repository's HEAD"),
+        }
+    }
+}
+
+/// May this worktree and branch go without losing work? `Ok(None)` when
+/// the tree is clean and the branch tip is in the repository's HEAD (or the
+/// worktree is already gone); `Ok(Some(why))` when something would be lost.
+pub fn unreviewed(info: &WorktreeInfo) -> Result<Option<Unreviewed>, GitError> {
+    if info.path.exists() {
+        let wt = Repository::open(&info.path)?;
+        let dirty = wt.statuses(Some(&mut status_opts()))?.len();
+        if dirty > 0 {
+            return Ok(Some(Unreviewed::Dirty(dirty)));
+        }
+    }
+    let repo = Repository::open(&info.repo)?;
+    let Ok(branch) = repo.find_branch(&info.branch, BranchType::Local) else {
+        return Ok(None);
+    };
+    let Some(tip) = branch.get().target() else {
+        return Ok(None);
+    };
+    let head = repo.head()?.peel_to_commit()?.id();
+    if tip.to_string() == info.base || tip == head || repo.graph_descendant_of(head, tip)? {
+        return Ok(None);
+    }
+    Ok(Some(Unreviewed::Unmerged))
+}
+
 /// Remove a job's worktree directory, its git metadata and its branch.
 pub fn remove(info: &WorktreeInfo, job: &str) -> Result<(), GitError> {
     let repo = Repository::open(&info.repo)?;

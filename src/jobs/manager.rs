@@ -309,6 +309,8 @@ impl Manager {
             resumed_from: prior.as_ref().map(|p| p.id.clone()),
             pid: None,
             owner_pid: std::process::id(),
+            owner: crate::process::Identity::of(std::process::id()),
+            guard: None,
             reaped: false,
         };
         self.store.save(&rec)?;
@@ -399,8 +401,8 @@ impl Manager {
                 let dir = self.store.dir(id)?;
                 let _ =
                     crate::paths::write_private(&dir.join("cancel_requested"), now_ts().as_bytes());
-                if let Some(pid) = rec.pid {
-                    crate::process::stop_group(pid, crate::process::GRACE).await;
+                if let Some(guard) = &rec.guard {
+                    crate::process::stop_recorded(guard, crate::process::GRACE).await;
                 }
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {

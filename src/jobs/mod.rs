@@ -195,13 +195,28 @@ pub struct JobRecord {
     pub disallowed_tools: Vec<String>,
     pub system_prompt_append: Option<String>,
     pub resumed_from: Option<String>,
-    /// The delegate's pid (= its process group).
+    /// The job guard's pid (= the process group of guard and delegate).
     pub pid: Option<u32>,
+    /// Who that pid was, so it is never signalled once it is another process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<process::Identity>,
     /// The localagents process that runs it.
     pub owner_pid: u32,
+    /// Who the owner was (boot id, start time): a reused pid is not the owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<process::Identity>,
     /// A lost job's delegate was looked for and stopped ([`Store::reap_lost`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reaped: bool,
+}
+
+/// Is the process that owns a running job still there? By identity when it
+/// was recorded (a reused pid is not the owner), else by signal 0.
+fn owner_alive(rec: &JobRecord) -> bool {
+    match &rec.owner {
+        Some(who) => who.is_current(),
+        None => process::alive(rec.owner_pid),
+    }
 }
 
 /// A list of paths, cut to its first entries when long.
@@ -384,10 +399,7 @@ impl Store {
     /// orphaned delegate is stopped by [`Store::reap_lost`].
     pub fn load(&self, id: &str) -> Result<JobRecord, JobError> {
         let mut rec = self.load_raw(id)?;
-        if !rec.status.terminal()
-            && rec.owner_pid != std::process::id()
-            && !process::alive(rec.owner_pid)
-        {
+        if !rec.status.terminal() && rec.owner_pid != std::process::id() && !owner_alive(&rec) {
             rec.status = Status::Lost;
             rec.error = Some(format!(
                 "the localagents process that ran this job (pid {}) is gone, so its delegate was lost; run it again, or resume_job to continue its session",
@@ -399,10 +411,12 @@ impl Store {
         Ok(rec)
     }
 
-    /// The reaping step: stop the process groups of lost jobs whose
-    /// delegate is still running (nobody reads their output any more).
-    /// Returns the ids of the jobs whose delegate was stopped.
-    pub fn reap_lost(&self) -> Vec<String> {
+    /// The reaping step: stop the guards of lost jobs that are somehow still
+    /// running (a guard ends its job by itself when its owner dies, so this
+    /// is a second line). A recorded pid is signalled only while it is
+    /// still the guard we started ([`process::Identity::is_current`]).
+    /// Returns the ids of the jobs whose guard was stopped.
+    pub async fn reap_lost(&self) -> Vec<String> {
         let mut reaped = Vec::new();
         for id in self.ids() {
             let Ok(mut rec) = self.load(&id) else {
@@ -411,8 +425,9 @@ impl Store {
             if rec.status != Status::Lost || rec.reaped {
                 continue;
             }
-            if let Some(pgid) = rec.pid.filter(|p| process::group_alive(*p)) {
-                process::kill_group(pgid);
+            if let Some(guard) = &rec.guard
+                && process::stop_recorded(guard, process::GRACE).await
+            {
                 reaped.push(id.clone());
             }
             rec.reaped = true;

@@ -195,7 +195,7 @@ impl Manager {
         let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
         let task =
             std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
-        let launch = runner::launch(
+        let mut launch = runner::launch(
             job.claude.clone(),
             &rec.cwd,
             &reg.base_url,
@@ -203,6 +203,8 @@ impl Manager {
             &settings,
             &task,
         );
+        // Every process of the job inherits it: a tag to find them by.
+        launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
         let mut child = match runner::spawn(&launch) {
             Ok(c) => c,
             Err(e) => {
@@ -221,6 +223,7 @@ impl Manager {
         };
         let pgid = child.id().unwrap_or(0);
         rec.pid = Some(pgid);
+        rec.guard = crate::process::Identity::of(pgid);
         rec.status = Status::Running;
         rec.started = Some(now_ts());
         rec.last_activity = Some("starting claude".into());

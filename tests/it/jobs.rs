@@ -13,7 +13,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
-use crate::support::{claude, fake_llama, script};
+use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
 struct Env {
     _tmp: tempfile::TempDir,
@@ -368,7 +368,54 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
     assert_eq!(v["status"], "succeeded", "{v}");
     assert_eq!(v["cwd"], json!(wt.join("sub")));
     assert!(wt.join("sub/wt2.txt").is_file());
+    // cleanup_jobs: a dry run by default; it keeps work that is nowhere
+    // else (uncommitted files, then unmerged commits); a merged, clean
+    // worktree goes with its branch.
     let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id})).await;
+    assert_eq!(cl["dry_run"], true, "{cl}");
+    assert_eq!(cl["kept"][0]["job_id"], id.as_str(), "{cl}");
+    let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id, "dry_run": false})).await;
+    assert_eq!(cl["removed"], json!([]), "{cl}");
+    assert!(
+        cl["kept"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("uncommitted"),
+        "{cl}"
+    );
+    assert!(
+        cl["kept"][0]["review"].as_str().unwrap().contains("force"),
+        "{cl}"
+    );
+    assert!(
+        wt.join("sub/wt2.txt").is_file(),
+        "unreviewed work was deleted"
+    );
+    crate::support::git::git(&wt, &["add", "-A"]);
+    crate::support::git::git(
+        &wt,
+        &[
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "job work",
+        ],
+    );
+    let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id, "dry_run": false})).await;
+    assert!(
+        cl["kept"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not merged"),
+        "{cl}"
+    );
+    assert!(wt.exists());
+    crate::support::git::git(&e.work, &["merge", "-q", "--ff-only", &branch]);
+    let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id, "dry_run": false})).await;
+    assert_eq!(cl["kept"], json!([]), "{cl}");
     assert!(
         cl["removed"][0]["removed"].to_string().contains(&branch),
         "{cl}"
@@ -381,6 +428,27 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
     )
     .await;
     assert!(err && v.to_string().contains("worktree"), "{v}");
+
+    // force removes a worktree with uncommitted work too.
+    fake.set_script(script::write_then_report("wt3.txt", "unreviewed\n"));
+    let (_, v) = call(&c, "run_agent", json!({"task": "Create wt3.txt.", "model": "gemma-3-270m", "isolation": "worktree", "wait_s": 60})).await;
+    assert_eq!(v["worktree"]["kept"], true, "{v}");
+    let id3 = v["id"].as_str().unwrap().to_string();
+    let wt3 = e.state.join("worktrees").join(&id3);
+    let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id3, "dry_run": false})).await;
+    assert_eq!(cl["kept"][0]["job_id"], id3.as_str(), "{cl}");
+    assert!(wt3.join("wt3.txt").is_file());
+    let (_, cl) = call(
+        &c,
+        "cleanup_jobs",
+        json!({"job_id": id3, "dry_run": false, "force": true}),
+    )
+    .await;
+    assert!(
+        cl["removed"][0]["removed"].to_string().contains(&id3),
+        "{cl}"
+    );
+    assert!(!wt3.exists());
     c.cancel().await.unwrap();
 }
 
@@ -427,6 +495,13 @@ async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
         t.elapsed()
     );
     assert!(!group_alive(pgid), "the whole process group is gone");
+    // And every process of the job, also the Bash command that Claude Code
+    // started in its own session (outside the group).
+    assert_eq!(
+        job_processes(&id),
+        vec![],
+        "cancel left processes of the job"
+    );
 
     let (_, v) = call(&c, "run_agent", json!({"task": "Sleep.", "model": "gemma-3-270m", "allowed_tools": ["Bash"], "timeout_s": 3, "wait_s": 30})).await;
     assert_eq!(v["status"], "timeout", "{v}");
@@ -442,6 +517,8 @@ async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
     )
     .unwrap();
     assert!(!group_alive(rec["pid"].as_i64().unwrap() as i32));
+    let left = wait_job_gone(v["id"].as_str().unwrap(), Duration::from_secs(5));
+    assert!(left.is_ok(), "timeout left processes of the job: {left:?}");
     c.cancel().await.unwrap();
 }
 
@@ -490,9 +567,32 @@ async fn a_restarted_server_reports_the_job_lost_and_lists_old_jobs() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!id.is_empty(), "the job never started");
+    // The tool call is recorded just before Claude Code starts the command.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10)
+        && !job_processes(&id)
+            .iter()
+            .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        job_processes(&id)
+            .iter()
+            .any(|(_, cmd)| cmd.contains("tail -f /dev/null")),
+        "the scripted Bash command runs: {:?}",
+        job_processes(&id)
+    );
+    let _ = pgid;
+    // SIGKILL: the supervisor gets no chance to clean anything up.
     server.kill().unwrap();
     server.wait().unwrap();
-    assert!(group_alive(pgid), "the orphaned delegate is still there");
+    match wait_job_gone(&id, Duration::from_secs(5)) {
+        Ok(took) => {
+            eprintln!("SIGKILL of `localagents run` -> last process of the job gone in {took:?}")
+        }
+        Err(left) => panic!("5 s after SIGKILL of its supervisor, the job still has {left:?}"),
+    }
 
     let c = serve(&e, None).await;
     let (_, v) = call(&c, "job_status", json!({"job_id": id})).await;
@@ -500,11 +600,56 @@ async fn a_restarted_server_reports_the_job_lost_and_lists_old_jobs() {
     assert!(v["error"].as_str().unwrap().contains("is gone"), "{v}");
     let (_, list) = call(&c, "list_jobs", json!({})).await;
     assert_eq!(list["jobs"][0]["id"], id.as_str());
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+        )],
+        "done",
+    ));
+    let e = env_for(fake.url());
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Wait.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let job = e.state.join("jobs").join(&id).join("job.json");
     let t = Instant::now();
-    while group_alive(pgid) && t.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut owner = 0;
+    while t.elapsed() < Duration::from_secs(30) {
+        if job_processes(&id)
+            .iter()
+            .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
+        {
+            let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+            owner = rec["owner_pid"].as_i64().unwrap() as i32;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(!group_alive(pgid), "the lost delegate was stopped");
+    assert!(owner > 0, "the Bash command never started");
+    // SAFETY: the `localagents serve` this test started (its record says so).
+    unsafe { libc::kill(owner, libc::SIGKILL) };
+    match wait_job_gone(&id, Duration::from_secs(5)) {
+        Ok(took) => {
+            eprintln!("SIGKILL of `localagents serve` -> last process of the job gone in {took:?}")
+        }
+        Err(left) => panic!("5 s after SIGKILL of serve, the job still has {left:?}"),
+    }
+    let _ = c.cancel().await;
+    let c = serve(&e, None).await;
+    let (_, v) = call(&c, "job_status", json!({"job_id": id})).await;
+    assert_eq!(v["status"], "lost", "{v}");
     c.cancel().await.unwrap();
 }
 
@@ -753,6 +898,11 @@ async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
     assert_eq!(rec["id"], id.as_str());
     assert_eq!(rec["status"], "cancelled", "{rec}");
     assert!(!group_alive(pgid));
+    assert_eq!(
+        job_processes(&id),
+        vec![],
+        "Ctrl-C left processes of the job"
+    );
 
     // The MCP server stops its jobs when the client goes away.
     let c = serve(&e, None).await;
@@ -771,6 +921,8 @@ async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!group_alive(pgid), "shutdown stopped the delegate's group");
+    let left = wait_job_gone(&id, Duration::from_secs(5));
+    assert!(left.is_ok(), "shutdown left processes of the job: {left:?}");
     let t = Instant::now();
     let mut status = Value::Null;
     while t.elapsed() < Duration::from_secs(10) {

@@ -11,3 +11,53 @@ pub mod git;
 pub mod net;
 pub mod script;
 pub mod stats;
+
+/// Every process on the machine whose environment says it belongs to job
+/// `id` (`LOCALAGENTS_JOB`, which every descendant of a delegate inherits,
+/// whatever its session or group): pid and command line.
+pub fn job_processes(id: &str) -> Vec<(u32, String)> {
+    let tag = format!("LOCALAGENTS_JOB={id}");
+    let mut out = Vec::new();
+    for ent in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(ent.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == tag.as_bytes()) {
+            let stat = std::fs::read_to_string(ent.path().join("stat")).unwrap_or_default();
+            // A zombie is gone already; it only waits for its parent.
+            if stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+            {
+                continue;
+            }
+            let cmd = std::fs::read(ent.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            out.push((pid, cmd));
+        }
+    }
+    out
+}
+
+/// Wait up to `limit` for job `id` to have no process left; how long it took,
+/// or the processes still there.
+pub fn wait_job_gone(
+    id: &str,
+    limit: std::time::Duration,
+) -> Result<std::time::Duration, Vec<(u32, String)>> {
+    let t = std::time::Instant::now();
+    loop {
+        let left = job_processes(id);
+        if left.is_empty() {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return Err(left);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

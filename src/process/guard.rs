@@ -1,0 +1,247 @@
+//! The job guard: a small process between a supervisor and its delegate
+//! that makes sure nothing the delegate started outlives the job.
+//!
+//! Why a process of its own: a supervisor (`localagents run`, `serve`) can
+//! be SIGKILLed, and then it cannot clean up anything. Claude Code starts
+//! its Bash tool commands in their own session, so killing the delegate's
+//! process group does not reach them either. The guard closes both holes:
+//!
+//! - It is a *child subreaper* (Linux `PR_SET_CHILD_SUBREAPER`): whatever
+//!   the delegate starts, in any session or group, stays its descendant,
+//!   even after an intermediate parent exits. So one walk of `/proc` from
+//!   the guard finds every process of the job.
+//! - Its stdin is a *lifeline*: a pipe whose write end only the supervisor
+//!   holds. When the supervisor ends for any reason, SIGKILL included, the
+//!   kernel closes it and the guard sees EOF at once. This does not depend
+//!   on which thread forked (unlike `PR_SET_PDEATHSIG`), nor on cgroups
+//!   (not writable in many containers, v1 on some machines).
+//! - SIGTERM, SIGINT or SIGHUP (cancel and timeout from any localagents
+//!   process) and the delegate's own exit end the job the same way: every
+//!   descendant gets SIGTERM, then SIGKILL after [`GUARD_GRACE`], repeated
+//!   until none is left; then the guard exits with the delegate's status.
+//!
+//! On macOS there is no subreaper: the guard still ends the delegate's
+//! process group on lifeline EOF, but a command that left its group is
+//! found only while it is still a descendant (documented in the README).
+//!
+//! The guard runs before any runtime or logging is set up (see `main`), so
+//! it stays a single thread that only polls, reaps and signals.
+
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The hidden first argument that turns the binary into a guard.
+pub const ARG: &str = "__guard";
+
+/// Between SIGTERM and SIGKILL for the job's processes. Shorter than the
+/// supervisor's [`super::GRACE`], so the guard finishes its sweep before
+/// anyone SIGKILLs the guard itself.
+pub const GUARD_GRACE: Duration = Duration::from_millis(1500);
+
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+/// Why the job ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The delegate exited on its own: raw wait status.
+    Exited(libc::c_int),
+    /// The supervisor is gone (lifeline EOF).
+    Lifeline,
+    /// SIGTERM, SIGINT or SIGHUP.
+    Signal(libc::c_int),
+}
+
+/// `localagents __guard PROGRAM ARGS...`: run PROGRAM and keep the job
+/// together. Returns the exit code for the guard process (after it may have
+/// re-raised the delegate's terminating signal on itself).
+pub fn main(args: Vec<OsString>) -> i32 {
+    let Some((program, rest)) = args.split_first() else {
+        eprintln!("localagents {ARG}: no program to run");
+        return 2;
+    };
+    become_subreaper();
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: the handler only stores into an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let child = match Command::new(program)
+        .args(rest)
+        .stdin(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cannot start {}: {e}", program.to_string_lossy());
+            return 127;
+        }
+    };
+    let child_pid = child.id() as libc::pid_t;
+    let end = watch(child_pid);
+    // After the delegate's own exit this ends its leftovers (background
+    // commands); otherwise it ends the delegate too.
+    let status = match end {
+        End::Exited(status) => sweep(child_pid, Some(status)),
+        End::Lifeline | End::Signal(_) => sweep(child_pid, None),
+    };
+    finish(status, end)
+}
+
+/// Poll the lifeline, the signal flag and the delegate until one ends the
+/// job. Reaps every child that exits meanwhile (orphans reparented to us).
+fn watch(child: libc::pid_t) -> End {
+    let mut stdin_open = true;
+    loop {
+        if let Some(status) = reap_all(child) {
+            return End::Exited(status);
+        }
+        let sig = SIGNALLED.load(Ordering::SeqCst);
+        if sig != 0 {
+            return End::Signal(sig);
+        }
+        if stdin_open {
+            match poll_stdin(100) {
+                Lifeline::Open => {}
+                Lifeline::Closed => return End::Lifeline,
+                // Not a pipe we can poll (started by hand): no lifeline.
+                Lifeline::Unusable => stdin_open = false,
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+enum Lifeline {
+    Open,
+    Closed,
+    Unusable,
+}
+
+fn poll_stdin(timeout_ms: i32) -> Lifeline {
+    let mut fds = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut fds, 1, timeout_ms) };
+    if n < 0 {
+        return Lifeline::Open; // EINTR: the signal flag is checked next.
+    }
+    if n == 0 {
+        return Lifeline::Open;
+    }
+    if fds.revents & libc::POLLNVAL != 0 {
+        return Lifeline::Unusable;
+    }
+    if fds.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+        return Lifeline::Closed;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: reading into a local buffer.
+    let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+    if r == 0 {
+        Lifeline::Closed
+    } else {
+        Lifeline::Open // The supervisor never writes; ignore whatever came.
+    }
+}
+
+/// Reap every exited child; the delegate's wait status if it was among them.
+fn reap_all(delegate: libc::pid_t) -> Option<libc::c_int> {
+    let mut found = None;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own children, non-blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return found;
+        }
+        if pid == delegate {
+            found = Some(status);
+        }
+    }
+}
+
+/// End every descendant: SIGTERM, then SIGKILL after the grace, until none
+/// is left. Returns the delegate's wait status if it was reaped here.
+fn sweep(delegate: libc::pid_t, mut status: Option<libc::c_int>) -> Option<libc::c_int> {
+    let me = std::process::id() as libc::pid_t;
+    let first = super::descendants(me);
+    for pid in &first {
+        // SAFETY: a descendant of this guard, found by parent links now.
+        unsafe { libc::kill(*pid, libc::SIGTERM) };
+    }
+    if status.is_none() {
+        // Unreaped, so the pid is still the delegate's (also where there is
+        // no /proc to walk).
+        // SAFETY: our own child, not yet waited for.
+        unsafe { libc::kill(delegate, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + GUARD_GRACE;
+    loop {
+        if let Some(s) = reap_all(delegate) {
+            status = Some(s);
+        }
+        let left = super::descendants(me);
+        if left.is_empty() && status.is_some() {
+            return status;
+        }
+        if Instant::now() >= deadline + Duration::from_secs(5) {
+            // Only a process stuck in the kernel survives SIGKILL this long.
+            eprintln!("localagents {ARG}: processes {left:?} do not die; giving up");
+            return status;
+        }
+        if Instant::now() >= deadline {
+            for pid in &left {
+                // SAFETY: as above; SIGKILL also stops further forks.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            if status.is_none() {
+                // SAFETY: our own child, not yet waited for.
+                unsafe { libc::kill(delegate, libc::SIGKILL) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Exit like the delegate did: its code, or its terminating signal.
+fn finish(status: Option<libc::c_int>, end: End) -> i32 {
+    match (status, end) {
+        (Some(s), _) if libc::WIFEXITED(s) => libc::WEXITSTATUS(s),
+        (Some(s), _) if libc::WIFSIGNALED(s) => reraise(libc::WTERMSIG(s)),
+        (_, End::Signal(sig)) => reraise(sig),
+        _ => reraise(libc::SIGTERM),
+    }
+}
+
+fn reraise(sig: libc::c_int) -> i32 {
+    // SAFETY: restore the default action and signal ourselves.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::kill(libc::getpid(), sig);
+    }
+    128 + sig
+}
+
+#[cfg(target_os = "linux")]
+fn become_subreaper() {
+    // SAFETY: prctl with an integer argument.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if r != 0 {
+        eprintln!(
+            "localagents {ARG}: cannot become a subreaper ({}); commands that leave the delegate's session may outlive the job",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_subreaper() {}

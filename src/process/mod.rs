@@ -1,0 +1,247 @@
+//! Process groups, signals and process identity: the one place that calls
+//! `setpgid`, `killpg`, `kill` and reads `/proc`.
+//!
+//! Every delegate runs under a [`guard`]: the supervisor starts
+//! `localagents __guard claude ...` as the leader of a new process group,
+//! with a lifeline pipe on its stdin. The guard ends every descendant of
+//! the job when the delegate exits, on SIGTERM (cancel, timeout), or when
+//! the lifeline closes (the supervisor died, even by SIGKILL).
+//!
+//! A pid in a job record is signalled only while it is still the process
+//! we started: [`Identity`] records the boot id and the start time, and
+//! [`Identity::is_current`] compares both before any signal. Liveness
+//! checks are signal 0 or `/proc`; reading a record never signals anything.
+
+use std::time::Duration;
+
+pub mod guard;
+
+use std::ffi::OsString;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use serde::{Deserialize, Serialize};
+
+/// How long a group gets between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(3);
+
+/// Spawn `program args` under a job guard that leads a new process group.
+/// The guard's stdin is the lifeline: keep the returned child (and so its
+/// stdin) for as long as the job runs. `env` is applied to the guard and
+/// so inherited by the program; `configure` sets cwd, env and stdio.
+pub fn spawn_guarded(
+    program: &std::path::Path,
+    args: &[String],
+    configure: impl FnOnce(&mut tokio::process::Command),
+) -> std::io::Result<Box<dyn ChildWrapper>> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg(guard::ARG).arg(program).args(args);
+    configure(&mut cmd);
+    // No kill_on_drop: dropping the child closes the lifeline, and the
+    // guard then ends the job itself (a SIGKILL would leave its descendants).
+    cmd.stdin(std::process::Stdio::piped());
+    let mut wrap = CommandWrap::from(cmd);
+    wrap.wrap(ProcessGroup::leader());
+    wrap.spawn()
+}
+
+/// Run the guard if this process was started as one (`localagents
+/// __guard ...`): `Some(exit code)`, else `None`. Called first in `main`.
+pub fn guard_entry() -> Option<i32> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != guard::ARG {
+        return None;
+    }
+    Some(guard::main(args.collect::<Vec<OsString>>()))
+}
+
+/// The boot id of this machine (Linux), so a pid recorded before a reboot
+/// is never taken for a live process.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`
+/// field 22). `None` when the process does not exist or there is no /proc.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and ')': fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // rest starts at field 3 (state); field 22 is index 19 here.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every descendant of `root` now, found by parent links in `/proc`
+/// (empty where there is no /proc). Zombies are included until reaped.
+pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let links: Vec<(u32, u32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, parent_of(pid)?)))
+        .collect();
+    let mut out: Vec<libc::pid_t> = Vec::new();
+    let mut frontier = vec![root as u32];
+    while let Some(p) = frontier.pop() {
+        for (child, _) in links.iter().filter(|(_, parent)| *parent == p) {
+            if let Some(c) = as_pid(*child) {
+                out.push(c);
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+/// Who a recorded pid was: enough to tell it from a later process that got
+/// the same number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub pid: u32,
+    /// Clock ticks since boot, from `/proc/PID/stat`.
+    pub start: u64,
+    pub boot_id: String,
+}
+
+impl Identity {
+    /// The identity of a live process now (`None` without /proc).
+    pub fn of(pid: u32) -> Option<Identity> {
+        Some(Identity {
+            pid,
+            start: start_time(pid)?,
+            boot_id: boot_id()?,
+        })
+    }
+
+    /// Is this pid still the process we recorded? Same boot, same start
+    /// time, and alive. The only test before a recorded pid is signalled.
+    pub fn is_current(&self) -> bool {
+        boot_id().as_deref() == Some(self.boot_id.as_str())
+            && start_time(self.pid) == Some(self.start)
+    }
+}
+
+fn as_pid(id: u32) -> Option<i32> {
+    (id != 0 && id <= i32::MAX as u32).then_some(id as i32)
+}
+
+/// Stop a process group: SIGTERM, then SIGKILL after `grace`.
+pub async fn stop_group(pgid: u32, grace: Duration) {
+    let Some(g) = as_pid(pgid) else { return };
+    // SAFETY: signalling the process group we created for the delegate.
+    if unsafe { libc::killpg(g, libc::SIGTERM) } != 0 {
+        return; // already gone
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // SAFETY: signal 0 only checks whether the group still exists.
+        if unsafe { libc::killpg(g, 0) } != 0 {
+            return;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::killpg(g, libc::SIGKILL) };
+}
+
+/// Stop the group of a recorded guard, only if the pid is still that
+/// guard. Returns false (and signals nothing) when it is not.
+pub async fn stop_recorded(who: &Identity, grace: Duration) -> bool {
+    if !who.is_current() {
+        return false;
+    }
+    stop_group(who.pid, grace).await;
+    true
+}
+
+/// Is any process of the group alive?
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    as_pid(pgid).is_some_and(|g| unsafe { libc::killpg(g, 0) } == 0)
+}
+
+/// Is a process alive? (signal 0)
+pub fn alive(pid: u32) -> bool {
+    let Some(p) = as_pid(pid) else { return false };
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(p, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_parses_names_with_spaces_and_parens() {
+        let me = std::process::id();
+        let a = start_time(me).expect("our own start time");
+        assert_eq!(start_time(me), Some(a));
+        assert_eq!(parent_of(me), Some(std::os::unix::process::parent_id()));
+    }
+
+    #[tokio::test]
+    async fn a_reused_pid_is_never_signalled() {
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = other.id();
+        let real = Identity::of(pid).unwrap();
+        assert!(real.is_current());
+        // The record says the pid started at another time: it is not ours.
+        let recorded = Identity {
+            start: real.start + 1,
+            ..real.clone()
+        };
+        assert!(!recorded.is_current());
+        assert!(!stop_recorded(&recorded, Duration::from_millis(100)).await);
+        let other_boot = Identity {
+            boot_id: "another-boot".into(),
+            ..real.clone()
+        };
+        assert!(!stop_recorded(&other_boot, Duration::from_millis(100)).await);
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "the unrelated process was signalled"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+
+    #[test]
+    fn descendants_are_found_through_parent_links() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        let sh = child.id() as libc::pid_t;
+        let mut found = Vec::new();
+        while t.elapsed() < Duration::from_secs(5) {
+            found = descendants(sh);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(found.len(), 1, "the sleep under sh: {found:?}");
+        assert!(descendants(std::process::id() as libc::pid_t).contains(&sh));
+        assert!(descendants(std::process::id() as libc::pid_t).contains(&found[0]));
+        for p in found.into_iter().chain([sh]) {
+            // SAFETY: the sh this test started and its sleep.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        child.wait().unwrap();
+    }
+}
