@@ -6,7 +6,7 @@
 //! is the one error type at this boundary: it turns itself into an `isError`
 //! tool result for MCP and into an [`ExitStatus`] for the CLI.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -181,6 +181,45 @@ pub struct Registered {
     pub warnings: Vec<String>,
 }
 
+/// What `localagents trust` did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TrustReport {
+    /// The project directory (canonical).
+    pub dir: String,
+    /// The user file that records it.
+    pub recorded_in: String,
+    pub trusted: bool,
+    /// False when it already was (or was not) trusted.
+    pub changed: bool,
+}
+
+/// `localagents trust [DIR]`: read this project's models.yaml in full from
+/// now on (or, with `trusted: false`, only its menu entries again). A CLI
+/// command only: trust is the user's act, never a tool call's.
+pub fn trust_project(ctx: &Context, dir: &Path, trusted: bool) -> Result<TrustReport, Error> {
+    if ctx.explicit_config.is_some() {
+        return Err(Error::Invalid(
+            "with --config / LOCALAGENTS_CONFIG no project models.yaml is read, so there is nothing to trust: edit that file instead".into(),
+        ));
+    }
+    let dir = dir.canonicalize().map_err(|e| {
+        Error::Invalid(format!(
+            "cannot trust {}: {e}; pass an existing directory",
+            dir.display()
+        ))
+    })?;
+    let sidecar = ctx.discovery().active_sidecar().ok_or_else(|| {
+        Error::Invalid("no user config dir is known (HOME and XDG_CONFIG_HOME are unset)".into())
+    })?;
+    let changed = config::set_trusted(&sidecar, &dir, trusted)?;
+    Ok(TrustReport {
+        dir: dir.display().to_string(),
+        recorded_in: sidecar.display().to_string(),
+        trusted,
+        changed,
+    })
+}
+
 pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Registered, Error> {
     let name = args.name.trim();
     if !valid_name(name) {
@@ -214,7 +253,7 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Regi
     let discovery = ctx.discovery();
     let sidecar = discovery.active_sidecar().ok_or_else(|| {
         Error::Invalid(
-            "no place to write the sidecar: neither a config dir nor a project dir is known; pass --config".into(),
+            "no place to write the sidecar: no user config dir is known (HOME and XDG_CONFIG_HOME are unset); pass --config".into(),
         )
     })?;
     let mut entry = serde_yaml_ng::Mapping::new();

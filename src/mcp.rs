@@ -19,6 +19,7 @@ use crate::api::{
     self, CleanupReport, Context, DiffPage, JobList, JobReply, LogPage, LogStream, ModelsReport,
     Registered, Reply,
 };
+use crate::jobs::limits::Caller;
 use crate::jobs::manager::{Manager, RunArgs};
 use crate::jobs::{Isolation, JobSummary, Status};
 
@@ -173,13 +174,19 @@ pub struct CleanupParams {
 pub struct Server {
     ctx: Arc<Context>,
     manager: Arc<Manager>,
+    /// The calling session's project: `run_agent` works only inside it (or
+    /// under `defaults.allowed_roots`). `$CLAUDE_PROJECT_DIR`, which Claude
+    /// Code gives plugin MCP servers, else the cwd it started us in.
+    project: std::path::PathBuf,
     tool_router: ToolRouter<Self>,
 }
 
-impl TryFrom<RunAgentParams> for RunArgs {
-    type Error = api::Error;
-    fn try_from(p: RunAgentParams) -> Result<RunArgs, api::Error> {
+impl RunAgentParams {
+    /// The job a session asks for; `project` is the session's project.
+    fn into_args(self, project: std::path::PathBuf) -> Result<RunArgs, api::Error> {
+        let p = self;
         Ok(RunArgs {
+            caller: Caller::Session { project },
             task: p.task,
             model: p.model,
             endpoint: p.endpoint,
@@ -202,9 +209,15 @@ type ToolResult<T> = Result<Reply<T>, api::Error>;
 impl Server {
     pub fn new(ctx: Context) -> Self {
         let manager = Manager::new(ctx.clone());
+        let project = std::env::var_os("CLAUDE_PROJECT_DIR")
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.is_absolute() && p.is_dir())
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| std::path::PathBuf::from("/nonexistent"));
         Server {
             ctx: Arc::new(ctx),
             manager,
+            project,
             tool_router: Self::tool_router(),
         }
     }
@@ -218,7 +231,7 @@ impl Server {
     #[tool(name = "run_agent")]
     async fn run_agent(&self, Parameters(p): Parameters<RunAgentParams>) -> ToolResult<JobReply> {
         let wait_s = p.wait_s.unwrap_or(0);
-        let args = RunArgs::try_from(p)?;
+        let args = p.into_args(self.project.clone())?;
         api::run_agent(&self.manager, args, wait_s).await.map(Reply)
     }
 

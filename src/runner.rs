@@ -174,7 +174,7 @@ pub struct RunSettings<'a> {
 }
 
 /// The tool name of an allow or deny rule: `Bash(cargo test:*)` is `Bash`.
-fn rule_tool(rule: &str) -> &str {
+pub fn rule_tool(rule: &str) -> &str {
     rule.split('(').next().unwrap_or(rule).trim()
 }
 

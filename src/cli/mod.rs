@@ -89,6 +89,14 @@ pub enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Trust this project's models.yaml (default: the current directory): read it in full, not only its menu entries.
+    Trust {
+        /// The project directory.
+        dir: Option<PathBuf>,
+        /// Take the trust back.
+        #[arg(long)]
+        remove: bool,
+    },
     /// Claude Code hooks (the plugin calls these).
     #[command(subcommand)]
     Hook(HookCommand),
@@ -233,6 +241,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
             limit,
         } => commands::jobs::list(&ctx, json, status, limit),
         Command::Job(cmd) => commands::jobs::one(ctx, cmd).await,
+        Command::Trust { dir, remove } => commands::trust::run(&ctx, dir.as_deref(), remove),
         Command::Config(ConfigCommand::Check) => commands::config::check(&ctx),
         Command::Config(ConfigCommand::Path) => commands::config::path(&ctx),
     }

@@ -11,9 +11,13 @@
 //! 2. `~/.config/localagents/models.yaml`, its sidecar, then the project's
 //!    `./models.yaml` and its sidecar (the project is the cwd at call time).
 //!
-//! The sidecar of `models.yaml` is `models.local.yaml` beside it. It is the
-//! only file this program ever writes (`register_endpoint`); hand-written
-//! files are never rewritten.
+//! The sidecar of `models.yaml` is `models.local.yaml` beside it. The user
+//! sidecar (or the explicit file's) is the only file this program ever
+//! writes (`register_endpoint`, `trust`); hand-written files are never
+//! rewritten.
+//!
+//! The project's files are untrusted: unless the user trusts the project,
+//! they may only add menu entries ([`trust`]).
 //!
 //! A file that is not valid YAML, or has a value of the wrong type, is a
 //! [`ConfigError`] naming file, line and column. An unknown key is only a
@@ -22,8 +26,11 @@
 //! so one bad line never takes every tool down.
 
 mod schema;
+pub mod trust;
 
-pub use schema::{Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url, key_safe_url};
+pub use schema::{
+    Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url, home_path, key_safe_url,
+};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -82,20 +89,20 @@ impl Discovery {
         }
     }
 
-    /// The main files, in merge order, without sidecars.
-    fn main_files(&self) -> Vec<PathBuf> {
+    /// The main files, in merge order, without sidecars, with their scope.
+    fn main_files(&self) -> Vec<(PathBuf, trust::Scope)> {
         if let Some(explicit) = &self.explicit {
-            return vec![explicit.clone()];
+            return vec![(explicit.clone(), trust::Scope::User)];
         }
         let mut files = Vec::new();
         if let Some(dir) = &self.user_dir {
-            files.push(dir.join("models.yaml"));
+            files.push((dir.join("models.yaml"), trust::Scope::User));
         }
         if let Some(dir) = &self.project_dir {
             let project = dir.join("models.yaml");
             // A project inside ~/.config/localagents is the user file itself.
-            if !files.contains(&project) {
-                files.push(project);
+            if !files.iter().any(|(f, _)| *f == project) {
+                files.push((project, trust::Scope::Project));
             }
         }
         files
@@ -103,27 +110,29 @@ impl Discovery {
 
     /// Every candidate file, sidecars included, in merge order.
     pub fn candidates(&self) -> Vec<PathBuf> {
+        self.scoped_candidates()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// Every candidate file with its scope, in merge order.
+    pub fn scoped_candidates(&self) -> Vec<(PathBuf, trust::Scope)> {
         let mut out = Vec::new();
-        for file in self.main_files() {
+        for (file, scope) in self.main_files() {
             let side = sidecar_of(&file);
-            out.push(file);
-            out.push(side);
+            out.push((file, scope));
+            out.push((side, scope));
         }
         out
     }
 
-    /// The sidecar that `register_endpoint` writes: beside the explicit
-    /// config, else beside the project's `models.yaml` if there is one, else
-    /// in the user config dir.
+    /// The sidecar this program writes (`register_endpoint`, `trust`):
+    /// beside the explicit config, else in the user config dir. Never in a
+    /// project, whose files are not the user's to trust.
     pub fn active_sidecar(&self) -> Option<PathBuf> {
         if let Some(explicit) = &self.explicit {
             return Some(sidecar_of(explicit));
-        }
-        if let Some(dir) = &self.project_dir {
-            let project = dir.join("models.yaml");
-            if project.is_file() {
-                return Some(sidecar_of(&project));
-            }
         }
         self.user_dir.as_ref().map(|d| d.join("models.local.yaml"))
     }
@@ -167,13 +176,36 @@ pub fn load(discovery: &Discovery) -> Result<Loaded, ConfigError> {
     let mut merged = Value::Mapping(Mapping::new());
     let mut files = Vec::new();
     let mut warnings = Vec::new();
-    for path in discovery.candidates() {
-        let Some(parsed) = read_cached(&path)? else {
-            continue;
-        };
-        warnings.extend(parsed.warnings.iter().cloned());
-        merge(&mut merged, parsed.value.clone());
-        files.push(path);
+    // User scope first (it says which projects are trusted), then the project.
+    let candidates = discovery.scoped_candidates();
+    for scope in [trust::Scope::User, trust::Scope::Project] {
+        let trusted = scope == trust::Scope::Project
+            && discovery
+                .project_dir
+                .as_deref()
+                .is_some_and(|dir| trust::is_trusted(dir, &schema::trusted_projects(&merged)));
+        for (path, _) in candidates.iter().filter(|(_, s)| *s == scope) {
+            let Some(parsed) = read_cached(path)? else {
+                continue;
+            };
+            warnings.extend(parsed.warnings.iter().cloned());
+            let mut value = parsed.value.clone();
+            if scope == trust::Scope::Project
+                && let Value::Mapping(m) = &mut value
+                && m.shift_remove("trusted_projects").is_some()
+            {
+                // Trust is the user's to give, never a project's.
+                warnings.push(trust::ignored_warning(path, &["trusted_projects".into()]));
+            }
+            if scope == trust::Scope::Project && !trusted {
+                let dropped = trust::menu_only(&mut value);
+                if !dropped.is_empty() {
+                    warnings.push(trust::ignored_warning(path, &dropped));
+                }
+            }
+            merge(&mut merged, value);
+            files.push(path.clone());
+        }
     }
     let builtin = files.is_empty();
     let (config, more) = schema::build(merged);
@@ -303,12 +335,57 @@ pub fn render(config: &Config) -> String {
 }
 
 /// Write `endpoints.<name>` into the sidecar, keeping everything else in it.
-/// The write is atomic (temp file + rename). A sidecar that does not parse
-/// is left alone and reported, so nothing is lost.
 pub fn write_sidecar_endpoint(
     sidecar: &Path,
     name: &str,
     entry: Mapping,
+) -> Result<(), ConfigError> {
+    edit_sidecar(sidecar, "register_endpoint", |map| {
+        let endpoints = map
+            .entry(Value::String("endpoints".into()))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        if !endpoints.is_mapping() {
+            *endpoints = Value::Mapping(Mapping::new());
+        }
+        if let Value::Mapping(eps) = endpoints {
+            eps.insert(Value::String(name.into()), Value::Mapping(entry));
+        }
+    })
+}
+
+/// Add `dir` to (or remove it from) `trusted_projects` in the user
+/// sidecar. Returns whether the list changed.
+pub fn set_trusted(sidecar: &Path, dir: &Path, trusted: bool) -> Result<bool, ConfigError> {
+    let shown = dir.display().to_string();
+    let mut changed = false;
+    edit_sidecar(sidecar, "localagents trust", |map| {
+        let list = map
+            .entry(Value::String("trusted_projects".into()))
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        if !list.is_sequence() {
+            *list = Value::Sequence(Vec::new());
+        }
+        if let Value::Sequence(items) = list {
+            let has = items.iter().any(|v| v.as_str() == Some(shown.as_str()));
+            if trusted && !has {
+                items.push(Value::String(shown.clone()));
+                changed = true;
+            } else if !trusted && has {
+                items.retain(|v| v.as_str() != Some(shown.as_str()));
+                changed = true;
+            }
+        }
+    })?;
+    Ok(changed)
+}
+
+/// Read the sidecar (or start empty), change its top-level mapping, write
+/// it back atomically. A sidecar that does not parse is left alone and
+/// reported, so nothing is lost.
+fn edit_sidecar(
+    sidecar: &Path,
+    writer: &str,
+    change: impl FnOnce(&mut Mapping),
 ) -> Result<(), ConfigError> {
     let mut root = if sidecar.exists() {
         let text = std::fs::read_to_string(sidecar).map_err(|source| ConfigError::Read {
@@ -326,20 +403,18 @@ pub fn write_sidecar_endpoint(
             message: "the top level must be a mapping".into(),
         });
     };
-    let endpoints = map
-        .entry(Value::String("endpoints".into()))
-        .or_insert_with(|| Value::Mapping(Mapping::new()));
-    if !endpoints.is_mapping() {
-        *endpoints = Value::Mapping(Mapping::new());
-    }
-    if let Value::Mapping(eps) = endpoints {
-        eps.insert(Value::String(name.into()), Value::Mapping(entry));
-    }
+    change(map);
     let body = serde_yaml_ng::to_string(&root).map_err(|e| ConfigError::Shape {
         path: sidecar.to_path_buf(),
         message: format!("cannot serialise: {e}"),
     })?;
-    let header = "# Written by localagents (register_endpoint). Merged over the file beside it.\n";
+    let header = format!("# Written by localagents ({writer}). Merged over the file beside it.\n");
+    if let Some(dir) = sidecar.parent() {
+        crate::paths::private_dir_all(dir).map_err(|source| ConfigError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
     crate::paths::write_atomic(sidecar, format!("{header}{body}").as_bytes()).map_err(|source| {
         ConfigError::Read {
             path: sidecar.to_path_buf(),

@@ -5,7 +5,7 @@
 //! merged result with defaults filled in, in config order (which is
 //! priority order).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -24,6 +24,9 @@ pub(super) struct FileShape {
     #[schemars(with = "Option<std::collections::BTreeMap<String, Option<ModelShape>>>")]
     pub models: Option<IndexMap<String, Option<ModelShape>>>,
     pub defaults: Option<DefaultsShape>,
+    /// Projects whose own models.yaml is read in full (`localagents trust`).
+    /// Honoured only from user scope.
+    pub trusted_projects: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -67,6 +70,9 @@ pub(super) struct DefaultsShape {
     pub stream_idle_timeout_s: Option<u64>,
     pub mcp_config: Option<String>,
     pub first_byte_timeout_s: Option<u64>,
+    pub allow_bypass_permissions: Option<bool>,
+    pub allowed_roots: Option<Vec<String>>,
+    pub sandbox: Option<bool>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -229,6 +235,13 @@ pub struct Defaults {
     /// Longest wait for a streamed answer's first byte; `None`: from the
     /// window (see `shim::first_byte_timeout`).
     pub first_byte_timeout_s: Option<u64>,
+    /// May a `run_agent` call ask for `bypassPermissions`? Off by default.
+    pub allow_bypass_permissions: bool,
+    /// Directories (besides the calling session's project) that `run_agent`
+    /// may run in.
+    pub allowed_roots: Vec<PathBuf>,
+    /// Run delegates inside Claude Code's own sandbox.
+    pub sandbox: bool,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -252,6 +265,9 @@ impl Default for Defaults {
             stream_idle_timeout_s: 300,
             mcp_config: None,
             first_byte_timeout_s: None,
+            allow_bypass_permissions: false,
+            allowed_roots: Vec::new(),
+            sandbox: false,
         }
     }
 }
@@ -262,6 +278,8 @@ pub struct Config {
     pub endpoints: Vec<Endpoint>,
     pub models: Vec<ModelEntry>,
     pub defaults: Defaults,
+    /// Projects whose models.yaml is read in full.
+    pub trusted_projects: Vec<PathBuf>,
 }
 
 impl Config {
@@ -280,6 +298,7 @@ impl Config {
             }],
             models: Vec::new(),
             defaults: Defaults::default(),
+            trusted_projects: Vec::new(),
         }
     }
 
@@ -337,6 +356,12 @@ impl Config {
             "defaults".into(),
             serde_yaml_ng::to_value(&self.defaults).unwrap_or(Value::Null),
         );
+        if !self.trusted_projects.is_empty() {
+            root.insert(
+                "trusted_projects".into(),
+                serde_yaml_ng::to_value(&self.trusted_projects).unwrap_or(Value::Null),
+            );
+        }
         Value::Mapping(root)
     }
 }
@@ -406,6 +431,28 @@ pub(super) fn strip_unknown(path: &Path, value: &mut Value, key: &[String]) -> O
         "{}: unknown key `{shown}` ({hint}); it is ignored",
         path.display()
     ))
+}
+
+/// An absolute path, or one under `~/` (expanded with HOME).
+pub fn home_path(s: &str) -> Option<PathBuf> {
+    let p = match s.strip_prefix("~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(rest),
+        None if s == "~" => PathBuf::from(std::env::var_os("HOME")?),
+        None => PathBuf::from(s),
+    };
+    p.is_absolute().then_some(p)
+}
+
+/// The `trusted_projects` of a (user-scope) merged value, before it is
+/// built: the loader needs them to decide how to read the project's files.
+pub(super) fn trusted_projects(merged: &Value) -> Vec<PathBuf> {
+    merged
+        .get("trusted_projects")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| home_path(v.as_str()?))
+        .collect()
 }
 
 /// A string that says something (empty ones count as unset).
@@ -615,7 +662,27 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         if let Some(v) = d.first_byte_timeout_s {
             defaults.first_byte_timeout_s = Some(v.clamp(1, 24 * 3600));
         }
+        if let Some(v) = d.allow_bypass_permissions {
+            defaults.allow_bypass_permissions = v;
+        }
+        for r in d.allowed_roots.iter().flatten() {
+            match home_path(r) {
+                Some(p) => defaults.allowed_roots.push(p),
+                None => warnings.push(format!(
+                    "defaults.allowed_roots: `{r}` is not an absolute path (or one under ~/); it is ignored"
+                )),
+            }
+        }
+        if let Some(v) = d.sandbox {
+            defaults.sandbox = v;
+        }
     }
+    let trusted_projects = shape
+        .trusted_projects
+        .iter()
+        .flatten()
+        .filter_map(|p| home_path(p))
+        .collect();
     if shape.endpoints.is_none() {
         // Only models or defaults were written: keep the zero-config endpoint.
         endpoints = Config::builtin().endpoints;
@@ -630,6 +697,7 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
             endpoints,
             models,
             defaults,
+            trusted_projects,
         },
         warnings,
     )
@@ -641,7 +709,10 @@ mod key_tests {
 
     #[test]
     fn keys_come_from_the_shapes() {
-        assert_eq!(top_keys(), ["endpoints", "models", "defaults"]);
+        assert_eq!(
+            top_keys(),
+            ["endpoints", "models", "defaults", "trusted_projects"]
+        );
         assert!(default_keys().iter().any(|k| k == "mcp_config"));
         assert!(endpoint_keys().iter().any(|k| k == "api_key_env"));
         let valid = model_keys();

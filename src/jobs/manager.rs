@@ -73,6 +73,8 @@ pub struct RunArgs {
     pub system_prompt_append: Option<String>,
     pub resume_job: Option<String>,
     pub timeout_s: Option<u64>,
+    /// Who asks: a session's tool call may only narrow the user's config.
+    pub caller: super::limits::Caller,
 }
 
 /// Live progress of a running job (for the CLI spinner).
@@ -200,6 +202,17 @@ impl Manager {
                 StartError::Invalid(format!("cannot read the current directory ({e}): pass cwd"))
             })?,
         };
+        if let Some(mode) = &args.permission_mode {
+            super::limits::permission_mode(mode, &args.caller, d).map_err(StartError::Invalid)?;
+        }
+        if let super::limits::Caller::Session { project } = &args.caller {
+            if prior.is_none() {
+                super::limits::cwd(&origin_cwd, project, d).map_err(StartError::Invalid)?;
+            }
+            if let Some(tools) = &args.allowed_tools {
+                super::limits::allowed_tools(tools, d).map_err(StartError::Invalid)?;
+            }
+        }
         let claude = runner::find_claude(&loaded_defaults).map_err(StartError::Invalid)?;
         let mcp_config = d
             .mcp_config

@@ -6,6 +6,7 @@
 //! rename). A record that says `running` whose owning process is gone is
 //! reported as `lost`, with the reason.
 
+pub mod limits;
 pub mod manager;
 pub mod metrics;
 pub mod run;

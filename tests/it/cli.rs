@@ -78,13 +78,16 @@ fn config_path_lists_user_then_project_with_sidecars() {
         "{text}"
     );
     assert!(
-        lines[2].starts_with("read") && lines[2].ends_with("proj/models.yaml"),
+        lines[2].starts_with("read")
+            && lines[2].contains("proj/models.yaml")
+            && lines[2].ends_with("(project: menu entries only until `localagents trust`)"),
         "{text}"
     );
-    assert!(lines[3].ends_with("proj/models.local.yaml"), "{text}");
+    assert!(lines[3].contains("proj/models.local.yaml"), "{text}");
+    // The program writes only user scope, never into a project.
     assert!(
-        lines[4].contains("register_endpoint writes")
-            && lines[4].ends_with("proj/models.local.yaml"),
+        lines[4].contains("register_endpoint and trust write")
+            && lines[4].ends_with(".config/localagents/models.local.yaml"),
         "{text}"
     );
 }

@@ -39,7 +39,30 @@ fn merge_order_user_sidecar_project_sidecar() {
         &proj.join("models.local.yaml"),
         "defaults:\n  max_turns: 30\n",
     );
+    // Untrusted, the project may not add or change endpoints or defaults.
     let loaded = config::load(&discovery(&user, &proj)).unwrap();
+    let names: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(loaded.config.defaults.max_turns, 10);
+    let w = loaded.warnings.join("\n");
+    assert!(
+        w.contains(&format!(
+            "ignored from {}: endpoints.b, endpoints.c, defaults.max_turns; project files may not set them. Run `localagents trust`",
+            proj.join("models.yaml").display()
+        )),
+        "{w}"
+    );
+    assert!(w.contains("models.local.yaml: defaults.max_turns"), "{w}");
+
+    // Trusted (`localagents trust` records it in the user sidecar), it merges in full.
+    config::set_trusted(&user.join("models.local.yaml"), &proj, true).unwrap();
+    let loaded = config::load(&discovery(&user, &proj)).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     let names: Vec<_> = loaded
         .config
         .endpoints
@@ -134,7 +157,7 @@ fn yaml_syntax_error_names_file_line_and_column() {
         &proj.join("models.yaml"),
         "endpoints:\n  a:\n    base_url: http://x:1\n   bad: [unclosed\n",
     );
-    let err = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap_err();
+    let err = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap_err();
     match &err {
         ConfigError::Parse {
             path, line, column, ..
@@ -154,7 +177,7 @@ fn wrong_type_names_line_and_column() {
     let tmp = tempfile::tempdir().unwrap();
     let proj = tmp.path().join("p");
     write(&proj.join("models.yaml"), "defaults:\n  max_turns: many\n");
-    let err = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap_err();
+    let err = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("models.yaml:2:"), "{text}");
     assert!(text.contains("max_turns"), "{text}");
@@ -168,7 +191,7 @@ fn unknown_key_warns_with_nearest_and_is_ignored() {
         &proj.join("models.yaml"),
         "enpoints:\n  a:\n    base_url: http://x:1\nendpoints:\n  b:\n    base_url: http://10.1.1.1:8080\n    bse_url: nope\nmodels:\n  m:\n    note: hi\n",
     );
-    let loaded = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap();
+    let loaded = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap();
     let w = loaded.warnings.join("\n");
     assert!(w.contains("`enpoints` (did you mean `endpoints`?)"), "{w}");
     assert!(
@@ -193,7 +216,7 @@ fn broken_entry_is_dropped_with_a_warning_others_survive() {
         &proj.join("models.yaml"),
         "endpoints:\n  bad:\n    base_url: ftp://x\n  nourl:\n    host: h\n  good:\n    base_url: http://127.0.0.1:8080/\n    backend: llama-cpp\n",
     );
-    let loaded = config::load(&discovery(&tmp.path().join("u"), &proj)).unwrap();
+    let loaded = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap();
     let names: Vec<_> = loaded
         .config
         .endpoints
@@ -216,7 +239,7 @@ fn edits_are_seen_on_the_next_load() {
         &file,
         "endpoints:\n  a:\n    base_url: http://127.0.0.1:1\n",
     );
-    let d = discovery(&tmp.path().join("u"), &proj);
+    let d = discovery(&proj, &tmp.path().join("u"));
     assert_eq!(
         config::load(&d).unwrap().config.endpoints[0].base_url,
         "http://127.0.0.1:1"

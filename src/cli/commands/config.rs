@@ -5,6 +5,7 @@ use std::io::Write;
 use crate::api::Context;
 use crate::cli::render::{DIM, YELLOW};
 use crate::cli::{ExitStatus, fail};
+use crate::config::trust::Scope;
 use crate::config::{self, Discovery};
 
 pub fn check(ctx: &Context) -> anyhow::Result<ExitStatus> {
@@ -38,14 +39,29 @@ pub fn check(ctx: &Context) -> anyhow::Result<ExitStatus> {
 pub fn path(ctx: &Context) -> anyhow::Result<ExitStatus> {
     let discovery: Discovery = ctx.discovery();
     let mut out = anstream::stdout().lock();
-    for path in discovery.candidates() {
+    let trusted = config::load(&discovery)
+        .map(|l| l.config.trusted_projects.clone())
+        .unwrap_or_default();
+    for (path, scope) in discovery.scoped_candidates() {
         let state = if path.is_file() { "read" } else { "absent" };
-        writeln!(out, "{state:<6}  {}", path.display())?;
+        let label = match scope {
+            Scope::User => "",
+            Scope::Project
+                if discovery
+                    .project_dir
+                    .as_deref()
+                    .is_some_and(|d| config::trust::is_trusted(d, &trusted)) =>
+            {
+                "  (project: trusted, read in full)"
+            }
+            Scope::Project => "  (project: menu entries only until `localagents trust`)",
+        };
+        writeln!(out, "{state:<6}  {}{label}", path.display())?;
     }
     if let Some(side) = discovery.active_sidecar() {
         writeln!(
             out,
-            "{DIM}register_endpoint writes {}{DIM:#}",
+            "{DIM}register_endpoint and trust write {}{DIM:#}",
             side.display()
         )?;
     }

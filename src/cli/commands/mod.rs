@@ -9,3 +9,4 @@ pub mod run;
 pub mod setup;
 pub mod shim;
 pub mod status;
+pub mod trust;

@@ -1,0 +1,156 @@
+//! What a `run_agent` call may ask for. The caller is a model in a Claude
+//! Code session, steered by whatever it has read, and the delegate it
+//! starts is a headless session nobody watches. So a tool call may narrow
+//! what the user's own config allows, never widen it:
+//!
+//! - `permission_mode` is one of Claude Code's modes; `bypassPermissions`
+//!   only when the user's config says `defaults.allow_bypass_permissions`.
+//! - `cwd` lies inside the calling session's project, or under a directory
+//!   the user listed in `defaults.allowed_roots`.
+//! - `allowed_tools` is a subset of `defaults.allowed_tools` (a rule such as
+//!   `Bash(cargo test:*)` narrows a configured `Bash`).
+//!
+//! The user's own command line (`localagents run`) is not limited: the
+//! user is the one who decides there. Project files cannot set any of
+//! these keys ([`crate::config::trust`]).
+
+use std::path::{Path, PathBuf};
+
+use crate::config::Defaults;
+use crate::runner::rule_tool;
+
+/// Claude Code's permission modes that a tool call may always ask for.
+pub const SAFE_MODES: &[&str] = &["default", "acceptEdits", "plan", "dontAsk"];
+
+/// Who asks for a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Caller {
+    /// The user at the command line: their own flags.
+    #[default]
+    User,
+    /// A Claude Code session over MCP, working in `project`.
+    Session { project: PathBuf },
+}
+
+/// Check a permission mode for any caller; `Err` is the sentence to return.
+pub fn permission_mode(mode: &str, caller: &Caller, d: &Defaults) -> Result<(), String> {
+    if mode == "bypassPermissions" {
+        if matches!(caller, Caller::Session { .. }) && !d.allow_bypass_permissions {
+            return Err("permission_mode bypassPermissions is not allowed for a delegated job: the user can allow it with `defaults.allow_bypass_permissions: true` in ~/.config/localagents/models.yaml".into());
+        }
+        return Ok(());
+    }
+    if SAFE_MODES.contains(&mode) {
+        return Ok(());
+    }
+    Err(format!(
+        "permission_mode `{mode}` is not one of {}",
+        SAFE_MODES.join(", ")
+    ))
+}
+
+/// Check the directory a session's job would run in.
+pub fn cwd(cwd: &Path, project: &Path, d: &Defaults) -> Result<(), String> {
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let c = canon(cwd);
+    let inside = std::iter::once(project)
+        .chain(d.allowed_roots.iter().map(PathBuf::as_path))
+        .any(|root| c.starts_with(canon(root)));
+    if inside {
+        return Ok(());
+    }
+    Err(format!(
+        "cwd {} is outside this session's project ({}): a delegated job runs only there, or under a directory the user lists in `defaults.allowed_roots` (~/.config/localagents/models.yaml)",
+        c.display(),
+        project.display()
+    ))
+}
+
+/// Check that requested tools only narrow the configured ones.
+pub fn allowed_tools(requested: &[String], d: &Defaults) -> Result<(), String> {
+    let wider: Vec<&str> = requested
+        .iter()
+        .filter(|r| {
+            !d.allowed_tools
+                .iter()
+                .any(|a| a == *r || (a.as_str() == rule_tool(a) && a == rule_tool(r)))
+        })
+        .map(String::as_str)
+        .collect();
+    if wider.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "allowed_tools may only narrow what the user allows: {} {} not in defaults.allowed_tools ({}); the user can add {} there (~/.config/localagents/models.yaml)",
+        wider.join(", "),
+        if wider.len() == 1 { "is" } else { "are" },
+        d.allowed_tools.join(", "),
+        if wider.len() == 1 { "it" } else { "them" },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Caller {
+        Caller::Session {
+            project: PathBuf::from("/p"),
+        }
+    }
+
+    #[test]
+    fn bypass_needs_the_users_word() {
+        let mut d = Defaults::default();
+        let e = permission_mode("bypassPermissions", &session(), &d).unwrap_err();
+        assert!(e.contains("defaults.allow_bypass_permissions: true"), "{e}");
+        assert!(permission_mode("bypassPermissions", &Caller::User, &d).is_ok());
+        d.allow_bypass_permissions = true;
+        assert!(permission_mode("bypassPermissions", &session(), &d).is_ok());
+        for m in SAFE_MODES {
+            assert!(permission_mode(m, &session(), &d).is_ok());
+        }
+        let e = permission_mode("yolo", &Caller::User, &d).unwrap_err();
+        assert!(
+            e.contains("not one of default, acceptEdits, plan, dontAsk"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tools_may_only_narrow() {
+        let d = Defaults::default();
+        let ok: Vec<String> = ["Read", "Bash(cargo test:*)"].map(String::from).to_vec();
+        assert!(allowed_tools(&ok, &d).is_ok());
+        let wide: Vec<String> = ["Read", "NotebookEdit", "mcp__x__y"]
+            .map(String::from)
+            .to_vec();
+        let e = allowed_tools(&wide, &d).unwrap_err();
+        assert!(e.starts_with("allowed_tools may only narrow what the user allows: NotebookEdit, mcp__x__y are not in defaults.allowed_tools (Read, Edit"), "{e}");
+        // A configured rule does not allow the bare tool.
+        let d = Defaults {
+            allowed_tools: vec!["Bash(git:*)".into()],
+            ..Defaults::default()
+        };
+        assert!(allowed_tools(&["Bash".into()], &d).is_err());
+        assert!(allowed_tools(&["Bash(git:*)".into()], &d).is_ok());
+    }
+
+    #[test]
+    fn cwd_stays_in_the_project_or_allowed_roots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("p");
+        let other = tmp.path().join("o");
+        std::fs::create_dir_all(project.join("sub")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let mut d = Defaults::default();
+        assert!(cwd(&project.join("sub"), &project, &d).is_ok());
+        let e = cwd(&other, &project, &d).unwrap_err();
+        assert!(e.contains("defaults.allowed_roots"), "{e}");
+        assert!(cwd(Path::new("/"), &project, &d).is_err());
+        // `..` does not get out: paths compare canonicalised.
+        assert!(cwd(&project.join("sub/../../o"), &project, &d).is_err());
+        d.allowed_roots = vec![other.clone()];
+        assert!(cwd(&other, &project, &d).is_ok());
+    }
+}
