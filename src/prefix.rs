@@ -204,6 +204,7 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
         system_prompt_append: &d.system_prompt_append,
         resume_session: None,
         mcp_config: mcp.as_deref(),
+        sandbox: d.sandbox,
     };
     let mut l = runner::launch(
         claude.to_path_buf(),

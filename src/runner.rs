@@ -171,6 +171,8 @@ pub struct RunSettings<'a> {
     pub resume_session: Option<&'a str>,
     /// `defaults.mcp_config`: the only MCP servers a delegate gets.
     pub mcp_config: Option<&'a Path>,
+    /// `defaults.sandbox`: Bash runs in Claude Code's sandbox.
+    pub sandbox: bool,
 }
 
 /// The tool name of an allow or deny rule: `Bash(cargo test:*)` is `Bash`.
@@ -239,6 +241,16 @@ pub fn launch(
     args.extend(["--max-turns".into(), s.max_turns.to_string()]);
     if !s.setting_sources.is_empty() {
         args.extend(["--setting-sources".into(), s.setting_sources.join(",")]);
+    }
+    if s.sandbox {
+        // Claude Code's own sandbox for Bash (bubblewrap + socat on Linux,
+        // Seatbelt on macOS): writes only in the cwd (and temp), no network
+        // but allowed domains (none). Refuse to start without it rather than
+        // run unsandboxed, and never fall back per command.
+        args.extend([
+            "--settings".into(),
+            r#"{"sandbox":{"enabled":true,"failIfUnavailable":true,"allowUnsandboxedCommands":false}}"#.into(),
+        ]);
     }
     if !s.system_prompt_append.is_empty() {
         args.extend([
@@ -445,7 +457,18 @@ pub fn parse_event(line: &str) -> EventInfo {
         }
         Some("result") => {
             let success = v["subtype"] == "success" && v["is_error"] != true;
-            let text = v["result"].as_str().map(str::to_string);
+            // A start-up failure (a sandbox that cannot start, …) has no
+            // `result` text, only `errors`.
+            let errors: Vec<&str> = v["errors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let text = v["result"]
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| (!errors.is_empty()).then(|| errors.join("; ")));
             info.transcript.push(format!(
                 "[result] {}",
                 text.as_deref()
@@ -520,6 +543,7 @@ mod tests {
             system_prompt_append: "be a delegate",
             resume_session: Some("sess"),
             mcp_config: None,
+            sandbox: false,
         };
         let l = launch(
             "claude".into(),
@@ -535,6 +559,7 @@ mod tests {
         assert!(a.contains("--strict-mcp-config"), "{a}");
         assert!(!a.contains("--mcp-config"), "{a}");
         assert!(a.contains("--resume sess"));
+        assert!(!a.contains("--settings"), "{a}");
         assert_eq!(l.args.last().unwrap(), "do it");
         assert!(
             l.env.contains(&("API_TIMEOUT_MS".into(), "5".into())),
@@ -666,6 +691,7 @@ mod tests {
             system_prompt_append: "",
             resume_session: None,
             mcp_config: Some(Path::new("/etc/mcp.json")),
+            sandbox: true,
         };
         let l = launch("claude".into(), Path::new("/tmp"), "u", &ep, &s, "t");
         let pos = |f: &str| l.args.iter().position(|a| a == f).unwrap();
@@ -678,5 +704,9 @@ mod tests {
             "Read,Edit,Write,Glob,Grep,Bash,WebFetch"
         );
         assert_eq!(l.args[pos("--mcp-config") + 1], "/etc/mcp.json");
+        let settings: Value = serde_json::from_str(&l.args[pos("--settings") + 1]).unwrap();
+        assert_eq!(settings["sandbox"]["enabled"], true);
+        assert_eq!(settings["sandbox"]["failIfUnavailable"], true);
+        assert_eq!(settings["sandbox"]["allowUnsandboxedCommands"], false);
     }
 }

@@ -191,6 +191,7 @@ impl Manager {
                 None
             },
             mcp_config: job.mcp_config.as_deref(),
+            sandbox: job.sandbox,
         };
         let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
         let task =

@@ -617,3 +617,67 @@ async fn a_hostile_repository_runs_nothing_and_gets_no_secret_until_trusted() {
         h.markers()
     );
 }
+
+/// `defaults.sandbox: true`: Bash runs in Claude Code's own sandbox. Where
+/// bubblewrap and socat are installed, a write outside the job's tree is
+/// refused and one inside works; where they are not, the job fails at start
+/// with Claude Code's sentence naming them (it never runs unsandboxed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        strict_template: true,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, work, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("work"),
+        tmp.path().join("state"),
+    );
+    for d in [&home, &work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let outside = home.join("outside.txt");
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": format!("echo in > inside.txt; echo out > {}", outside.display()), "description": "write two files"}),
+        )],
+        "done",
+    ));
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  sandbox: true\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let rec = run_with_env(&cfg, &state, &home, &work, &[], "Write two files.").await;
+    let tools = ["bwrap", "socat"].map(|t| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .any(|d| d.join(t).is_file())
+    });
+    if tools == [true, true] {
+        assert_eq!(rec["status"], "succeeded", "{rec}");
+        assert!(
+            work.join("inside.txt").is_file(),
+            "a write in the tree works"
+        );
+        assert!(
+            !outside.exists(),
+            "the sandbox let a write outside the tree through"
+        );
+    } else {
+        assert_eq!(rec["status"], "failed", "{rec}");
+        let e = rec["error"].as_str().unwrap();
+        assert!(
+            e.contains("Sandbox required but unavailable") && e.contains("bubblewrap"),
+            "{e}"
+        );
+        assert!(!work.join("inside.txt").exists() && !outside.exists());
+    }
+}
