@@ -43,6 +43,8 @@ struct Brief {
     #[serde(default)]
     files_changed: Vec<String>,
     worktree: Option<BriefWorktree>,
+    #[serde(default)]
+    acceptance: Option<crate::jobs::accept::Acceptance>,
 }
 
 #[derive(Deserialize)]
@@ -73,8 +75,13 @@ fn line(b: &Brief) -> String {
     } else {
         "job_status"
     };
+    let acceptance = b
+        .acceptance
+        .as_ref()
+        .map(|a| format!(", {}", a.line()))
+        .unwrap_or_default();
     format!(
-        "localagents job {} ({}) finished: {} in {}, {files}; review with {review}.",
+        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}; review with {review}.",
         b.id,
         b.served_id,
         b.status.as_str(),

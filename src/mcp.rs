@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::model::{
+    Implementation, ProgressNotificationParam, RequestMetaObject, ServerCapabilities, ServerConfig,
+};
+use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -91,6 +93,12 @@ pub struct RunAgentParams {
     /// Whole-job timeout in seconds (default 1800).
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// A shell command that must pass for the job to succeed, e.g. `cargo test -p foo`. We run it in the job's tree after the delegate finishes; on failure the same session gets the output and another try.
+    #[serde(default)]
+    pub acceptance: Option<String>,
+    /// Fix rounds after a failed acceptance (default 2, at most 10).
+    #[serde(default)]
+    pub fix_rounds: Option<u32>,
 }
 
 /// A job id.
@@ -181,6 +189,50 @@ pub struct Server {
     tool_router: ToolRouter<Self>,
 }
 
+/// How often a waiting call reports progress at most.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Server {
+    /// Run `wait` (a wait for job `id`); while it runs, and when the call
+    /// carries a progress token, send `notifications/progress` with the
+    /// job's turn, tool calls, tokens and last activity: once at once, then
+    /// on change, at most every [`PROGRESS_EVERY`].
+    async fn with_progress<T>(
+        &self,
+        id: &str,
+        meta: &RequestMetaObject,
+        peer: &Peer<RoleServer>,
+        wait: impl std::future::Future<Output = T>,
+    ) -> T {
+        let (Some(token), Some(mut rx)) = (meta.get_progress_token(), self.manager.progress(id))
+        else {
+            return wait.await;
+        };
+        let peer = peer.clone();
+        let report = async move {
+            let mut n = 0.0;
+            loop {
+                let line = rx.borrow_and_update().line();
+                n += 1.0;
+                let note = ProgressNotificationParam::new(token.clone(), n).with_message(line);
+                if peer.notify_progress(note).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                if rx.changed().await.is_err() {
+                    break; // The job ended.
+                }
+            }
+        };
+        tokio::pin!(wait);
+        tokio::select! {
+            r = &mut wait => r,
+            // Nothing more to report (or nobody listens): just wait.
+            () = report => wait.await,
+        }
+    }
+}
+
 impl RunAgentParams {
     /// The job a session asks for; `project` is the session's project.
     fn into_args(self, project: std::path::PathBuf) -> Result<RunArgs, api::Error> {
@@ -199,6 +251,8 @@ impl RunAgentParams {
             system_prompt_append: p.system_prompt_append,
             resume_job: p.resume_job,
             timeout_s: p.timeout_s,
+            acceptance: p.acceptance,
+            fix_rounds: p.fix_rounds,
         })
     }
 }
@@ -229,17 +283,36 @@ impl Server {
 
     /// Hand a task to a local model: starts a full headless Claude Code session on the user's own server and returns the job summary at once (or after wait_s). If the model is not running, the answer says whom to ask for what: ask the user, do not retry.
     #[tool(name = "run_agent")]
-    async fn run_agent(&self, Parameters(p): Parameters<RunAgentParams>) -> ToolResult<JobReply> {
+    async fn run_agent(
+        &self,
+        Parameters(p): Parameters<RunAgentParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+    ) -> ToolResult<JobReply> {
         let wait_s = p.wait_s.unwrap_or(0);
         let args = p.into_args(self.project.clone())?;
-        api::run_agent(&self.manager, args, wait_s).await.map(Reply)
+        let started = api::run_agent(&self.manager, args, 0).await?;
+        if wait_s == 0 || !started.still_running {
+            return Ok(Reply(started));
+        }
+        let id = started.job.id.clone();
+        let wait = api::wait_job(&self.manager, &id, wait_s);
+        self.with_progress(&id, &meta, &peer, wait).await.map(Reply)
     }
 
     /// Wait for a job to end, up to timeout_s (max 110). Returns the summary with still_running.
     #[tool(name = "wait_job")]
-    async fn wait_job(&self, Parameters(p): Parameters<WaitJobParams>) -> ToolResult<JobReply> {
+    async fn wait_job(
+        &self,
+        Parameters(p): Parameters<WaitJobParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+    ) -> ToolResult<JobReply> {
         let t = p.timeout_s.unwrap_or(api::MAX_WAIT.as_secs());
-        api::wait_job(&self.manager, &p.job_id, t).await.map(Reply)
+        let wait = api::wait_job(&self.manager, &p.job_id, t);
+        self.with_progress(&p.job_id, &meta, &peer, wait)
+            .await
+            .map(Reply)
     }
 
     /// The summary of a job: status, result, files changed, worktree, metrics.

@@ -21,7 +21,6 @@
 
 use std::path::{Path, PathBuf};
 
-use process_wrap::tokio::ChildWrapper;
 use serde_json::Value;
 
 use crate::config::{Config, Endpoint};
@@ -315,7 +314,7 @@ pub fn launch(
 /// Spawn a delegate under a job guard ([`crate::process::guard`]) that
 /// leads a new process group; stdout and stderr piped, the guard's stdin
 /// is the lifeline (keep the child while the job runs).
-pub fn spawn(l: &Launch) -> std::io::Result<Box<dyn ChildWrapper>> {
+pub fn spawn(l: &Launch) -> std::io::Result<crate::process::Guarded> {
     crate::process::spawn_guarded(&l.claude, &l.args, |cmd| {
         cmd.current_dir(&l.cwd)
             .stdout(std::process::Stdio::piped())

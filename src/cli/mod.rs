@@ -126,6 +126,12 @@ pub struct RunCmd {
     /// Whole-job timeout in seconds.
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// A shell command that must pass for the job to succeed; run in the job's tree when the delegate is done.
+    #[arg(long, value_name = "CMD")]
+    pub accept: Option<String>,
+    /// Fix rounds after a failed --accept (default: defaults.fix_rounds, 2).
+    #[arg(long, value_name = "N")]
+    pub fix_rounds: Option<u32>,
     /// Print the job record as JSON.
     #[arg(long)]
     pub json: bool,

@@ -73,6 +73,8 @@ pub(super) struct DefaultsShape {
     pub allow_bypass_permissions: Option<bool>,
     pub allowed_roots: Option<Vec<String>>,
     pub sandbox: Option<bool>,
+    pub fix_rounds: Option<u32>,
+    pub acceptance_timeout_s: Option<u64>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -242,6 +244,10 @@ pub struct Defaults {
     pub allowed_roots: Vec<PathBuf>,
     /// Run delegates inside Claude Code's own sandbox.
     pub sandbox: bool,
+    /// Fix rounds after a failed acceptance command.
+    pub fix_rounds: u32,
+    /// Longest run of one acceptance command.
+    pub acceptance_timeout_s: u64,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -268,6 +274,8 @@ impl Default for Defaults {
             allow_bypass_permissions: false,
             allowed_roots: Vec::new(),
             sandbox: false,
+            fix_rounds: 2,
+            acceptance_timeout_s: 600,
         }
     }
 }
@@ -675,6 +683,16 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         }
         if let Some(v) = d.sandbox {
             defaults.sandbox = v;
+        }
+        if let Some(v) = d.fix_rounds {
+            if v <= 10 {
+                defaults.fix_rounds = v;
+            } else {
+                warnings.push(format!("defaults.fix_rounds = {v} is over 10; using 2"));
+            }
+        }
+        if let Some(v) = d.acceptance_timeout_s {
+            defaults.acceptance_timeout_s = v.clamp(1, 7 * 24 * 3600);
         }
     }
     let trusted_projects = shape

@@ -89,6 +89,23 @@ pub fn allowed_tools(requested: &[String], d: &Defaults) -> Result<(), String> {
     ))
 }
 
+/// May a session's job carry an acceptance command? It runs `sh -c` in the
+/// job's tree, which is what the delegate's Bash tool does: so only when the
+/// user lets delegates use Bash, and not when their Bash is sandboxed (the
+/// command would run outside Claude Code's sandbox).
+pub fn acceptance(d: &Defaults) -> Result<(), String> {
+    if d.sandbox {
+        return Err("acceptance runs a command outside Claude Code's sandbox, and defaults.sandbox is on: put the command in the brief for the delegate to run instead".into());
+    }
+    if !d.allowed_tools.iter().any(|t| t == "Bash") {
+        return Err(format!(
+            "acceptance runs a shell command, and defaults.allowed_tools ({}) does not let delegates use Bash: the user can add Bash there (~/.config/localagents/models.yaml)",
+            d.allowed_tools.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +132,17 @@ mod tests {
             e.contains("not one of default, acceptEdits, plan, dontAsk"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn acceptance_needs_unsandboxed_bash() {
+        let mut d = Defaults::default();
+        assert!(acceptance(&d).is_ok());
+        d.sandbox = true;
+        assert!(acceptance(&d).unwrap_err().contains("defaults.sandbox"));
+        d.sandbox = false;
+        d.allowed_tools = vec!["Read".into(), "Bash(git:*)".into()];
+        assert!(acceptance(&d).unwrap_err().contains("add Bash there"));
     }
 
     #[test]

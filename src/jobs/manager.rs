@@ -75,6 +75,10 @@ pub struct RunArgs {
     pub timeout_s: Option<u64>,
     /// Who asks: a session's tool call may only narrow the user's config.
     pub caller: super::limits::Caller,
+    /// A shell command that must pass for the job to succeed (run by us).
+    pub acceptance: Option<String>,
+    /// Fix rounds after a failed acceptance (default `defaults.fix_rounds`).
+    pub fix_rounds: Option<u32>,
 }
 
 /// Live progress of a running job (for the CLI spinner).
@@ -83,6 +87,28 @@ pub struct Progress {
     pub turns: u64,
     pub tool_calls: u64,
     pub last_activity: String,
+    /// Tokens so far (prompt, cached and output, summed over requests).
+    pub tokens: u64,
+    /// Set while the acceptance command runs.
+    pub acceptance_round: Option<u32>,
+}
+
+impl Progress {
+    /// "turn 3 · 5 tool calls · 12,345 tokens · Edit src/cli.rs".
+    pub fn line(&self) -> String {
+        let mut parts = vec![
+            format!("turn {}", self.turns),
+            format!("{} tool calls", self.tool_calls),
+            format!("{} tokens", self.tokens),
+        ];
+        if !self.last_activity.is_empty() {
+            parts.push(self.last_activity.clone());
+        }
+        if let Some(r) = self.acceptance_round {
+            parts.push(format!("acceptance round {r}"));
+        }
+        parts.join(" · ")
+    }
 }
 
 struct Handle {
@@ -213,6 +239,29 @@ impl Manager {
                 super::limits::allowed_tools(tools, d).map_err(StartError::Invalid)?;
             }
         }
+        let acceptance = args
+            .acceptance
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        if let Some(cmd) = &acceptance {
+            if cmd.len() > 4096 {
+                return Err(StartError::Invalid(
+                    "acceptance is longer than 4096 bytes: put the steps in a script in the tree and name it".into(),
+                ));
+            }
+            if matches!(args.caller, super::limits::Caller::Session { .. }) {
+                super::limits::acceptance(d).map_err(StartError::Invalid)?;
+            }
+        }
+        let fix_rounds = args.fix_rounds.unwrap_or(d.fix_rounds);
+        if fix_rounds > super::accept::MAX_FIX_ROUNDS {
+            return Err(StartError::Invalid(format!(
+                "fix_rounds must be at most {}, not {fix_rounds}",
+                super::accept::MAX_FIX_ROUNDS
+            )));
+        }
         let claude = runner::find_claude(&loaded_defaults).map_err(StartError::Invalid)?;
         let mcp_config = d
             .mcp_config
@@ -291,6 +340,7 @@ impl Manager {
             metrics: None,
             first_turn: None,
             queued_note: target.resolved.queued_note.clone(),
+            acceptance: None,
             permission_mode: args
                 .permission_mode
                 .clone()
@@ -348,6 +398,9 @@ impl Manager {
             claude,
             mcp_config,
             sandbox: d.sandbox,
+            acceptance,
+            fix_rounds,
+            acceptance_timeout: Duration::from_secs(d.acceptance_timeout_s),
             setting_sources: d.setting_sources.clone(),
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
@@ -470,6 +523,9 @@ pub(super) struct Job {
     pub(super) claude: PathBuf,
     pub(super) mcp_config: Option<PathBuf>,
     pub(super) sandbox: bool,
+    pub(super) acceptance: Option<String>,
+    pub(super) fix_rounds: u32,
+    pub(super) acceptance_timeout: Duration,
     pub(super) setting_sources: Vec<String>,
     pub(super) default_append: String,
     pub(super) dump: bool,

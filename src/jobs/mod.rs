@@ -6,6 +6,7 @@
 //! rename). A record that says `running` whose owning process is gone is
 //! reported as `lost`, with the reason.
 
+pub mod accept;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
@@ -188,6 +189,9 @@ pub struct JobRecord {
     pub first_turn: Option<metrics::FirstTurn>,
     /// Set when every slot was busy at start.
     pub queued_note: Option<String>,
+    /// The acceptance command's last run, when the job has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<accept::Acceptance>,
     // What a resume needs to run the same way.
     pub permission_mode: String,
     pub max_turns: u32,
@@ -209,6 +213,12 @@ pub struct JobRecord {
     /// A lost job's delegate was looked for and stopped ([`Store::reap_lost`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reaped: bool,
+}
+
+/// The last `n` characters of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    s.chars().skip(count.saturating_sub(n)).collect()
 }
 
 /// Is the process that owns a running job still there? By identity when it
@@ -276,6 +286,12 @@ pub struct JobSummary {
     pub metrics: Option<metrics::MetricsShort>,
     /// "first turn: 226 new tokens, 4,259 from cache, 0.8 s"
     pub first_turn: Option<String>,
+    /// "acceptance passed (cargo test -p foo, 2 rounds)"
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<String>,
+    /// The last acceptance run's output tail, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance_output: Option<String>,
     pub usage: Usage,
 }
 
@@ -332,6 +348,12 @@ impl JobRecord {
             queued: self.queued_note.clone(),
             metrics: self.metrics.as_ref().map(|m| m.short()),
             first_turn: self.first_turn.map(|f| f.line()),
+            acceptance: self.acceptance.as_ref().map(accept::Acceptance::line),
+            acceptance_output: self
+                .acceptance
+                .as_ref()
+                .filter(|a| !a.passed)
+                .map(|a| tail(&a.output_tail, 800)),
             usage: self.usage,
         }
     }

@@ -12,12 +12,22 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use super::manager::{Job, MAX_TIMEOUT_S, Manager, Progress};
-use super::{JobRecord, Status, metrics};
+use super::{JobRecord, Status, accept, metrics};
 use crate::probe;
 use crate::runner;
 use crate::shim::Route;
 use crate::shim::log::{RequestLog, now_ts};
 use crate::worktree;
+
+/// How one delegate session ended.
+struct SessionEnd {
+    /// A stop we decided (cancel, timeout, a refusal at start).
+    stop: Option<Status>,
+    refused: Option<String>,
+    result: Option<runner::ResultEvent>,
+    exit: Exit,
+    stderr_tail: String,
+}
 
 /// How the delegate process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +182,226 @@ impl Manager {
         }
         let snap_before = worktree::snapshot(&rec.cwd);
 
+        let task =
+            std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(Duration::from_secs(rec.timeout_s))
+            .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
+        let resume = if rec.resumed_from.is_some() {
+            rec.session_id.clone()
+        } else {
+            None
+        };
+        let mut end = self
+            .session(
+                &job,
+                &mut rec,
+                &reg,
+                &task,
+                resume,
+                deadline,
+                &mut cancel,
+                &progress,
+            )
+            .await;
+
+        // Acceptance: run the command ourselves; resume the same session
+        // with a fix brief while rounds remain.
+        if let Some(command) = job.acceptance.clone()
+            && end.stop.is_none()
+            && end.result.is_some()
+        {
+            let env: Vec<(String, String)> = vec![("LOCALAGENTS_JOB".into(), rec.id.clone())];
+            let parent: Vec<(String, String)> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            let (env_remove, proxy) = runner::clean_env(
+                parent.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &env,
+                job.target.endpoint.api_key_env.as_deref(),
+            );
+            let env: Vec<(String, String)> = env.into_iter().chain(proxy).collect();
+            let mut round = 0;
+            loop {
+                round += 1;
+                rec.last_activity = Some(format!("acceptance round {round}: {command}"));
+                let _ = self.store.save(&rec);
+                let _ = progress.send(Progress {
+                    turns: reg.route.log.messages(),
+                    tool_calls: rec.tool_calls,
+                    last_activity: rec.last_activity.clone().unwrap_or_default(),
+                    tokens: reg.route.log.tokens(),
+                    acceptance_round: Some(round),
+                });
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let spec = accept::Spec {
+                    command: &command,
+                    cwd: &rec.cwd,
+                    output: dir.join("acceptance.txt"),
+                    env_remove: &env_remove,
+                    env: &env,
+                    timeout: job.acceptance_timeout.min(left),
+                    cancel_marker: dir.join("cancel_requested"),
+                };
+                let run = match accept::run_once(&spec, round, &mut cancel).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        end.refused = Some(format!(
+                            "cannot run the acceptance command `{command}` ({e})"
+                        ));
+                        end.stop = Some(Status::Failed);
+                        break;
+                    }
+                };
+                let job_deadline_hit = run.stopped == Some(accept::Stop::Timeout)
+                    && tokio::time::Instant::now() >= deadline;
+                rec.acceptance = Some(accept::Acceptance {
+                    command: command.clone(),
+                    passed: run.exit_code == Some(0),
+                    exit_code: run.exit_code,
+                    rounds: round,
+                    output_tail: run.output_tail,
+                    elapsed_s: run.elapsed.as_secs_f64(),
+                    stopped: run.stopped.map(|s| match s {
+                        accept::Stop::Timeout => format!(
+                            "timed out after {:.0} s (defaults.acceptance_timeout_s)",
+                            run.elapsed.as_secs_f64()
+                        ),
+                        accept::Stop::Cancelled => "cancelled".into(),
+                    }),
+                });
+                let _ = self.store.save(&rec);
+                match run.stopped {
+                    Some(accept::Stop::Cancelled) => {
+                        end.stop = Some(Status::Cancelled);
+                        break;
+                    }
+                    Some(accept::Stop::Timeout) if job_deadline_hit => {
+                        end.stop = Some(Status::Timeout);
+                        break;
+                    }
+                    _ => {}
+                }
+                let passed = rec.acceptance.as_ref().is_some_and(|a| a.passed);
+                if passed || round > job.fix_rounds || rec.session_id.is_none() {
+                    break;
+                }
+                let brief = rec
+                    .acceptance
+                    .as_ref()
+                    .map(accept::fix_brief)
+                    .unwrap_or_default();
+                let session = rec.session_id.clone();
+                let fix = self
+                    .session(
+                        &job,
+                        &mut rec,
+                        &reg,
+                        &brief,
+                        session,
+                        deadline,
+                        &mut cancel,
+                        &progress,
+                    )
+                    .await;
+                // Keep the first report if the fix round says nothing.
+                let keep = end.result.take();
+                end = SessionEnd {
+                    result: fix.result.or(keep),
+                    ..fix
+                };
+                if end.stop.is_some() {
+                    break;
+                }
+            }
+        }
+
+        // Outcome.
+        let SessionEnd {
+            stop,
+            mut refused,
+            result,
+            exit: exit_code,
+            stderr_tail,
+        } = end;
+        let (mut status, mut error) = outcome(
+            stop,
+            refused.take(),
+            result.as_ref(),
+            exit_code,
+            &stderr_tail,
+            rec.timeout_s,
+            &dir.join("events.jsonl"),
+        );
+        if stop.is_none()
+            && let Some(a) = &rec.acceptance
+        {
+            // The command, not the delegate's word, decides.
+            if a.passed {
+                status = Status::Succeeded;
+                error = None;
+            } else {
+                status = Status::Failed;
+                error = Some(a.failure());
+            }
+        }
+        if let Some(r) = &result {
+            rec.result = r.text.clone();
+            rec.num_turns = r.num_turns;
+        }
+        if !stderr_tail.trim().is_empty() {
+            let _ = crate::paths::write_private(&dir.join("stderr.txt"), stderr_tail.as_bytes());
+        }
+
+        // What changed.
+        if let (Some(b), Some(a)) = (snap_before, worktree::snapshot(&rec.cwd)) {
+            rec.files_changed = worktree::changed(&b, &a);
+        }
+        if let Some(w) = rec.worktree.as_mut()
+            && let Err(e) = worktree::finish(w, &rec.id)
+        {
+            w.note = Some(format!("could not inspect the worktree: {e}"));
+            w.kept = w.path.exists();
+        }
+
+        // Figures.
+        let mut m = metrics::from_log(&dir);
+        m.slots_at_start = slots_at_start;
+        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
+        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
+            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
+        }
+        rec.usage = m.usage;
+        rec.first_turn = m.first_turn;
+        rec.metrics = Some(m);
+        finish(&mut rec, status, error);
+        rec.last_activity = Some(format!(
+            "{} after {:.0}s",
+            status.as_str(),
+            started.elapsed().as_secs_f64()
+        ));
+        let _ = self.store.save(&rec);
+        self.unmark_active(&rec.endpoint, &rec.id);
+        drop(reg);
+    }
+
+    /// One delegate session: start claude (fresh, or resuming `resume`)
+    /// with `task`, follow its events into the record, stop it on cancel or
+    /// at the deadline. Used for the job's session and for fix rounds.
+    #[allow(clippy::too_many_arguments)]
+    async fn session(
+        &self,
+        job: &Job,
+        rec: &mut JobRecord,
+        reg: &crate::shim::Registration,
+        task: &str,
+        resume: Option<String>,
+        deadline: tokio::time::Instant,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> SessionEnd {
+        let dir = rec.log_dir.clone();
         let append = rec
             .system_prompt_append
             .clone()
@@ -185,41 +415,34 @@ impl Manager {
             max_turns: rec.max_turns,
             setting_sources: &job.setting_sources,
             system_prompt_append: &append,
-            resume_session: if rec.resumed_from.is_some() {
-                rec.session_id.as_deref()
-            } else {
-                None
-            },
+            resume_session: resume.as_deref(),
             mcp_config: job.mcp_config.as_deref(),
             sandbox: job.sandbox,
         };
         let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
-        let task =
-            std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
         let mut launch = runner::launch(
             job.claude.clone(),
             &rec.cwd,
             &reg.base_url,
             &job.target.endpoint,
             &settings,
-            &task,
+            task,
         );
         // Every process of the job inherits it: a tag to find them by.
         launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
         let mut child = match runner::spawn(&launch) {
             Ok(c) => c,
             Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!(
+                return SessionEnd {
+                    stop: Some(Status::Failed),
+                    refused: Some(format!(
                         "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
                         launch.claude.display()
                     )),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
+                    result: None,
+                    exit: Exit::Unknown,
+                    stderr_tail: String::new(),
+                };
             }
         };
         let pgid = child.id().unwrap_or(0);
@@ -228,7 +451,7 @@ impl Manager {
         rec.status = Status::Running;
         rec.started = Some(now_ts());
         rec.last_activity = Some("starting claude".into());
-        let _ = self.store.save(&rec);
+        let _ = self.store.save(rec);
 
         let stdout = child.stdout().take();
         let stderr = child.stderr().take();
@@ -256,10 +479,6 @@ impl Manager {
         let mut events = open("events.jsonl");
         let mut transcript = open("transcript.txt");
         let mut lines = stdout.map(|o| BufReader::new(o).lines());
-        let now = tokio::time::Instant::now();
-        let deadline = now
-            .checked_add(Duration::from_secs(rec.timeout_s))
-            .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut result: Option<runner::ResultEvent> = None;
         let mut stop: Option<Status> = None;
@@ -305,6 +524,8 @@ impl Manager {
                         turns: reg.route.log.messages(),
                         tool_calls: rec.tool_calls,
                         last_activity: rec.last_activity.clone().unwrap_or_default(),
+                        tokens: reg.route.log.tokens(),
+                        acceptance_round: None,
                     });
                 }
                 _ = cancel.changed() => {
@@ -321,7 +542,7 @@ impl Manager {
                         break;
                     }
                     if dirty {
-                        let _ = self.store.save(&rec);
+                        let _ = self.store.save(rec);
                         dirty = false;
                     }
                 }
@@ -342,58 +563,17 @@ impl Manager {
             stop = Some(Status::Cancelled);
         }
 
-        // Outcome.
-        let exit_code = match &exit {
+        let exit = match &exit {
             Ok(Ok(s)) => Exit::Code(s.code()),
             _ => Exit::Unknown,
         };
-        let (status, error) = outcome(
+        SessionEnd {
             stop,
-            refused.take(),
-            result.as_ref(),
-            exit_code,
-            &stderr_tail,
-            rec.timeout_s,
-            &dir.join("events.jsonl"),
-        );
-        if let Some(r) = &result {
-            rec.result = r.text.clone();
-            rec.num_turns = r.num_turns;
+            refused,
+            result,
+            exit,
+            stderr_tail,
         }
-        if !stderr_tail.trim().is_empty() {
-            let _ = crate::paths::write_private(&dir.join("stderr.txt"), stderr_tail.as_bytes());
-        }
-
-        // What changed.
-        if let (Some(b), Some(a)) = (snap_before, worktree::snapshot(&rec.cwd)) {
-            rec.files_changed = worktree::changed(&b, &a);
-        }
-        if let Some(w) = rec.worktree.as_mut()
-            && let Err(e) = worktree::finish(w, &rec.id)
-        {
-            w.note = Some(format!("could not inspect the worktree: {e}"));
-            w.kept = w.path.exists();
-        }
-
-        // Figures.
-        let mut m = metrics::from_log(&dir);
-        m.slots_at_start = slots_at_start;
-        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
-        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
-            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
-        }
-        rec.usage = m.usage;
-        rec.first_turn = m.first_turn;
-        rec.metrics = Some(m);
-        finish(&mut rec, status, error);
-        rec.last_activity = Some(format!(
-            "{} after {:.0}s",
-            status.as_str(),
-            started.elapsed().as_secs_f64()
-        ));
-        let _ = self.store.save(&rec);
-        self.unmark_active(&rec.endpoint, &rec.id);
-        drop(reg);
     }
 }
 

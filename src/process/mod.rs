@@ -24,25 +24,52 @@ use serde::{Deserialize, Serialize};
 /// How long a group gets between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(3);
 
+/// A guard and its delegate: the child, plus the lifeline (the write end of
+/// the guard's stdin) held apart from it. Tokio's `wait` closes a child's
+/// stdin first, which would end the job the moment anyone waits for it; so
+/// the lifeline lives here until this value is dropped.
+pub struct Guarded {
+    child: Box<dyn ChildWrapper>,
+    _lifeline: Option<tokio::process::ChildStdin>,
+}
+
+impl std::ops::Deref for Guarded {
+    type Target = dyn ChildWrapper;
+    fn deref(&self) -> &Self::Target {
+        &*self.child
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.child
+    }
+}
+
 /// Spawn `program args` under a job guard that leads a new process group.
-/// The guard's stdin is the lifeline: keep the returned child (and so its
-/// stdin) for as long as the job runs. `env` is applied to the guard and
-/// so inherited by the program; `configure` sets cwd, env and stdio.
+/// The guard's stdin is the lifeline: keep the returned value for as long
+/// as the job runs. `configure` sets cwd, env (inherited by the program)
+/// and stdout/stderr.
 pub fn spawn_guarded(
     program: &std::path::Path,
     args: &[String],
     configure: impl FnOnce(&mut tokio::process::Command),
-) -> std::io::Result<Box<dyn ChildWrapper>> {
+) -> std::io::Result<Guarded> {
     let exe = std::env::current_exe()?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg(guard::ARG).arg(program).args(args);
     configure(&mut cmd);
-    // No kill_on_drop: dropping the child closes the lifeline, and the
-    // guard then ends the job itself (a SIGKILL would leave its descendants).
+    // No kill_on_drop: dropping the lifeline makes the guard end the job
+    // itself (a SIGKILL of the guard would leave its descendants).
     cmd.stdin(std::process::Stdio::piped());
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader());
-    wrap.spawn()
+    let mut child = wrap.spawn()?;
+    let lifeline = child.stdin().take();
+    Ok(Guarded {
+        child,
+        _lifeline: lifeline,
+    })
 }
 
 /// Run the guard if this process was started as one (`localagents

@@ -54,6 +54,8 @@ pub struct RequestLog {
     files: Mutex<(Option<File>, Option<File>)>,
     /// `/v1/messages` requests recorded so far.
     messages: AtomicU64,
+    /// Tokens (prompt, cached and output) of those requests so far.
+    tokens: AtomicU64,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -68,6 +70,7 @@ impl RequestLog {
             dump,
             files: Mutex::new((None, None)),
             messages: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
         }
     }
 
@@ -110,10 +113,22 @@ impl RequestLog {
         self.messages.load(Ordering::Relaxed)
     }
 
+    /// Tokens of the `/v1/messages` requests so far (prompt, cached, output).
+    pub fn tokens(&self) -> u64 {
+        self.tokens.load(Ordering::Relaxed)
+    }
+
     /// Append one record to `requests.jsonl`.
     pub fn record(&self, rec: &RequestRecord) {
         if rec.path == "/v1/messages" {
             self.messages.fetch_add(1, Ordering::Relaxed);
+            let u = rec.usage;
+            self.tokens.fetch_add(
+                u.input
+                    .saturating_add(u.cache_read)
+                    .saturating_add(u.output),
+                Ordering::Relaxed,
+            );
         }
         if let Ok(mut line) = serde_json::to_vec(rec) {
             line.push(b'\n');

@@ -15,15 +15,15 @@ use serde_json::{Value, json};
 
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
-struct Env {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    work: PathBuf,
-    state: PathBuf,
-    cfg: PathBuf,
+pub(crate) struct Env {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) home: PathBuf,
+    pub(crate) work: PathBuf,
+    pub(crate) state: PathBuf,
+    pub(crate) cfg: PathBuf,
 }
 
-fn env_for(fake_url: &str) -> Env {
+pub(crate) fn env_for(fake_url: &str) -> Env {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
     let work = tmp.path().join("work");
@@ -82,7 +82,10 @@ fn git_init(dir: &Path) {
     );
 }
 
-async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<rmcp::RoleClient, ()> {
+pub(crate) async fn serve(
+    e: &Env,
+    claude_bin: Option<&Path>,
+) -> RunningService<rmcp::RoleClient, ()> {
     let bin = claude_bin
         .map(Path::to_path_buf)
         .unwrap_or_else(claude::binary);
@@ -102,7 +105,7 @@ async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<rmcp::RoleC
         .unwrap()
 }
 
-async fn call(
+pub(crate) async fn call(
     c: &RunningService<rmcp::RoleClient, ()>,
     tool: &'static str,
     args: Value,
@@ -122,7 +125,7 @@ async fn call(
     (r.is_error == Some(true), v)
 }
 
-fn strict_fake_opts() -> fake_llama::LlamaOpts {
+pub(crate) fn strict_fake_opts() -> fake_llama::LlamaOpts {
     fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: 131072,

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod accept;
 mod bad_input;
 mod cli;
 mod config;

@@ -23,6 +23,8 @@ impl From<RunCmd> for RunArgs {
             }),
             max_turns: a.max_turns,
             timeout_s: a.timeout,
+            acceptance: a.accept,
+            fix_rounds: a.fix_rounds,
             ..Default::default()
         }
     }
@@ -54,12 +56,15 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
                     Ok((_, false)) => break false,
                     Ok((rec, true)) => {
                         let p = progress.as_mut().map(|p| p.borrow_and_update().clone()).unwrap_or_default();
+                        let round = p
+                            .acceptance_round
+                            .map(|r| format!(" · acceptance round {r}"))
+                            .unwrap_or_default();
                         bar.set_message(format!(
-                            "job {id} · requests {} · tool calls {} · tokens in {} out {} · {}",
+                            "job {id} · requests {} · tool calls {} · tokens {} · {}{round}",
                             p.turns,
                             rec.tool_calls.max(p.tool_calls),
-                            rec.usage.input + rec.usage.cache_read,
-                            rec.usage.output,
+                            p.tokens,
                             p.last_activity.chars().take(60).collect::<String>()
                         ));
                     }
