@@ -225,6 +225,45 @@ async fn async_main() {
     }
     let (d50, v50) = (pct(&mut direct, 0.5), pct(&mut via, 0.5));
 
+    // 4. A passing acceptance round: its recorded wall time against the
+    // same command run straight (`sh -c 'sleep 0.2'`), 6 runs each.
+    fake.set_script(support::script::text("done"));
+    let (mut own, mut acc) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        let t = Instant::now();
+        let ok = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.2"])
+            .status()
+            .unwrap()
+            .success();
+        own.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(ok);
+        let out = tokio::process::Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&state)
+            .args([
+                "run",
+                "--model",
+                "gemma3-270m",
+                "--json",
+                "--accept",
+                "sleep 0.2",
+                "Say done.",
+            ])
+            .env("HOME", &home)
+            .env("LOCALAGENTS_CLAUDE", &claude)
+            .current_dir(&work)
+            .output()
+            .await
+            .unwrap();
+        let rec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(rec["acceptance"]["passed"], true, "{rec}");
+        acc.push(rec["acceptance"]["elapsed_s"].as_f64().unwrap() * 1000.0);
+    }
+    let (own50, acc50) = (pct(&mut own, 0.5), pct(&mut acc, 0.5));
+
     println!("| figure | value | target |");
     println!("|---|---|---|");
     println!(
@@ -246,5 +285,9 @@ async fn async_main() {
     println!(
         "| `serve` RSS with 4 running jobs | {:.1} MB | |",
         rss4 as f64 / 1024.0
+    );
+    println!(
+        "| a passing acceptance round (`sleep 0.2`) over the command run straight, 6 runs | p50 {acc50:.1} ms vs {own50:.1} ms: +{:.1} ms | < 100 ms |",
+        acc50 - own50
     );
 }

@@ -578,3 +578,57 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(log.len(), 100);
 }
+
+/// Issue 13 on the real server: a fix round resumes the same session. The
+/// acceptance command fails once whatever the tiny model does, then passes;
+/// the figures are the time to the second pass and what the resumed turn
+/// cost against the job's own fresh first turn.
+#[test]
+fn t8_a_fix_round_resumes_the_session_on_the_real_server() {
+    let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma-3-270m",
+            "--max-turns",
+            "1",
+            "--json",
+            "--accept",
+            "test -f .round1 || { touch .round1; echo FIRST-ROUND-FAILS; exit 1; }",
+            "--fix-rounds",
+            "1",
+            "Say hello.",
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["acceptance"]["rounds"], 2, "{rec}");
+    assert_eq!(rec["acceptance"]["passed"], true, "{rec}");
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages" && l["status"] == 200)
+        .collect();
+    let fresh = &reqs[0];
+    let first_len = fresh["messages"].as_u64().unwrap_or(0);
+    let resumed = reqs
+        .iter()
+        .find(|r| r["messages"].as_u64().unwrap_or(0) > first_len)
+        .expect("a resumed request with the earlier history");
+    eprintln!(
+        "t8: second pass after {:.1} s; fresh first turn: {} new + {} cached tokens; resumed fix turn: {} new + {} cached tokens",
+        rec["elapsed_s"].as_f64().unwrap_or(0.0),
+        fresh["usage"]["input"],
+        fresh["usage"]["cache_read"],
+        resumed["usage"]["input"],
+        resumed["usage"]["cache_read"],
+    );
+    let cached = resumed["usage"]["cache_read"].as_u64().unwrap_or(0);
+    let new = resumed["usage"]["input"].as_u64().unwrap_or(0);
+    assert!(
+        cached > new,
+        "the resume kept the prefix in the cache: {resumed}"
+    );
+}
