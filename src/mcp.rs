@@ -10,10 +10,13 @@ use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::IntoContents;
 use rmcp::model::{
-    Implementation, ProgressNotificationParam, RequestMetaObject, ServerCapabilities, ServerConfig,
+    CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult, ErrorData, GetTaskParams,
+    GetTaskResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
 };
-use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -200,15 +203,15 @@ impl Server {
     async fn with_progress<T>(
         &self,
         id: &str,
-        meta: &RequestMetaObject,
-        peer: &Peer<RoleServer>,
+        ctx: &RequestContext<RoleServer>,
         wait: impl std::future::Future<Output = T>,
     ) -> T {
-        let (Some(token), Some(mut rx)) = (meta.get_progress_token(), self.manager.progress(id))
+        let (Some(token), Some(mut rx)) =
+            (ctx.meta.get_progress_token(), self.manager.progress(id))
         else {
             return wait.await;
         };
-        let peer = peer.clone();
+        let peer = ctx.peer.clone();
         let report = async move {
             let mut n = 0.0;
             loop {
@@ -286,18 +289,30 @@ impl Server {
     async fn run_agent(
         &self,
         Parameters(p): Parameters<RunAgentParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-    ) -> ToolResult<JobReply> {
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, api::Error> {
         let wait_s = p.wait_s.unwrap_or(0);
         let args = p.into_args(self.project.clone())?;
         let started = api::run_agent(&self.manager, args, 0).await?;
-        if wait_s == 0 || !started.still_running {
-            return Ok(Reply(started));
+        // A client that speaks the tasks extension (Claude Code, interactive,
+        // protocol 2026-07-28) gets the job as a task at once: it polls
+        // tasks/get and hands the result to the model when the job ends.
+        if ctx
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+        {
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(
+                tasks::task_of(&started.job.id, &self.manager),
+            )));
         }
-        let id = started.job.id.clone();
-        let wait = api::wait_job(&self.manager, &id, wait_s);
-        self.with_progress(&id, &meta, &peer, wait).await.map(Reply)
+        let reply = if wait_s == 0 || !started.still_running {
+            started
+        } else {
+            let id = started.job.id.clone();
+            let wait = api::wait_job(&self.manager, &id, wait_s);
+            self.with_progress(&id, &ctx, wait).await?
+        };
+        Ok(CallToolResult::success(Reply(reply).into_contents()).into())
     }
 
     /// Wait for a job to end, up to timeout_s (max 110). Returns the summary with still_running.
@@ -305,14 +320,11 @@ impl Server {
     async fn wait_job(
         &self,
         Parameters(p): Parameters<WaitJobParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> ToolResult<JobReply> {
         let t = p.timeout_s.unwrap_or(api::MAX_WAIT.as_secs());
         let wait = api::wait_job(&self.manager, &p.job_id, t);
-        self.with_progress(&p.job_id, &meta, &peer, wait)
-            .await
-            .map(Reply)
+        self.with_progress(&p.job_id, &ctx, wait).await.map(Reply)
     }
 
     /// The summary of a job: status, result, files changed, worktree, metrics.
@@ -395,12 +407,129 @@ impl Server {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "localagents",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "localagents",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    /// `tasks/get`: a run_agent job, by its id. Working with the progress
+    /// line while it runs; completed with the same result a plain call
+    /// would have returned once it ends.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        tasks::get(&self.manager, &request.task_id).map(GetTaskResult::new)
+    }
+
+    /// `tasks/cancel`: cancel the job (its processes are gone within 5 s).
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        tasks::known(&self.manager, &request.task_id)?;
+        api::cancel_job(&self.manager, &request.task_id)
+            .await
+            .map(|_| ())
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))
+    }
+}
+
+/// Jobs as MCP tasks (the tasks extension, SEP-2663): the task id is the
+/// job id, so the task path and the job id + `wait_job` path share one job
+/// record.
+mod tasks {
+    use rmcp::model::IntoContents;
+    use rmcp::model::{
+        CallToolResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload, TaskStatus,
+    };
+
+    use crate::api::{JobReply, Reply};
+    use crate::jobs::manager::Manager;
+
+    /// How often a client should poll `tasks/get`.
+    const POLL_MS: u64 = 2000;
+    /// How long a finished task stays readable (job records last longer).
+    const TTL_MS: u64 = 24 * 3600 * 1000;
+
+    fn now() -> String {
+        crate::shim::log::now_ts()
+    }
+
+    /// The task of a job that was just started.
+    pub fn task_of(id: &str, m: &Manager) -> Task {
+        let created = m
+            .store
+            .load(id)
+            .map(|r| r.created)
+            .unwrap_or_else(|_| now());
+        Task::new(id, TaskStatus::Working, created, now())
+            .with_ttl_ms(TTL_MS)
+            .with_poll_interval_ms(POLL_MS)
+    }
+
+    /// Is this a job we know? A clear error for anything else.
+    pub fn known(m: &Manager, id: &str) -> Result<(), ErrorData> {
+        if !crate::jobs::valid_id(id) || m.store.load_raw(id).is_err() {
+            return Err(ErrorData::invalid_params(
+                format!("no task {id}: task ids are the job ids run_agent returned"),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `tasks/get` for job `id`.
+    pub fn get(m: &Manager, id: &str) -> Result<DetailedTask, ErrorData> {
+        known(m, id)?;
+        let rec = m
+            .store
+            .load(id)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let task = Task::new(id, TaskStatus::Working, rec.created.clone(), now())
+            .with_ttl_ms(TTL_MS)
+            .with_poll_interval_ms(POLL_MS);
+        if !rec.status.terminal() {
+            let line = m
+                .progress(id)
+                .map(|p| p.borrow().line())
+                .or(rec.last_activity.clone())
+                .unwrap_or_else(|| rec.status.as_str().to_string());
+            return Ok(DetailedTask::new(
+                task.with_status_message(line),
+                TaskPayload::Working,
+            ));
+        }
+        // The same result a plain run_agent call returns once the job ends.
+        let reply = JobReply {
+            job: rec.summary(),
+            still_running: false,
+            next: None,
+        };
+        let result = CallToolResult::success(Reply(reply).into_contents());
+        let result: JsonObject = match serde_json::to_value(result) {
+            Ok(serde_json::Value::Object(o)) => o,
+            _ => {
+                return Err(ErrorData::internal_error(
+                    "cannot encode the job result",
+                    None,
+                ));
+            }
+        };
+        Ok(DetailedTask::new(
+            task.with_status_message(rec.status.as_str()),
+            TaskPayload::Completed { result },
+        ))
     }
 }
 
@@ -451,6 +580,13 @@ mod tests {
             (
                 "run_agent",
                 format!("timeout in seconds (default {})", d.timeout_s),
+            ),
+            (
+                "run_agent",
+                format!(
+                    "Fix rounds after a failed acceptance (default {}",
+                    d.fix_rounds
+                ),
             ),
             ("wait_job", format!("(default {wait}, the maximum)")),
             ("wait_job", format!("up to timeout_s (max {wait})")),

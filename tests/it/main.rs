@@ -15,5 +15,6 @@ mod plugin;
 mod probe;
 mod real_claude;
 mod shim;
+mod tasks;
 mod transport;
 mod trust;

@@ -1,0 +1,237 @@
+//! Jobs as MCP tasks (issue 13), with the real Claude Code CLI 2.1.328 as
+//! the MCP client. What the CLI does (found with a probe server, see the
+//! README's client notes): only an interactive session on protocol
+//! 2026-07-28 offers the tasks extension; `-p` never does. So:
+//! - interactive: run_agent answers with a task, Claude Code polls
+//!   `tasks/get`, and the job's result reaches the top-level model as a
+//!   task notification, without any `wait_job` call;
+//! - `-p`: the same server answers the plain way (job id, then wait_job).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{claude, fake_llama, script};
+
+/// One fake answers both models: the top-level session (its requests
+/// offer `mcp__localagents__run_agent`) and the delegate.
+fn top_level_and_delegate(done: std::path::PathBuf) -> script::Script {
+    Arc::new(move |req: &Value| {
+        let text = req.to_string();
+        let top = text.contains("mcp__localagents__run_agent");
+        if !top {
+            return script::Reply::Text("DELEGATE-REPORT-42".into());
+        }
+        if text.contains("DELEGATE-REPORT-42") {
+            let _ = std::fs::write(&done, "done");
+            return script::Reply::Text("The local job reported back.".into());
+        }
+        if script::tool_results(req) == 0 {
+            return script::Reply::Tool {
+                name: "mcp__localagents__run_agent".into(),
+                input: json!({"task": "Say hello.", "model": "gemma-3-270m"}),
+            };
+        }
+        script::Reply::Text("Started; I will wait for it.".into())
+    })
+}
+
+struct Session {
+    _tmp: tempfile::TempDir,
+    home: std::path::PathBuf,
+    work: std::path::PathBuf,
+    state: std::path::PathBuf,
+    mcp: std::path::PathBuf,
+    done: std::path::PathBuf,
+}
+
+fn session(fake_url: &str) -> Session {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (home, work, state) = (root.join("home"), root.join("work"), root.join("state"));
+    for d in [&home, &work, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let work = work.canonicalize().unwrap();
+    let cfg = root.join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny\ndefaults:\n  max_turns: 4\n  setting_sources: []\n"),
+    )
+    .unwrap();
+    let mcp = root.join("mcp.json");
+    std::fs::write(
+        &mcp,
+        json!({"mcpServers": {"localagents": {"type": "stdio", "command": env!("CARGO_BIN_EXE_localagents"),
+            "args": ["--config", cfg, "--state-dir", state, "serve"],
+            "env": {"LOCALAGENTS_CLAUDE": claude::binary()}}}})
+        .to_string(),
+    )
+    .unwrap();
+    // No onboarding, trust or API-key dialogs in the fresh HOME.
+    let key = "sk-local-test-key-000000000000";
+    std::fs::write(
+        home.join(".claude.json"),
+        json!({"hasCompletedOnboarding": true, "theme": "dark", "numStartups": 5,
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+            "projects": {work.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": [], "hasCompletedProjectOnboarding": true}}})
+        .to_string(),
+    )
+    .unwrap();
+    let done = root.join("done");
+    Session {
+        _tmp: tmp,
+        home,
+        work,
+        state,
+        mcp,
+        done,
+    }
+}
+
+fn top_level_env(s: &Session, fake_url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("HOME", s.home.display().to_string()),
+        ("TERM", "xterm-256color".into()),
+        ("ANTHROPIC_BASE_URL", fake_url.to_string()),
+        ("ANTHROPIC_API_KEY", "sk-local-test-key-000000000000".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ("ENABLE_TOOL_SEARCH", "false".into()),
+    ]
+}
+
+fn job_records(state: &std::path::Path) -> Vec<Value> {
+    std::fs::read_dir(state.join("jobs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| {
+            serde_json::from_slice(&std::fs::read(d.path().join("job.json")).ok()?).ok()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_claude_code_gets_the_job_result_as_a_task_without_wait_job() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    fake.set_script(top_level_and_delegate(s.done.clone()));
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/drive_pty.py");
+    let out = tokio::process::Command::new("python3")
+        .arg(driver)
+        .arg(claude::binary())
+        .arg(&s.work)
+        .arg(&s.done)
+        .arg("120")
+        .arg("Use the local agent to say hello.")
+        .arg("--")
+        .args([
+            "--model",
+            "gemma3-270m",
+            "--strict-mcp-config",
+            "--mcp-config",
+        ])
+        .arg(&s.mcp)
+        .args(["--allowedTools", "mcp__localagents__run_agent"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(top_level_env(&s, fake.url()))
+        .output()
+        .await
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    let screen =
+        std::fs::read_to_string(s.work.parent().unwrap().join("tty.txt")).unwrap_or_default();
+    let tail: String = screen
+        .chars()
+        .rev()
+        .take(3000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert!(
+        status.contains("\"done\": true"),
+        "{status}\n{}\n{tail}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The job ran and succeeded; the top-level model got its result in a
+    // task notification, and nothing ever called wait_job.
+    let jobs = job_records(&s.state);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["status"], "succeeded", "{}", jobs[0]);
+    let bodies: Vec<String> = fake.bodies().iter().map(Value::to_string).collect();
+    let top: Vec<&String> = bodies
+        .iter()
+        .filter(|b| b.contains("mcp__localagents__run_agent"))
+        .collect();
+    let delivered = top
+        .iter()
+        .find(|b| b.contains("DELEGATE-REPORT-42"))
+        .expect("the job's result reached the top-level model");
+    assert!(delivered.contains("task-notification"), "{delivered}");
+    assert!(
+        !top.iter()
+            .any(|b| b.contains("\"name\":\"mcp__localagents__wait_job\",\"input\"")),
+        "wait_job was called"
+    );
+    // The run_agent tool result itself was the background task handle.
+    assert!(
+        top.iter().any(|b| b.contains("moved to the background")),
+        "{top:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_mode_claude_code_gets_the_plain_job_reply() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    fake.set_script(top_level_and_delegate(s.done.clone()));
+    let out = tokio::process::Command::new(claude::binary())
+        .args([
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--max-turns",
+            "3",
+        ])
+        .args([
+            "--model",
+            "gemma3-270m",
+            "--strict-mcp-config",
+            "--mcp-config",
+        ])
+        .arg(&s.mcp)
+        .args([
+            "--allowedTools",
+            "mcp__localagents__run_agent",
+            "--",
+            "Use the local agent to say hello.",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(top_level_env(&s, fake.url()))
+        .current_dir(&s.work)
+        .output()
+        .await
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    // The tool result is the job reply (id, status, still_running), not a task.
+    assert!(events.contains("still_running"), "{events}");
+    assert!(!events.contains("moved to the background"), "{events}");
+    let jobs = job_records(&s.state);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let _ = Duration::from_secs(0);
+}
