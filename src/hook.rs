@@ -210,6 +210,22 @@ mod tests {
     }
 
     #[test]
+    fn the_line_says_the_acceptance_result() {
+        let b: Brief = serde_json::from_value(serde_json::json!({
+            "id": "20261130-041200-ab12cd34", "served_id": "qwen3.8-27b", "status": "succeeded",
+            "finished": "2026-11-30T04:15:12Z", "elapsed_s": 192.0, "origin_cwd": "/p",
+            "files_changed": ["a.rs"],
+            "acceptance": {"command": "cargo test -p foo", "passed": true, "exit_code": 0,
+                "rounds": 2, "output_tail": "ok", "elapsed_s": 3.1}
+        }))
+        .unwrap();
+        assert_eq!(
+            line(&b),
+            "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 3m12s, 1 file changed, acceptance passed (cargo test -p foo, 2 rounds); review with job_status."
+        );
+    }
+
+    #[test]
     fn session_ids_become_safe_names() {
         let d = session_dir(Path::new("/s"), "../../etc");
         assert!(d.starts_with("/s/hook") && !d.to_string_lossy().contains(".."));

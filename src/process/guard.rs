@@ -41,9 +41,30 @@ pub const ARG: &str = "__guard";
 pub const GUARD_GRACE: Duration = Duration::from_millis(1500);
 
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+/// The write end of the self-pipe that wakes [`watch`] at once on a signal
+/// or a child's exit (-1 until it exists).
+static WAKE: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
+    if sig != libc::SIGCHLD {
+        SIGNALLED.store(sig, Ordering::SeqCst);
+    }
+    let fd = WAKE.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: write(2) is async-signal-safe; a full pipe already wakes us.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+    }
+}
+
+/// A non-blocking, close-on-exec self-pipe; its read end, or -1.
+fn wake_pipe() -> libc::c_int {
+    let mut fds = [-1; 2];
+    // SAFETY: a two-element array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return -1;
+    }
+    WAKE.store(fds[1], Ordering::SeqCst);
+    fds[0]
 }
 
 /// Why the job ends.
@@ -66,7 +87,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return 2;
     };
     become_subreaper();
-    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    let wake = wake_pipe();
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
         // SAFETY: the handler only stores into an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
@@ -82,7 +104,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     let child_pid = child.id() as libc::pid_t;
-    let end = watch(child_pid);
+    let end = watch(child_pid, wake);
     // After the delegate's own exit this ends its leftovers (background
     // commands); otherwise it ends the delegate too.
     let status = match end {
@@ -94,7 +116,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
 
 /// Poll the lifeline, the signal flag and the delegate until one ends the
 /// job. Reaps every child that exits meanwhile (orphans reparented to us).
-fn watch(child: libc::pid_t) -> End {
+/// SIGCHLD and the stop signals write to the self-pipe `wake`, so an exit is
+/// seen at once, not at the next tick.
+fn watch(child: libc::pid_t, wake: libc::c_int) -> End {
     let mut stdin_open = true;
     loop {
         if let Some(status) = reap_all(child) {
@@ -104,15 +128,11 @@ fn watch(child: libc::pid_t) -> End {
         if sig != 0 {
             return End::Signal(sig);
         }
-        if stdin_open {
-            match poll_stdin(100) {
-                Lifeline::Open => {}
-                Lifeline::Closed => return End::Lifeline,
-                // Not a pipe we can poll (started by hand): no lifeline.
-                Lifeline::Unusable => stdin_open = false,
-            }
-        } else {
-            std::thread::sleep(Duration::from_millis(100));
+        match wait_event(stdin_open, wake, 1000) {
+            Lifeline::Open => {}
+            Lifeline::Closed => return End::Lifeline,
+            // Not a pipe we can poll (started by hand): no lifeline.
+            Lifeline::Unusable => stdin_open = false,
         }
     }
 }
@@ -123,34 +143,47 @@ enum Lifeline {
     Unusable,
 }
 
-fn poll_stdin(timeout_ms: i32) -> Lifeline {
-    let mut fds = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut fds, 1, timeout_ms) };
-    if n < 0 {
-        return Lifeline::Open; // EINTR: the signal flag is checked next.
+/// Wait for the lifeline (stdin) or the self-pipe, at most `timeout_ms`.
+fn wait_event(stdin_open: bool, wake: libc::c_int, timeout_ms: i32) -> Lifeline {
+    let mut fds = [
+        libc::pollfd {
+            fd: if stdin_open { 0 } else { -1 },
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    if n <= 0 {
+        return Lifeline::Open; // Timeout or EINTR: the caller looks again.
     }
-    if n == 0 {
-        return Lifeline::Open;
+    if fds[1].revents & libc::POLLIN != 0 {
+        let mut sink = [0u8; 64];
+        // SAFETY: draining our own non-blocking pipe into a local buffer.
+        while unsafe { libc::read(wake, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
     }
-    if fds.revents & libc::POLLNVAL != 0 {
+    let lifeline = fds[0].revents;
+    if lifeline & libc::POLLNVAL != 0 {
         return Lifeline::Unusable;
     }
-    if fds.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+    if lifeline & (libc::POLLHUP | libc::POLLERR) != 0 {
         return Lifeline::Closed;
     }
-    let mut buf = [0u8; 256];
-    // SAFETY: reading into a local buffer.
-    let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-    if r == 0 {
-        Lifeline::Closed
-    } else {
-        Lifeline::Open // The supervisor never writes; ignore whatever came.
+    if lifeline & libc::POLLIN != 0 {
+        let mut buf = [0u8; 256];
+        // SAFETY: reading into a local buffer.
+        let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        if r == 0 {
+            return Lifeline::Closed;
+        }
     }
+    // The supervisor never writes; whatever came is ignored.
+    Lifeline::Open
 }
 
 /// Reap every exited child; the delegate's wait status if it was among them.
