@@ -488,6 +488,7 @@ mod tests {
                 id: id.to_string(),
                 context: Some(131072),
                 context_source: Some("props.n_ctx".into()),
+                state: None,
             })
             .collect();
         st.slots = free.map(|f| Slots {

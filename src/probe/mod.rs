@@ -44,8 +44,13 @@ pub struct ServedModel {
     /// Per-slot context window in tokens, when known.
     pub context: Option<u64>,
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
-    /// `slots.n_ctx`, `max_model_len`, or `config`.
+    /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
+    /// a model it has not loaded), or `config`.
     pub context_source: Option<String>,
+    /// On servers that load models on demand: `loaded`, `unloaded`,
+    /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// Slot occupancy (llama.cpp).
@@ -94,6 +99,10 @@ pub struct EndpointStatus {
     pub error_kind: Option<FailureKind>,
     /// Round trip of `GET /v1/models`.
     pub latency_ms: Option<u64>,
+    /// `router` (llama.cpp router mode), `llama-swap`, or `sleeping` (a
+    /// llama-server asleep); none for a plain server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub models: Vec<ServedModel>,
     pub slots: Option<Slots>,
     pub load: Option<Load>,
@@ -123,6 +132,7 @@ impl EndpointStatus {
             error: None,
             error_kind: None,
             latency_ms: None,
+            kind: None,
             models: Vec::new(),
             slots: None,
             load: None,
@@ -289,12 +299,24 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             None
         }
     };
-    let slots_f = async {
-        if want_llama {
+    // /slots wakes a sleeping server and a router answers it 400: ask only
+    // once /props says it is neither (one more local round trip).
+    let props_then_slots = async {
+        let props = props_f.await;
+        let quiet = props
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .and_then(|f| serde_json::from_slice::<Value>(&f.body).ok())
+            .is_some_and(|p| {
+                p.get("is_sleeping").and_then(Value::as_bool) == Some(true)
+                    || p.get("role").and_then(Value::as_str) == Some("router")
+            });
+        let slots = if want_llama && !quiet {
             Some(fetch(ep, "/slots", deadline).await)
         } else {
             None
-        }
+        };
+        (props, slots)
     };
     let metrics_f = async {
         if want_metrics {
@@ -303,8 +325,8 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             None
         }
     };
-    let (models_r, props_r, slots_r, metrics_r) =
-        tokio::join!(models_f, props_f, slots_f, metrics_f);
+    let (models_r, (props_r, slots_r), metrics_r) =
+        tokio::join!(models_f, props_then_slots, metrics_f);
 
     // /v1/models decides up or down.
     let models_fetched = match models_r {
@@ -342,6 +364,24 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     let props = props.filter(|p| {
         p.get("default_generation_settings").is_some() || p.get("total_slots").is_some()
     });
+    let router = props
+        .as_ref()
+        .is_some_and(|p| p.get("role").and_then(Value::as_str) == Some("router"));
+    let sleeping = props
+        .as_ref()
+        .is_some_and(|p| p.get("is_sleeping").and_then(Value::as_bool) == Some(true));
+    let swap = data
+        .iter()
+        .any(|m| m.get("owned_by").and_then(Value::as_str) == Some("llama-swap"));
+    st.kind = if router {
+        Some("router".into())
+    } else if swap {
+        Some("llama-swap".into())
+    } else if sleeping {
+        Some("sleeping".into())
+    } else {
+        None
+    };
 
     // Backend: configured, else detected.
     let backend = match ep.backend {
@@ -351,13 +391,16 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     st.backend = backend.as_str().to_string();
     st.up = true;
 
+    // A router's own /props says n_ctx 0: that is no window. Never 0.
     let props_ctx = props
         .as_ref()
+        .filter(|_| !router)
         .and_then(|p| {
             p.pointer("/default_generation_settings/n_ctx")
                 .or_else(|| p.get("n_ctx"))
         })
-        .and_then(Value::as_u64);
+        .and_then(Value::as_u64)
+        .filter(|c| *c > 0);
     let slots_json = slots_r.as_ref().and_then(json_of);
     let slots_arr = slots_json.as_ref().and_then(Value::as_array);
     let slot_ctx = slots_arr
@@ -371,8 +414,23 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let meta_ctx = m.pointer("/meta/n_ctx").and_then(Value::as_u64);
+        let meta_ctx = m
+            .pointer("/meta/n_ctx")
+            .or_else(|| m.get("context_length"))
+            .and_then(Value::as_u64)
+            .filter(|c| *c > 0);
+        let state = m
+            .pointer("/status/value")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| sleeping.then(|| "sleeping".to_string()));
+        let preset_ctx = preset_window(m);
         let (context, source) = match backend {
+            _ if router || swap => match (meta_ctx, preset_ctx) {
+                (Some(c), _) => (Some(c), "v1/models meta.n_ctx"),
+                (None, Some(c)) => (Some(c), "preset"),
+                (None, None) => (None, ""),
+            },
             Backend::Vllm => (
                 m.get("max_model_len").and_then(Value::as_u64),
                 "max_model_len",
@@ -397,6 +455,7 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             id,
             context,
             context_source: context.map(|_| source.to_string()),
+            state,
         });
     }
 
@@ -408,9 +467,10 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
                 supports_tool_calls: caps.get("supports_tool_calls").and_then(Value::as_bool),
             });
         }
-        if p.get("is_sleeping").and_then(Value::as_bool) == Some(true) {
-            st.warnings
-                .push("the server is sleeping: the first request will reload the model".into());
+        if sleeping {
+            st.warnings.push(
+                "the server is sleeping: the first request wakes it (it reloads the model)".into(),
+            );
         }
     }
 
@@ -495,6 +555,30 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     st
 }
 
+/// The per-slot window a router will give a model it has not loaded, from
+/// its launch args (`status.args`): `--ctx-size`/`-c`, divided by
+/// `--parallel`/`-np` when that is given (with parallel on auto the slots
+/// share one unified cache, each seeing the whole size).
+pub fn preset_window(model: &Value) -> Option<u64> {
+    let args: Vec<&str> = model
+        .pointer("/status/args")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let value = |names: &[&str]| -> Option<i64> {
+        args.windows(2)
+            .rev()
+            .find(|w| names.contains(&w[0]))
+            .and_then(|w| w[1].parse().ok())
+    };
+    let ctx = value(&["--ctx-size", "-c"]).filter(|c| *c > 0)? as u64;
+    match value(&["--parallel", "-np"]) {
+        Some(p) if p > 0 => Some(ctx / p as u64).filter(|c| *c > 0),
+        _ => Some(ctx),
+    }
+}
+
 /// Backend from `owned_by` and which endpoints answered.
 fn detect(data: &[Value], props_answered: bool) -> Backend {
     let owned: Vec<&str> = data
@@ -503,7 +587,12 @@ fn detect(data: &[Value], props_answered: bool) -> Backend {
         .collect();
     if owned.iter().any(|o| o.eq_ignore_ascii_case("vllm")) {
         Backend::Vllm
-    } else if owned.iter().any(|o| o.eq_ignore_ascii_case("llamacpp")) || props_answered {
+    } else if owned
+        .iter()
+        .any(|o| o.eq_ignore_ascii_case("llamacpp") || o.eq_ignore_ascii_case("llama-swap"))
+        || props_answered
+    {
+        // llama-swap fronts llama-server processes, as a rule.
         Backend::LlamaCpp
     } else if data.iter().any(|m| m.get("max_model_len").is_some()) {
         Backend::Vllm

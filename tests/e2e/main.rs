@@ -11,7 +11,7 @@ mod server;
 #[path = "../it/support/mod.rs"]
 mod support;
 
-use server::{need, start as start_server};
+use server::{need, start as start_server, start_router};
 use support::git::repo;
 
 use std::path::{Path, PathBuf};
@@ -630,5 +630,79 @@ fn t8_a_fix_round_resumes_the_session_on_the_real_server() {
     assert!(
         cached > new,
         "the resume kept the prefix in the cache: {resumed}"
+    );
+}
+
+/// Issue 10 (first part) on the real llama-server: a router shows an
+/// unloaded model with the window from its launch args, and probing does not
+/// load it; a sleeping server shows `sleeping`, and probing does not wake it.
+#[test]
+fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
+    let models = tempfile::tempdir().unwrap();
+    let gguf = need("LOCALAGENTS_E2E_MODEL");
+    std::os::unix::fs::symlink(&gguf, models.path().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let router = start_router(models.path(), &["-c", "32768", "--parallel", "1"]);
+    let d = dirs(&router.url, "");
+    let out = localagents(&d, &["status", "--json"]);
+    let st: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let ep = &st["endpoints"][0];
+    assert_eq!(ep["kind"], "router", "{ep}");
+    let m = &ep["models"][0];
+    assert_eq!(m["id"], "gemma-3-270m-q4_k_m", "{ep}");
+    assert_eq!(m["state"], "unloaded", "{ep}");
+    assert_eq!(m["context"], 32768, "{ep}");
+    assert_eq!(m["context_source"], "preset", "{ep}");
+    let models_now: Value = serde_json::from_slice(
+        &Command::new("curl")
+            .args(["-fsS", &format!("{}/v1/models", router.url)])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        models_now["data"][0]["status"]["value"], "unloaded",
+        "probing loaded the model: {models_now}"
+    );
+    drop(router);
+
+    let sleepy = start_server(&[
+        "-c",
+        "32768",
+        "--parallel",
+        "1",
+        "--sleep-idle-seconds",
+        "2",
+    ]);
+    let props = |url: &str| -> Value {
+        serde_json::from_slice(
+            &Command::new("curl")
+                .args(["-fsS", &format!("{url}/props")])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+    };
+    let t = Instant::now();
+    while props(&sleepy.url)["is_sleeping"] != true {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the server never fell asleep"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let d = dirs(&sleepy.url, "");
+    let out = localagents(&d, &["status", "--json"]);
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ep = &st["endpoints"][0];
+    assert_eq!(ep["kind"], "sleeping", "{ep}");
+    assert_eq!(ep["models"][0]["state"], "sleeping", "{ep}");
+    assert_eq!(ep["models"][0]["context"], 32768, "{ep}");
+    assert_eq!(
+        props(&sleepy.url)["is_sleeping"],
+        true,
+        "probing woke the server"
     );
 }

@@ -26,6 +26,23 @@ impl Drop for Server {
 /// Start llama-server with gemma3-270m, the strict template, `--slots
 /// --metrics` and `extra`; wait until `/health` answers.
 pub fn start(extra: &[&str]) -> Server {
+    let model = need("LOCALAGENTS_E2E_MODEL");
+    let mut args = vec!["-m", model.as_str(), "--alias", "gemma3-270m", "--slots"];
+    args.extend_from_slice(extra);
+    launch(&args)
+}
+
+/// Start llama-server in router mode over `models_dir` (models load on
+/// demand), with the strict template passed through to its instances.
+#[allow(dead_code)] // The benches share this file and start no router.
+pub fn start_router(models_dir: &std::path::Path, extra: &[&str]) -> Server {
+    let dir = models_dir.display().to_string();
+    let mut args = vec!["--models-dir", dir.as_str()];
+    args.extend_from_slice(extra);
+    launch(&args)
+}
+
+fn launch(extra: &[&str]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -35,20 +52,15 @@ pub fn start(extra: &[&str]) -> Server {
         std::fs::File::create(std::env::temp_dir().join(format!("llama-e2e-{port}.log"))).unwrap();
     let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
         .args([
-            "-m",
-            &need("LOCALAGENTS_E2E_MODEL"),
             "--jinja",
             "--chat-template-file",
             &need("LOCALAGENTS_E2E_TEMPLATE"),
         ])
         .args([
-            "--alias",
-            "gemma3-270m",
             "--host",
             "127.0.0.1",
             "--port",
             &port.to_string(),
-            "--slots",
             "--metrics",
         ])
         .args(extra)

@@ -317,3 +317,148 @@ async fn probe_all_is_concurrent_and_cached() {
         "a burst within the TTL is served from cache"
     );
 }
+
+/// A fake whose bodies are the ones the real llama-server (router mode,
+/// `--sleep-idle-seconds`) and llama-swap sent (captured 2026-11-30, see the
+/// README's backend notes). It counts `/slots` requests: on a sleeping
+/// server `/slots` wakes it, and a router answers it 400.
+async fn on_demand_server(
+    props: serde_json::Value,
+    models: serde_json::Value,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use axum::routing::get;
+    let slots = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let hits = slots.clone();
+    let app = axum::Router::new()
+        .route("/props", get(move || { let p = props.clone(); async move { axum::Json(p) } }))
+        .route("/v1/models", get(move || { let m = models.clone(); async move { axum::Json(m) } }))
+        .route(
+            "/slots",
+            get(move || {
+                hits.fetch_add(1, Ordering::SeqCst);
+                async { (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({"error": {"code": 400, "message": "model name is missing from the request", "type": "invalid_request_error"}}))) }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|| async { (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({"error": {"code": 400, "message": "model name is missing from the request", "type": "invalid_request_error"}}))) }),
+        );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, slots)
+}
+
+fn router_model(id: &str, state: &str, args: &[&str], meta_ctx: Option<u64>) -> serde_json::Value {
+    let mut m = serde_json::json!({"id": id, "aliases": [], "tags": [], "object": "model", "owned_by": "llamacpp",
+        "created": 1796049471u64, "status": {"value": state, "args": args, "preset": "[x]\nctx-size = 32768\n"},
+        "source": "models_dir", "can_remove": false});
+    if let Some(c) = meta_ctx {
+        m["meta"] = serde_json::json!({"n_ctx": c, "n_ctx_train": 32768});
+    }
+    m
+}
+
+#[tokio::test]
+async fn a_router_shows_each_models_state_and_the_window_from_its_preset() {
+    let props = serde_json::json!({"role": "router", "max_instances": 4, "models_autoload": true, "model_alias": "llama-server",
+        "model_path": "none", "default_generation_settings": {"params": null, "n_ctx": 0}, "build_info": "b0-unknown"});
+    let args = [
+        "/bin/llama-server",
+        "--jinja",
+        "--port",
+        "0",
+        "--alias",
+        "gemma-3-270m-q4_k_m",
+        "--ctx-size",
+        "32768",
+        "--model",
+        "/m/gemma.gguf",
+        "--parallel",
+        "1",
+    ];
+    let two = [
+        "/bin/llama-server",
+        "--ctx-size",
+        "65536",
+        "--parallel",
+        "2",
+    ];
+    let models = serde_json::json!({"object": "list", "data": [
+        router_model("gemma-3-270m-q4_k_m", "unloaded", &args, None),
+        router_model("qwen", "loaded", &two, Some(32768)),
+        router_model("auto-slots", "loading", &["x", "-c", "16384"], None),
+    ]});
+    let (url, slots) = on_demand_server(props, models).await;
+    let st = probe::probe(&ep("router", &url, None), BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(st.kind.as_deref(), Some("router"));
+    assert_eq!(st.backend, "llama.cpp");
+    let by = |id: &str| st.models.iter().find(|m| m.id == id).unwrap().clone();
+    let g = by("gemma-3-270m-q4_k_m");
+    assert_eq!(
+        (g.state.as_deref(), g.context, g.context_source.as_deref()),
+        (Some("unloaded"), Some(32768), Some("preset"))
+    );
+    let q = by("qwen");
+    assert_eq!(
+        (q.state.as_deref(), q.context, q.context_source.as_deref()),
+        (Some("loaded"), Some(32768), Some("v1/models meta.n_ctx"))
+    );
+    let a = by("auto-slots");
+    assert_eq!(
+        (a.state.as_deref(), a.context),
+        (Some("loading"), Some(16384))
+    );
+    assert!(
+        st.models.iter().all(|m| m.context != Some(0)),
+        "never a window of 0"
+    );
+    assert_eq!(
+        slots.load(Ordering::SeqCst),
+        0,
+        "a router's /slots is not asked"
+    );
+}
+
+#[tokio::test]
+async fn a_sleeping_server_is_reported_and_not_woken() {
+    let props = serde_json::json!({"default_generation_settings": {"n_ctx": 32768}, "total_slots": 1, "is_sleeping": true,
+        "model_alias": "gemma3-270m"});
+    let models = serde_json::json!({"object": "list", "data": [{"id": "gemma3-270m", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx": 32768}}]});
+    let (url, slots) = on_demand_server(props, models).await;
+    let st = probe::probe(&ep("sleepy", &url, Some(Backend::LlamaCpp)), BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(st.kind.as_deref(), Some("sleeping"));
+    assert_eq!(st.models[0].state.as_deref(), Some("sleeping"));
+    assert_eq!(st.models[0].context, Some(32768));
+    assert_eq!(slots.load(Ordering::SeqCst), 0, "/slots would wake it");
+    assert!(
+        st.warnings.iter().any(|w| w.contains("sleeping")),
+        "{:?}",
+        st.warnings
+    );
+}
+
+#[tokio::test]
+async fn llama_swap_models_show_their_state_and_no_zero_window() {
+    let models = serde_json::json!({"object": "list", "data": [
+        {"id": "qwen-coder", "object": "model", "created": 1, "owned_by": "llama-swap", "status": {"value": "unloaded"}},
+        {"id": "gemma", "object": "model", "created": 1, "owned_by": "llama-swap", "status": {"value": "loaded"},
+         "context_length": 32000, "meta": {"llamaswap": {}, "n_ctx": 32000}},
+    ]});
+    // llama-swap does not route /props without a model.
+    let (url, _) = on_demand_server(serde_json::json!({"error": "no model"}), models).await;
+    let st = probe::probe(&ep("swap", &url, None), BUDGET).await;
+    assert!(st.up, "{:?}", st.error);
+    assert_eq!(st.kind.as_deref(), Some("llama-swap"));
+    assert_eq!(st.backend, "llama.cpp");
+    assert_eq!(
+        (st.models[0].state.as_deref(), st.models[0].context),
+        (Some("unloaded"), None)
+    );
+    assert_eq!(
+        (st.models[1].state.as_deref(), st.models[1].context),
+        (Some("loaded"), Some(32000))
+    );
+}
