@@ -143,6 +143,9 @@ pub fn render_job(out: &mut impl Write, r: &JobRecord) -> std::io::Result<()> {
     if let Some(f) = &r.first_turn {
         writeln!(out, "{}", f.line())?;
     }
+    if let Some(l) = &r.load_note {
+        writeln!(out, "{l}")?;
+    }
     if let Some(a) = &r.acceptance {
         writeln!(out, "{}", a.line())?;
     }

@@ -75,6 +75,7 @@ pub(super) struct DefaultsShape {
     pub sandbox: Option<bool>,
     pub fix_rounds: Option<u32>,
     pub acceptance_timeout_s: Option<u64>,
+    pub load_timeout_s: Option<u64>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -248,6 +249,8 @@ pub struct Defaults {
     pub fix_rounds: u32,
     /// Longest run of one acceptance command.
     pub acceptance_timeout_s: u64,
+    /// Longest wait for a server to load (or wake) a job's model.
+    pub load_timeout_s: u64,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -276,6 +279,7 @@ impl Default for Defaults {
             sandbox: false,
             fix_rounds: 2,
             acceptance_timeout_s: 600,
+            load_timeout_s: 300,
         }
     }
 }
@@ -693,6 +697,9 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         }
         if let Some(v) = d.acceptance_timeout_s {
             defaults.acceptance_timeout_s = v.clamp(1, 7 * 24 * 3600);
+        }
+        if let Some(v) = d.load_timeout_s {
+            defaults.load_timeout_s = v.clamp(1, 24 * 3600);
         }
     }
     let trusted_projects = shape

@@ -306,6 +306,23 @@ impl Manager {
                     .or_else(|| p.cloned())
                     .unwrap_or_else(|| def.clone())
             };
+        // A model the server has not loaded (or a sleeping server): the
+        // answer says the job loads it first.
+        let load_first = crate::probe::load::need(
+            target.probe.kind.as_deref(),
+            target
+                .probe
+                .models
+                .iter()
+                .find(|m| m.id == target.resolved.served_id)
+                .and_then(|m| m.state.as_deref()),
+        )
+        .map(|_| {
+            format!(
+                "{} is not loaded on `{}`: the job loads it first (up to defaults.load_timeout_s)",
+                target.resolved.served_id, target.resolved.endpoint
+            )
+        });
         let rec = JobRecord {
             id: id.clone(),
             task: task.chars().take(300).collect(),
@@ -334,13 +351,14 @@ impl Manager {
             files_touched: Vec::new(),
             files_changed: Vec::new(),
             worktree,
-            last_activity: Some("queued".into()),
+            last_activity: Some(load_first.unwrap_or_else(|| "queued".into())),
             log_dir: dir.clone(),
             context: target.resolved.context,
             metrics: None,
             first_turn: None,
             queued_note: target.resolved.queued_note.clone(),
             acceptance: None,
+            load_note: None,
             permission_mode: args
                 .permission_mode
                 .clone()
@@ -401,6 +419,7 @@ impl Manager {
             acceptance,
             fix_rounds,
             acceptance_timeout: Duration::from_secs(d.acceptance_timeout_s),
+            load_timeout: Duration::from_secs(d.load_timeout_s),
             setting_sources: d.setting_sources.clone(),
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
@@ -526,6 +545,7 @@ pub(super) struct Job {
     pub(super) acceptance: Option<String>,
     pub(super) fix_rounds: u32,
     pub(super) acceptance_timeout: Duration,
+    pub(super) load_timeout: Duration,
     pub(super) setting_sources: Vec<String>,
     pub(super) default_append: String,
     pub(super) dump: bool,

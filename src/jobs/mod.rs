@@ -189,6 +189,9 @@ pub struct JobRecord {
     pub first_turn: Option<metrics::FirstTurn>,
     /// Set when every slot was busy at start.
     pub queued_note: Option<String>,
+    /// "loaded gemma-3-270m in 1.7 s" when the job had to load its model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_note: Option<String>,
     /// The acceptance command's last run, when the job has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<accept::Acceptance>,
@@ -286,6 +289,9 @@ pub struct JobSummary {
     pub metrics: Option<metrics::MetricsShort>,
     /// "first turn: 226 new tokens, 4,259 from cache, 0.8 s"
     pub first_turn: Option<String>,
+    /// "loaded gemma-3-270m in 1.7 s" when the job loaded its model first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<String>,
     /// "acceptance passed (cargo test -p foo, 2 rounds)"
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<String>,
@@ -348,6 +354,7 @@ impl JobRecord {
             queued: self.queued_note.clone(),
             metrics: self.metrics.as_ref().map(|m| m.short()),
             first_turn: self.first_turn.map(|f| f.line()),
+            loaded: self.load_note.clone(),
             acceptance: self.acceptance.as_ref().map(accept::Acceptance::line),
             acceptance_output: self
                 .acceptance

@@ -132,6 +132,62 @@ impl Manager {
             rec.elapsed_s = Some(started.elapsed().as_secs_f64());
         };
 
+        // A model that a router has not loaded (or a sleeping server): load
+        // or wake it first, then take the real window from the instance.
+        let state = job
+            .target
+            .probe
+            .models
+            .iter()
+            .find(|m| m.id == rec.served_id)
+            .and_then(|m| m.state.clone());
+        if let Some(need) = probe::load::need(job.target.probe.kind.as_deref(), state.as_deref()) {
+            let verb = match need {
+                probe::load::Need::Load => "loading",
+                probe::load::Need::Wake => "waking the server for",
+            };
+            rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
+            let _ = self.store.save(&rec);
+            let swap = job.target.probe.kind.as_deref() == Some("llama-swap");
+            match probe::load::ready(
+                &job.target.endpoint,
+                &rec.served_id,
+                need,
+                swap,
+                job.load_timeout,
+            )
+            .await
+            {
+                Ok(took) => {
+                    rec.load_note = Some(match need {
+                        probe::load::Need::Load => {
+                            format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
+                        }
+                        probe::load::Need::Wake => {
+                            format!("woke the server in {:.1} s", took.as_secs_f64())
+                        }
+                    });
+                    probe::invalidate();
+                    let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
+                    if let Some(c) = now
+                        .models
+                        .iter()
+                        .find(|m| m.id == rec.served_id)
+                        .and_then(|m| m.context)
+                    {
+                        rec.context = Some(c);
+                    }
+                    let _ = self.store.save(&rec);
+                }
+                Err(e) => {
+                    finish(&mut rec, Status::Failed, Some(e));
+                    let _ = self.store.save(&rec);
+                    self.unmark_active(&rec.endpoint, &rec.id);
+                    return;
+                }
+            }
+        }
+
         let shim = match self.shim().await {
             Ok(s) => s,
             Err(e) => {
@@ -449,7 +505,7 @@ impl Manager {
         rec.pid = Some(pgid);
         rec.guard = crate::process::Identity::of(pgid);
         rec.status = Status::Running;
-        rec.started = Some(now_ts());
+        rec.started.get_or_insert_with(now_ts);
         rec.last_activity = Some("starting claude".into());
         let _ = self.store.save(rec);
 

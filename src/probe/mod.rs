@@ -9,6 +9,7 @@
 //! several tools in a burst, and a burst should cost one probe.
 
 pub mod classify;
+pub mod load;
 pub mod metrics;
 
 use std::collections::HashMap;

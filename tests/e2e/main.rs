@@ -706,3 +706,72 @@ fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
         "probing woke the server"
     );
 }
+
+/// Issue 10: a job on a model the router has not loaded loads it first,
+/// then runs with the instance's real window; afterwards it is loaded.
+#[test]
+fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
+    let models = tempfile::tempdir().unwrap();
+    let gguf = need("LOCALAGENTS_E2E_MODEL");
+    std::os::unix::fs::symlink(&gguf, models.path().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let router = start_router(models.path(), &["-c", "32768", "--parallel", "1"]);
+    let d = dirs(&router.url, "");
+    let started = Instant::now();
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma-3-270m",
+            "--max-turns",
+            "2",
+            "--json",
+            "Say hello.",
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let id = rec["id"].as_str().unwrap();
+    let note = rec["load_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("loaded gemma-3-270m-q4_k_m in "), "{rec}");
+    assert_eq!(rec["context"], 32768, "{rec}");
+    let reqs: Vec<Value> = requests(&d.state, id)
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert_succeeded_or_output_capped(&rec, &reqs);
+    for r in &reqs {
+        assert!(
+            r["upstream_status"].as_u64().unwrap_or(0) < 500,
+            "no 5xx: {r}"
+        );
+    }
+    let models_now: Value = serde_json::from_slice(
+        &Command::new("curl")
+            .args(["-fsS", &format!("{}/v1/models", router.url)])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        models_now["data"][0]["status"]["value"], "loaded",
+        "{models_now}"
+    );
+    // Figure: from the job's creation to its first request, less the load.
+    let created = chrono::DateTime::parse_from_rfc3339(rec["created"].as_str().unwrap()).unwrap();
+    let first = chrono::DateTime::parse_from_rfc3339(reqs[0]["ts"].as_str().unwrap()).unwrap();
+    let load_s: f64 = note
+        .trim_start_matches("loaded gemma-3-270m-q4_k_m in ")
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap();
+    let to_first = (first - created).num_milliseconds() as f64 / 1000.0;
+    let spawned = chrono::DateTime::parse_from_rfc3339(rec["started"].as_str().unwrap()).unwrap();
+    let ours = (spawned - created).num_milliseconds() as f64 / 1000.0 - load_s;
+    eprintln!(
+        "t10: {note}; job created to the delegate's first request {to_first:.2} s = load {load_s:.2} s + ours {:.0} ms (load wait, re-probe, shim, spawn) + Claude Code's start; whole run {:.1} s",
+        ours * 1000.0,
+        started.elapsed().as_secs_f64()
+    );
+}
