@@ -466,6 +466,13 @@ mod tasks {
         crate::shim::log::now_ts()
     }
 
+    /// A job's task as it is now (working; `get` fills in the rest).
+    fn working(id: &str, created: String) -> Task {
+        Task::new(id, TaskStatus::Working, created, now())
+            .with_ttl_ms(TTL_MS)
+            .with_poll_interval_ms(POLL_MS)
+    }
+
     /// The task of a job that was just started.
     pub fn task_of(id: &str, m: &Manager) -> Task {
         let created = m
@@ -473,9 +480,7 @@ mod tasks {
             .load(id)
             .map(|r| r.created)
             .unwrap_or_else(|_| now());
-        Task::new(id, TaskStatus::Working, created, now())
-            .with_ttl_ms(TTL_MS)
-            .with_poll_interval_ms(POLL_MS)
+        working(id, created)
     }
 
     /// Is this a job we know? A clear error for anything else.
@@ -496,9 +501,7 @@ mod tasks {
             .store
             .load(id)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let task = Task::new(id, TaskStatus::Working, rec.created.clone(), now())
-            .with_ttl_ms(TTL_MS)
-            .with_poll_interval_ms(POLL_MS);
+        let task = working(id, rec.created.clone());
         if !rec.status.terminal() {
             let line = m
                 .progress(id)

@@ -95,6 +95,26 @@ pub fn clean_env<'a>(
     )
 }
 
+/// `ours` over this process's environment as [`clean_env`] leaves it:
+/// the pairs to set (ours, then the proxy exemptions) and the names to
+/// remove. What every program a job starts (the delegate, an acceptance
+/// command) runs with.
+pub fn over_clean_env(
+    mut ours: Vec<(String, String)>,
+    key_var: Option<&str>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let parent: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().unwrap_or_default())))
+        .collect();
+    let (remove, proxy) = clean_env(
+        parent.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        &ours,
+        key_var,
+    );
+    ours.extend(proxy);
+    (ours, remove)
+}
+
 /// The claude binary: `defaults.claude_path`, then `$LOCALAGENTS_CLAUDE`,
 /// then `claude` on PATH.
 pub fn find_claude(config: &Config) -> Result<PathBuf, String> {
@@ -293,15 +313,7 @@ pub fn launch(
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
     env.extend(endpoint.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let parent: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().unwrap_or_default())))
-        .collect();
-    let (env_remove, proxy) = clean_env(
-        parent.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        &env,
-        endpoint.api_key_env.as_deref(),
-    );
-    env.extend(proxy);
+    let (env, env_remove) = over_clean_env(env, endpoint.api_key_env.as_deref());
     Launch {
         claude,
         args,

@@ -268,16 +268,10 @@ impl Manager {
             && end.stop.is_none()
             && end.result.is_some()
         {
-            let env: Vec<(String, String)> = vec![("LOCALAGENTS_JOB".into(), rec.id.clone())];
-            let parent: Vec<(String, String)> = std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect();
-            let (env_remove, proxy) = runner::clean_env(
-                parent.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                &env,
+            let (env, env_remove) = runner::over_clean_env(
+                vec![("LOCALAGENTS_JOB".into(), rec.id.clone())],
                 job.target.endpoint.api_key_env.as_deref(),
             );
-            let env: Vec<(String, String)> = env.into_iter().chain(proxy).collect();
             let mut round = 0;
             loop {
                 round += 1;
