@@ -92,7 +92,8 @@ pub fn fix_brief(a: &Acceptance) -> String {
     )
 }
 
-fn tail_chars(s: &str, n: usize) -> String {
+/// The last `n` characters of `s`.
+pub(super) fn tail_chars(s: &str, n: usize) -> String {
     let count = s.chars().count();
     if count <= n {
         return s.to_string();

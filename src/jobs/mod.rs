@@ -218,12 +218,6 @@ pub struct JobRecord {
     pub reaped: bool,
 }
 
-/// The last `n` characters of `s`.
-fn tail(s: &str, n: usize) -> String {
-    let count = s.chars().count();
-    s.chars().skip(count.saturating_sub(n)).collect()
-}
-
 /// Is the process that owns a running job still there? By identity when it
 /// was recorded (a reused pid is not the owner), else by signal 0.
 fn owner_alive(rec: &JobRecord) -> bool {
@@ -360,7 +354,7 @@ impl JobRecord {
                 .acceptance
                 .as_ref()
                 .filter(|a| !a.passed)
-                .map(|a| tail(&a.output_tail, 800)),
+                .map(|a| accept::tail_chars(&a.output_tail, 800)),
             usage: self.usage,
         }
     }

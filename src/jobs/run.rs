@@ -510,16 +510,7 @@ impl Manager {
             if let Some(mut e) = stderr {
                 let _ = e.read_to_end(&mut buf).await;
             }
-            let s = String::from_utf8_lossy(&buf).into_owned();
-            let tail: String = s
-                .chars()
-                .rev()
-                .take(2000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            tail
+            accept::tail_chars(&String::from_utf8_lossy(&buf), 2000)
         });
         let open = |name: &str| {
             crate::paths::append_private(&dir.join(name))
