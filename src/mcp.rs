@@ -102,6 +102,9 @@ pub struct RunAgentParams {
     /// Fix rounds after a failed acceptance (default 2, at most 10).
     #[serde(default)]
     pub fix_rounds: Option<u32>,
+    /// Load the model even if the endpoint may unload another model that a running job uses (a router past --models-max, a llama-swap group). Only when the user says so.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// A job id.
@@ -256,6 +259,7 @@ impl RunAgentParams {
             timeout_s: p.timeout_s,
             acceptance: p.acceptance,
             fix_rounds: p.fix_rounds,
+            force: p.force,
         })
     }
 }

@@ -382,14 +382,29 @@ fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> 
     out
 }
 
-/// `localagents bringup MODEL [--run]`. Returns the exit code.
+/// What `bringup` is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BringupAction {
+    /// Say what it takes.
+    Show,
+    /// Load it: through the endpoint when it loads on demand, else with
+    /// the configured `bring_up` command.
+    Run,
+    /// Free it on a router or llama-swap.
+    Unload,
+}
+
+/// `localagents bringup MODEL [--run | --unload] [--force]`. Returns the
+/// exit code.
 pub async fn bringup(
     ctx: &Context,
     model: &str,
-    run: bool,
+    action: BringupAction,
+    force: bool,
     timeout: Duration,
     out: &mut (impl Write + Send),
 ) -> std::io::Result<u8> {
+    let run = action == BringupAction::Run;
     let loaded = match config::load(&ctx.discovery()) {
         Ok(l) => l,
         Err(e) => {
@@ -400,16 +415,114 @@ pub async fn bringup(
     let cfg = loaded.config.clone();
     let probes = probe::probe_all(&cfg).await;
     if let Ok(r) = registry::resolve(&cfg, &probes, Some(model), None) {
+        let st = probes.iter().find(|p| p.name == r.endpoint);
+        let state = st
+            .and_then(|s| s.models.iter().find(|m| m.id == r.served_id))
+            .and_then(|m| m.state.clone());
+        let kind = st.and_then(|s| s.kind.clone());
+        let window = |c: Option<u64>| c.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
+        if let (BringupAction::Unload, Some(st), Some(ep)) = (action, st, cfg.endpoint(&r.endpoint))
+        {
+            if !force
+                && let Err(why) = crate::jobs::evict::check_unload(
+                    &crate::jobs::Store::new(&ctx.state_dir),
+                    st,
+                    &r.served_id,
+                )
+            {
+                writeln!(out, "{why}")?;
+                return Ok(1);
+            }
+            return match probe::load::unload(ep, kind.as_deref(), &r.served_id).await {
+                Ok(true) => {
+                    writeln!(out, "unloaded {} on `{}`", r.served_id, r.endpoint)?;
+                    Ok(0)
+                }
+                Ok(false) => {
+                    writeln!(out, "{} was not loaded on `{}`", r.served_id, r.endpoint)?;
+                    Ok(0)
+                }
+                Err(why) => {
+                    writeln!(out, "{why}")?;
+                    Ok(1)
+                }
+            };
+        }
+        let need = probe::load::need(kind.as_deref(), state.as_deref());
+        match (need, st, cfg.endpoint(&r.endpoint)) {
+            (Some(need), Some(st), Some(ep)) => {
+                if !run {
+                    writeln!(
+                        out,
+                        "{model} is listed on `{}` as {} ({}, window {}). `localagents bringup {model} --run` loads it through the endpoint; no command runs on any host",
+                        r.endpoint,
+                        r.served_id,
+                        state.as_deref().unwrap_or("unloaded"),
+                        window(r.context)
+                    )?;
+                    return Ok(0);
+                }
+                if !force
+                    && let Err(why) = crate::jobs::evict::check_load(
+                        &crate::jobs::Store::new(&ctx.state_dir),
+                        st,
+                        &r.served_id,
+                    )
+                {
+                    writeln!(out, "{why}")?;
+                    return Ok(1);
+                }
+                writeln!(
+                    out,
+                    "loading {} on `{}` through the endpoint…",
+                    r.served_id, r.endpoint
+                )?;
+                let swap = kind.as_deref() == Some("llama-swap");
+                let limit = timeout.min(Duration::from_secs(cfg.defaults.load_timeout_s.max(1)));
+                return match probe::load::ready(ep, &r.served_id, need, swap, limit).await {
+                    Ok(took) => {
+                        probe::invalidate();
+                        let now = probe::probe(ep, Duration::from_secs(5)).await;
+                        let ctx_now = now
+                            .models
+                            .iter()
+                            .find(|m| m.id == r.served_id)
+                            .and_then(|m| m.context)
+                            .or(r.context);
+                        writeln!(
+                            out,
+                            "loaded {} on `{}` in {:.1} s (window {})",
+                            r.served_id,
+                            r.endpoint,
+                            took.as_secs_f64(),
+                            window(ctx_now)
+                        )?;
+                        Ok(0)
+                    }
+                    Err(why) => {
+                        writeln!(out, "{why}")?;
+                        Ok(1)
+                    }
+                };
+            }
+            _ => {
+                writeln!(
+                    out,
+                    "{model} is already served: {} on `{}` (window {})",
+                    r.served_id,
+                    r.endpoint,
+                    window(r.context)
+                )?;
+                return Ok(0);
+            }
+        }
+    }
+    if action == BringupAction::Unload {
         writeln!(
             out,
-            "{model} is already served: {} on `{}` (window {})",
-            r.served_id,
-            r.endpoint,
-            r.context
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "unknown".into())
+            "{model} is not served by any endpoint: nothing to unload"
         )?;
-        return Ok(0);
+        return Ok(1);
     }
     let entry = cfg.model(model);
     let host = entry

@@ -11,6 +11,7 @@
 mod commands;
 pub mod render;
 
+use crate::setup::BringupAction;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -82,9 +83,15 @@ pub enum Command {
     Bringup {
         /// Model name from the menu.
         model: String,
-        /// Run the configured bring_up command (detached, logged) and poll until the model is served.
-        #[arg(long)]
+        /// Load it: through the endpoint on a router, llama-swap or sleeping server; else run the configured bring_up command (detached, logged) and poll until the model is served.
+        #[arg(long, conflicts_with = "unload")]
         run: bool,
+        /// Unload it on a router or llama-swap endpoint.
+        #[arg(long)]
+        unload: bool,
+        /// Load or unload even if a running job uses a model that would go.
+        #[arg(long)]
+        force: bool,
         /// Seconds to wait with --run.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
@@ -132,6 +139,9 @@ pub struct RunCmd {
     /// Fix rounds after a failed --accept (default: defaults.fix_rounds, 2).
     #[arg(long, value_name = "N")]
     pub fix_rounds: Option<u32>,
+    /// Load the model even if that may unload one a running job uses.
+    #[arg(long)]
+    pub force: bool,
     /// Print the job record as JSON.
     #[arg(long)]
     pub json: bool,
@@ -239,8 +249,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Bringup {
             model,
             run,
+            unload,
+            force,
             timeout,
-        } => commands::setup::bringup(&ctx, &model, run, timeout).await,
+        } => {
+            let action = match (run, unload) {
+                (true, _) => BringupAction::Run,
+                (_, true) => BringupAction::Unload,
+                _ => BringupAction::Show,
+            };
+            commands::setup::bringup(&ctx, &model, action, force, timeout).await
+        }
         Command::Jobs {
             json,
             status,

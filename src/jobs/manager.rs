@@ -79,6 +79,8 @@ pub struct RunArgs {
     pub acceptance: Option<String>,
     /// Fix rounds after a failed acceptance (default `defaults.fix_rounds`).
     pub fix_rounds: Option<u32>,
+    /// Load the model even if that may unload one a running job uses.
+    pub force: bool,
 }
 
 /// Live progress of a running job (for the CLI spinner).
@@ -275,6 +277,10 @@ impl Manager {
         };
         let target =
             registry::resolve_target(&self.ctx, model.as_deref(), endpoint.as_deref()).await?;
+        if !args.force {
+            super::evict::check_load(&self.store, &target.probe, &target.resolved.served_id)
+                .map_err(StartError::Invalid)?;
+        }
 
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;

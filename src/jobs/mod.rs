@@ -7,6 +7,7 @@
 //! reported as `lost`, with the reason.
 
 pub mod accept;
+pub mod evict;
 pub mod limits;
 pub mod manager;
 pub mod metrics;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::http_client;
+use super::{EndpointStatus, http_client};
 use crate::config::Endpoint;
 
 /// How often the state is polled while a model loads.
@@ -33,6 +33,90 @@ pub fn need(kind: Option<&str>, state: Option<&str>) -> Option<Need> {
         (Some("router" | "llama-swap"), Some("unloaded" | "loading")) => Some(Need::Load),
         (_, Some("sleeping")) => Some(Need::Wake),
         _ => None,
+    }
+}
+
+/// Models that loading `model` may unload, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Risk {
+    pub models: Vec<String>,
+    pub why: String,
+}
+
+/// What loading `model` on this endpoint could unload. A router past its
+/// `max_instances` evicts the least recently used model (which one is not
+/// published, so every loaded one is at risk); llama-swap does not publish
+/// its groups, and its default group runs one model at a time, so every
+/// running model is at risk. Nothing is at risk when `model` is loaded.
+pub fn at_risk(st: &EndpointStatus, model: &str) -> Option<Risk> {
+    let loaded = |m: &&super::ServedModel| {
+        m.id != model && matches!(m.state.as_deref(), Some("loaded" | "loading"))
+    };
+    let me = st.models.iter().find(|m| m.id == model)?;
+    if matches!(me.state.as_deref(), Some("loaded" | "loading")) {
+        return None;
+    }
+    let others: Vec<String> = st
+        .models
+        .iter()
+        .filter(loaded)
+        .map(|m| m.id.clone())
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    match st.kind.as_deref() {
+        Some("router") => {
+            let max = st.max_instances.filter(|m| *m > 0)?;
+            (others.len() as u64 >= max).then(|| Risk {
+                models: others,
+                why: format!(
+                    "the router holds at most {max} loaded models (--models-max) and unloads the least recently used"
+                ),
+            })
+        }
+        Some("llama-swap") => Some(Risk {
+            models: others,
+            why: "llama-swap swaps models out by group (its default group runs one model at a time) and does not publish its groups".into(),
+        }),
+        _ => None,
+    }
+}
+
+/// Unload `model` through the endpoint's own API: a router's
+/// `POST /models/unload`, llama-swap's `POST /api/models/unload/<model>`.
+/// Returns whether it was loaded.
+pub async fn unload(ep: &Endpoint, kind: Option<&str>, model: &str) -> Result<bool, String> {
+    let req = match kind {
+        Some("router") => {
+            request(ep, reqwest::Method::POST, "/models/unload").json(&json!({ "model": model }))
+        }
+        Some("llama-swap") => request(
+            ep,
+            reqwest::Method::POST,
+            &format!("/api/models/unload/{model}"),
+        ),
+        _ => {
+            return Err(format!(
+                "`{}` is a plain server that cannot unload its model: stop the server on its host instead",
+                ep.name
+            ));
+        }
+    };
+    let r = req
+        .send()
+        .await
+        .map_err(|e| format!("cannot ask `{}` to unload {model}: {e}", ep.name))?;
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    match status {
+        200 => Ok(true),
+        400 if body.contains("not running") => Ok(false),
+        _ => Err(format!(
+            "`{}` refused to unload {model} ({status}: {})",
+            ep.name,
+            body.chars().take(200).collect::<String>()
+        )),
     }
 }
 
@@ -143,6 +227,47 @@ pub async fn ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(kind: &str, max: Option<u64>, models: &[(&str, &str)]) -> EndpointStatus {
+        let ep = Endpoint {
+            name: "e".into(),
+            base_url: "http://e".into(),
+            backend: None,
+            host: None,
+            notes: None,
+            env: Default::default(),
+            api_key_env: None,
+            allow_insecure_key: false,
+        };
+        let mut st = EndpointStatus::new(&ep);
+        st.kind = Some(kind.into());
+        st.max_instances = max;
+        st.models = models
+            .iter()
+            .map(|(id, state)| super::super::ServedModel {
+                id: id.to_string(),
+                context: Some(32768),
+                context_source: None,
+                state: Some(state.to_string()),
+            })
+            .collect();
+        st
+    }
+
+    #[test]
+    fn what_a_load_may_unload() {
+        let full = status("router", Some(1), &[("a", "loaded"), ("b", "unloaded")]);
+        assert_eq!(at_risk(&full, "b").unwrap().models, vec!["a".to_string()]);
+        assert!(at_risk(&full, "a").is_none(), "a is loaded already");
+        let room = status("router", Some(2), &[("a", "loaded"), ("b", "unloaded")]);
+        assert!(at_risk(&room, "b").is_none());
+        let unlimited = status("router", Some(0), &[("a", "loaded"), ("b", "unloaded")]);
+        assert!(at_risk(&unlimited, "b").is_none());
+        let swap = status("llama-swap", None, &[("a", "loaded"), ("b", "unloaded")]);
+        assert!(at_risk(&swap, "b").unwrap().why.contains("group"));
+        let empty = status("llama-swap", None, &[("a", "unloaded"), ("b", "unloaded")]);
+        assert!(at_risk(&empty, "b").is_none());
+    }
 
     #[test]
     fn what_needs_doing() {

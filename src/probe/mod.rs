@@ -104,6 +104,10 @@ pub struct EndpointStatus {
     /// llama-server asleep); none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading
+    /// one more model past it unloads the least recently used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u64>,
     pub models: Vec<ServedModel>,
     pub slots: Option<Slots>,
     pub load: Option<Load>,
@@ -134,6 +138,7 @@ impl EndpointStatus {
             error_kind: None,
             latency_ms: None,
             kind: None,
+            max_instances: None,
             models: Vec::new(),
             slots: None,
             load: None,
@@ -374,6 +379,12 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     let swap = data
         .iter()
         .any(|m| m.get("owned_by").and_then(Value::as_str) == Some("llama-swap"));
+    if router {
+        st.max_instances = props
+            .as_ref()
+            .and_then(|p| p.get("max_instances"))
+            .and_then(Value::as_u64);
+    }
     st.kind = if router {
         Some("router".into())
     } else if swap {

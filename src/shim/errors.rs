@@ -263,6 +263,23 @@ pub fn translate(
     }
 }
 
+/// A server that is loading the model right now: llama.cpp's 503
+/// "Loading model" (a router without autoload, or an instance still
+/// starting) and llama-swap's 503 "[id] process is not ready". The shim
+/// waits such an answer out instead of passing it on.
+pub fn loading(status: u16, body: &Value) -> bool {
+    if status != 503 {
+        return false;
+    }
+    let msg = body
+        .pointer("/error/message")
+        .or_else(|| body.get("error"))
+        .and_then(Value::as_str)
+        .or_else(|| body.as_str())
+        .unwrap_or_default();
+    msg.contains("Loading model") || msg.contains("process is not ready")
+}
+
 /// The answer when the backend could not be reached at all.
 pub fn unreachable(base_url: &str, why: &str) -> Translated {
     Translated {
@@ -452,6 +469,19 @@ mod tests {
         );
         assert_eq!(tr.status, 529);
         assert_eq!(tr.body["error"]["type"], "overloaded_error");
+    }
+
+    #[test]
+    fn loading_is_told_apart_from_other_503s() {
+        let llama =
+            json!({"error":{"code":503,"type":"unavailable_error","message":"Loading model"}});
+        assert!(loading(503, &llama));
+        assert!(loading(503, &json!("[qwen] process is not ready")));
+        assert!(!loading(500, &llama));
+        assert!(!loading(
+            503,
+            &json!({"error":{"code":503,"type":"unavailable_error","message":"no slot available"}})
+        ));
     }
 
     #[test]

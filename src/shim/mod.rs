@@ -455,6 +455,9 @@ async fn send(
     }
 }
 
+/// How often a request is sent again while the server loads the model.
+const LOADING_POLL: Duration = Duration::from_millis(500);
+
 /// At most this much of a backend's error body is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
@@ -563,15 +566,37 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     route.log.dump_body(&ts, "/v1/messages", &out);
     let stream = rec.stream;
     let mut retried = false;
+    let mut loading_since: Option<Instant> = None;
     let resp = loop {
         let resp = match send(&route, "/v1/messages", out.clone(), stream, &mut notes).await {
             Ok(r) => r,
             Err(e) => return send_failed(&route, e, rec, started, notes),
         };
         if resp.status().is_success() {
+            if let Some(since) = loading_since.take() {
+                notes.push(format!(
+                    "waited {:.1} s for the model to load",
+                    since.elapsed().as_secs_f64()
+                ));
+            }
             break resp;
         }
         let (status, err_body, text) = read_error(resp).await;
+        // A model being loaded: wait and ask again, within the first-byte
+        // budget (a router or llama-swap loading a 27B takes minutes).
+        if errors::loading(status, &err_body) {
+            let since = *loading_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < route.first_byte_timeout {
+                tokio::time::sleep(LOADING_POLL).await;
+                continue;
+            }
+        }
+        if let Some(since) = loading_since.take() {
+            notes.push(format!(
+                "waited {:.1} s for the model to load",
+                since.elapsed().as_secs_f64()
+            ));
+        }
         rec.upstream_status = Some(status);
         rec.error = Some(text);
         // vLLM counts prompt + max_tokens: lower max_tokens once if it fits.

@@ -705,6 +705,18 @@ fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
         true,
         "probing woke the server"
     );
+    // A job on the sleeping server wakes it first and succeeds.
+    let out = localagents(&d, &["run", "--max-turns", "2", "--json", "Say hello."]);
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let note = rec["load_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("woke the server in "), "{rec}");
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert_succeeded_or_output_capped(&rec, &reqs);
+    eprintln!("t9: sleeping server: {note}");
 }
 
 /// Issue 10: a job on a model the router has not loaded loads it first,
@@ -716,8 +728,25 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
     std::os::unix::fs::symlink(&gguf, models.path().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
     let router = start_router(models.path(), &["-c", "32768", "--parallel", "1"]);
     let d = dirs(&router.url, "");
+    // A wrapper around the real CLI records the window the session is told.
+    let seen = d.state.parent().unwrap().join("max_context.txt");
+    let wrapper = d.state.parent().unwrap().join("claude-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprintf '%s' \"$CLAUDE_CODE_MAX_CONTEXT_TOKENS\" > '{}'\nexec '{}' \"$@\"\n",
+            seen.display(),
+            need("LOCALAGENTS_CLAUDE")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let started = Instant::now();
-    let out = localagents(
+    let out = localagents_env(
         &d,
         &[
             "run",
@@ -728,6 +757,7 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
             "--json",
             "Say hello.",
         ],
+        &[("LOCALAGENTS_CLAUDE", wrapper.to_str().unwrap())],
     );
     let rec: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -758,6 +788,11 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
         models_now["data"][0]["status"]["value"], "loaded",
         "{models_now}"
     );
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "32768",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS"
+    );
     // Figure: from the job's creation to its first request, less the load.
     let created = chrono::DateTime::parse_from_rfc3339(rec["created"].as_str().unwrap()).unwrap();
     let first = chrono::DateTime::parse_from_rfc3339(reqs[0]["ts"].as_str().unwrap()).unwrap();
@@ -774,4 +809,48 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
         ours * 1000.0,
         started.elapsed().as_secs_f64()
     );
+
+    // Unloaded through the router's API, `bringup --run` loads it again
+    // (through the endpoint: no bring_up command is configured).
+    let out = Command::new("curl")
+        .args([
+            "-fsS",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            r#"{"model":"gemma-3-270m-q4_k_m"}"#,
+            &format!("{}/models/unload", router.url),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let t = Instant::now();
+    loop {
+        let st: Value =
+            serde_json::from_slice(&localagents(&d, &["status", "--json"]).stdout).unwrap();
+        if st["endpoints"][0]["models"][0]["state"] == "unloaded" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "never unloaded: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = localagents(&d, &["bringup", "gemma-3-270m"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--run` loads it through the endpoint"),
+        "{text}"
+    );
+    let out = localagents(&d, &["bringup", "gemma-3-270m", "--run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("loaded gemma-3-270m-q4_k_m on `real` in "),
+        "{text}"
+    );
+    eprintln!("t10: bringup --run: {}", text.lines().last().unwrap_or(""));
+    let st: Value = serde_json::from_slice(&localagents(&d, &["status", "--json"]).stdout).unwrap();
+    assert_eq!(st["endpoints"][0]["models"][0]["state"], "loaded", "{st}");
 }

@@ -15,6 +15,7 @@ mod plugin;
 mod probe;
 mod real_claude;
 mod shim;
+mod swap;
 mod tasks;
 mod transport;
 mod trust;

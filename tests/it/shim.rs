@@ -645,3 +645,54 @@ async fn models_and_bad_json() {
     assert_eq!(v["error"]["type"], "invalid_request_error");
     assert!(fake.bodies().is_empty());
 }
+
+/// Issue 10: a server loading the model answers 503 "Loading model"; the
+/// shim waits and asks again instead of passing a failure to Claude Code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_being_loaded_is_waited_for_not_failed() {
+    let fake = fake_llama::spawn(strict()).await;
+    fake.state.loading.store(true, Ordering::SeqCst);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_shim, reg) = shim_for(
+        fake.url(),
+        Backend::LlamaCpp,
+        "gemma3-270m",
+        Some(32768),
+        tmp.path(),
+        None,
+    )
+    .await;
+    let state = fake.state.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        state.loading.store(false, Ordering::SeqCst);
+    });
+    let t = std::time::Instant::now();
+    let r = client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .header("x-api-key", &reg.token)
+        .json(&cc_body(false))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(2900),
+        "{:?}",
+        t.elapsed()
+    );
+    let hits = fake.hits().iter().filter(|p| *p == "/v1/messages").count();
+    assert!(hits >= 3, "asked again while loading: {hits}");
+    let log = log_lines(tmp.path());
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["upstream_status"], 200, "{log:?}");
+    assert!(
+        log[0]["translated"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("for the model to load"),
+        "{log:?}"
+    );
+}

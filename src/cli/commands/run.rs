@@ -25,6 +25,7 @@ impl From<RunCmd> for RunArgs {
             timeout_s: a.timeout,
             acceptance: a.accept,
             fix_rounds: a.fix_rounds,
+            force: a.force,
             ..Default::default()
         }
     }

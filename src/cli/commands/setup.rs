@@ -46,13 +46,15 @@ pub async fn doctor(ctx: &Context) -> anyhow::Result<ExitStatus> {
 pub async fn bringup(
     ctx: &Context,
     model: &str,
-    run: bool,
+    action: crate::setup::BringupAction,
+    force: bool,
     timeout: u64,
 ) -> anyhow::Result<ExitStatus> {
     let code = crate::setup::bringup(
         ctx,
         model,
-        run,
+        action,
+        force,
         std::time::Duration::from_secs(timeout),
         &mut std::io::stdout(),
     )

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod claude;
 pub mod fake_llama;
+pub mod fake_swap;
 pub mod fake_vllm;
 pub mod git;
 pub mod net;

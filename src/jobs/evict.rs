@@ -1,0 +1,65 @@
+//! Loading a model must not unload one that a running job uses.
+//!
+//! A llama.cpp router past `--models-max`, or a llama-swap group, unloads a
+//! model to make room for another. A job whose model goes away mid-session
+//! stalls while the server reloads it (minutes for a 27B) or fails. So
+//! before anything loads a model on such an endpoint (a job's own load,
+//! `bringup --run`) and before `bringup --unload`, the endpoint's loaded set
+//! is checked against the running jobs of every localagents process (their
+//! records), and the answer names the job. `force` skips the check.
+
+use super::{Status, Store};
+use crate::probe::EndpointStatus;
+use crate::probe::load;
+
+/// Running (or queued) jobs on `endpoint` whose model is one of `models`:
+/// `(job id, model)`.
+fn users(store: &Store, endpoint: &str, models: &[String]) -> Vec<(String, String)> {
+    store
+        .ids()
+        .into_iter()
+        .filter_map(|id| store.load(&id).ok())
+        .filter(|r| matches!(r.status, Status::Running | Status::Queued))
+        .filter(|r| r.endpoint == endpoint && models.contains(&r.served_id))
+        .map(|r| (r.id, r.served_id))
+        .collect()
+}
+
+fn name_jobs(users: &[(String, String)]) -> String {
+    users
+        .iter()
+        .map(|(id, m)| format!("job {id} ({m})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// May `model` be loaded on this endpoint now? Err is one sentence naming
+/// the job that would lose its model, and the way out.
+pub fn check_load(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), String> {
+    let Some(risk) = load::at_risk(st, model) else {
+        return Ok(());
+    };
+    let users = users(store, &st.name, &risk.models);
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "loading {model} on `{}` could unload the model of running {}: {}. Wait for it (wait_job), or pass force to load anyway",
+        st.name,
+        name_jobs(&users),
+        risk.why
+    ))
+}
+
+/// May `model` be unloaded now?
+pub fn check_unload(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), String> {
+    let users = users(store, &st.name, &[model.to_string()]);
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{model} on `{}` is in use by running {}: wait for it (wait_job), or pass --force to unload anyway",
+        st.name,
+        name_jobs(&users)
+    ))
+}

@@ -1,0 +1,199 @@
+//! Endpoints that load models on demand, with the llama-swap fake: a job
+//! loads its model first (and waits out a slow load), and nothing loads a
+//! model that would swap out the model of a running job unless forced.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::jobs::{Env, call, env_for, serve};
+use crate::support::fake_swap::{self, SwapModel};
+use crate::support::{claude, script};
+
+fn models(qwen_load: Duration, gemma_load: Duration) -> Vec<SwapModel> {
+    vec![
+        SwapModel {
+            id: "qwen-coder".into(),
+            context: Some(32768),
+            load: qwen_load,
+        },
+        SwapModel {
+            id: "gemma".into(),
+            context: None,
+            load: gemma_load,
+        },
+    ]
+}
+
+/// An environment whose one endpoint is the fake llama-swap.
+fn env(url: &str) -> Env {
+    let e = env_for(url);
+    std::fs::write(
+        &e.cfg,
+        format!("endpoints:\n  swap:\n    base_url: {url}\nmodels:\n  gemma:\n    context: 16384\ndefaults:\n  max_turns: 6\n  setting_sources: []\n"),
+    )
+    .unwrap();
+    e
+}
+
+async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(args)
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .output()
+        .await
+        .unwrap()
+}
+
+fn requests(e: &Env, id: &str) -> Vec<Value> {
+    std::fs::read_to_string(e.state.join("jobs").join(id).join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_llama_swap_loads_its_model_first_and_waits_out_a_slow_start() {
+    let fake = fake_swap::spawn(models(Duration::from_secs(3), Duration::from_secs(8))).await;
+    let e = env(fake.url());
+
+    // States and windows without loading anything; never a window of 0.
+    let out = localagents(&e, &["status", "--json"]).await;
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ep = &st["endpoints"][0];
+    assert_eq!(ep["kind"], "llama-swap", "{ep}");
+    let by_id = |id: &str| {
+        ep["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_id("qwen-coder")["state"], "unloaded");
+    assert_eq!(by_id("qwen-coder")["context"], 32768);
+    assert_eq!(by_id("gemma")["state"], "unloaded");
+    assert_ne!(by_id("gemma")["context"], 0, "{ep}");
+    assert!(fake.starts().is_empty(), "status loaded a model");
+
+    // A job on the unloaded model loads it (3 s) before the delegate starts.
+    let out = localagents(&e, &["run", "--model", "qwen-coder", "--json", "Say hi."]).await;
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let note = rec["load_note"].as_str().unwrap_or_default().to_string();
+    let secs: f64 = note
+        .strip_prefix("loaded qwen-coder in ")
+        .and_then(|s| s.strip_suffix(" s"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("load note: {rec}"));
+    assert!(secs >= 2.9, "{note}");
+    assert_eq!(rec["context"], 32768, "{rec}");
+    let reqs = requests(&e, rec["id"].as_str().unwrap());
+    assert!(reqs.iter().all(|r| r["status"] == 200), "{reqs:?}");
+    assert_eq!(fake.running(), vec!["qwen-coder".to_string()]);
+
+    // A model that is starting is listed as loaded: the job's first request
+    // blocks until it is ready (8 s) and the shim waits it out.
+    fake.begin_start("gemma");
+    let t = Instant::now();
+    let out = localagents(&e, &["run", "--model", "gemma", "--json", "Say hi."]).await;
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert!(rec["load_note"].is_null(), "{rec}");
+    assert!(t.elapsed() >= Duration::from_secs(7), "{:?}", t.elapsed());
+    let reqs = requests(&e, rec["id"].as_str().unwrap());
+    let first = reqs
+        .iter()
+        .find(|r| r["path"] == "/v1/messages")
+        .expect("a request");
+    assert_eq!(first["status"], 200, "{first}");
+    assert_eq!(fake.starts(), vec!["qwen-coder", "gemma"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_would_unload_a_running_jobs_model_is_refused_without_force() {
+    let fake = fake_swap::spawn(models(Duration::ZERO, Duration::ZERO)).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+        )],
+        "done",
+    ));
+    let e = env(fake.url());
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Wait.", "model": "gemma", "allowed_tools": ["Bash"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let job = e.state.join("jobs").join(&id).join("job.json");
+    let t = Instant::now();
+    loop {
+        let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+        if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{rec}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(fake.running(), vec!["gemma".to_string()]);
+
+    // Another job on the other model: refused, naming the job.
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say hi.", "model": "qwen-coder"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let text = v.to_string();
+    assert!(text.contains(&id) && text.contains("force"), "{text}");
+    let out = localagents(&e, &["run", "--model", "qwen-coder", "Say hi."]).await;
+    assert_ne!(out.status.code(), Some(0));
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&id), "{text}");
+
+    // bringup --run and --unload: the same refusal.
+    let out = localagents(&e, &["bringup", "qwen-coder", "--run"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains(&id) && text.contains("llama-swap"), "{text}");
+    let out = localagents(&e, &["bringup", "gemma", "--unload"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains(&id), "{text}");
+    assert_eq!(fake.running(), vec!["gemma".to_string()], "nothing swapped");
+    assert_eq!(fake.starts(), vec!["gemma"]);
+
+    // With --force it loads through the endpoint (no command runs).
+    let out = localagents(&e, &["bringup", "qwen-coder", "--run", "--force"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("loaded qwen-coder on `swap`"), "{text}");
+    assert_eq!(fake.running(), vec!["qwen-coder".to_string()]);
+
+    let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
+    assert_eq!(v["status"], "cancelled", "{v}");
+    // Nothing uses it now: unload goes through.
+    let out = localagents(&e, &["bringup", "qwen-coder", "--unload"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("unloaded qwen-coder"), "{text}");
+    assert!(fake.running().is_empty());
+    c.cancel().await.unwrap();
+}
