@@ -1,6 +1,7 @@
-//! Endpoints that load models on demand, with the llama-swap fake: a job
+//! Endpoints other than one plain server: with the llama-swap fake, a job
 //! loads its model first (and waits out a slow load), and nothing loads a
-//! model that would swap out the model of a running job unless forced.
+//! model that would swap out the model of a running job unless forced; a
+//! gateway that only relays works as `backend: other`.
 
 use std::time::{Duration, Instant};
 
@@ -195,5 +196,55 @@ async fn a_swap_that_would_unload_a_running_jobs_model_is_refused_without_force(
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("unloaded qwen-coder"), "{text}");
     assert!(fake.running().is_empty());
+
+    // A fuzzy name matches an unloaded model; the answer says it loads.
+    fake.set_script(script::text("hi"));
+    let (err, v) = call(&c, "run_agent", json!({"task": "Say hi.", "model": "qwen"})).await;
+    assert!(!err, "{v}");
+    assert!(
+        v.to_string()
+            .contains("qwen-coder is not loaded on `swap`: the job loads it first"),
+        "{v}"
+    );
+    let (_, v) = call(&c, "wait_job", json!({"job_id": v["id"], "timeout_s": 60})).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert!(v.to_string().contains("loaded qwen-coder in "), "{v}");
     c.cancel().await.unwrap();
+}
+
+/// A gateway that only relays (LiteLLM) lists models without windows or
+/// slots; with `backend: other` a job runs through it as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_gateway_works_as_backend_other() {
+    let fake = crate::support::fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
+    fake.set_script(script::write_then_report("relay.txt", "via relay\n"));
+    let e = env_for(fake.url());
+    std::fs::write(
+        &e.cfg,
+        format!("endpoints:\n  gateway:\n    base_url: {}\n    backend: other\ndefaults:\n  max_turns: 6\n  setting_sources: []\n", fake.url()),
+    )
+    .unwrap();
+    let out = localagents(
+        &e,
+        &[
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--json",
+            "Create relay.txt",
+        ],
+    )
+    .await;
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(
+        std::fs::read_to_string(e.work.join("relay.txt")).unwrap(),
+        "via relay\n"
+    );
+    let hits = fake.hits();
+    assert!(
+        !hits.iter().any(|p| p == "/props" || p == "/slots"),
+        "backend other asks no llama.cpp route: {hits:?}"
+    );
 }
