@@ -13,17 +13,21 @@
 //! - [`worktree`]: git worktree isolation and what a job changed.
 //! - [`api`]: the operations behind MCP tools and CLI commands.
 //! - [`shim`]: the HTTP shim between a delegate and its backend.
+//! - [`complete`]: one-shot completions (no tools, no session).
 //! - [`mcp`]: the MCP server on stdio.
 //! - [`cli`]: argument parsing and human-readable output.
 //! - [`session_env`]: the env that points Claude Code at a shim.
 //! - [`hook`]: the prompt hook that reports finished jobs.
 //! - [`setup`]: setup, doctor and bringup.
 //! - [`paths`]: XDG dirs and atomic writes.
+//! - [`fmt`]: number formatting for sentences.
 
 pub mod api;
 pub mod cli;
+pub mod complete;
 pub mod config;
 pub mod context;
+pub mod fmt;
 pub mod hook;
 pub mod jobs;
 pub mod mcp;

@@ -183,6 +183,87 @@ pub struct CleanupParams {
     pub force: bool,
 }
 
+/// Arguments of `local_complete`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CompleteParams {
+    /// The prompt: one self-contained question or instruction.
+    pub prompt: String,
+    /// A system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Files to attach as text (paths inside the project; at most 256 KiB each, 1 MiB in all).
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Model name from list_models (default: defaults.model, else the first served).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Most output tokens (default 2048, less when the window has less room).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+}
+
+/// One item of `local_batch`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BatchItemParams {
+    pub prompt: String,
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Files to attach as text (paths inside the project).
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// Arguments of `local_batch`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BatchParams {
+    /// Independent prompts; each is answered on its own, in input order. At most 1000.
+    pub items: Vec<BatchItemParams>,
+    /// Model name from list_models.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Only use this endpoint (default: every endpoint that serves the model).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Most output tokens per item (default 2048).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Seconds to wait for the results (default and maximum 110); a longer batch goes on as a job: wait_job returns its results.
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+}
+
+/// Arguments of `local_review`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReviewParams {
+    /// A finished job whose diff to review against its brief.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// Or: a unified diff to review.
+    #[serde(default)]
+    pub diff: Option<String>,
+    /// Model name from list_models.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// What to look at especially (e.g. "error handling", "the new tests").
+    #[serde(default)]
+    pub focus: Option<String>,
+}
+
+fn ask_of(prompt: String, system: Option<String>, files: Vec<String>) -> crate::complete::Ask {
+    crate::complete::Ask {
+        prompt,
+        system,
+        files: files.into_iter().map(std::path::PathBuf::from).collect(),
+    }
+}
+
 /// The localagents MCP server.
 #[derive(Clone)]
 pub struct Server {
@@ -379,6 +460,76 @@ impl Server {
             force: p.force,
         };
         api::cleanup_jobs(&self.manager, &args).await.map(Reply)
+    }
+
+    /// One answer from a local model, no tools and no session: a commit message, a docstring, a regex, test data. Cheap: a session costs thousands of prompt tokens before it starts. A prompt that cannot fit the model's window is refused before it is sent.
+    #[tool(name = "local_complete")]
+    async fn local_complete(
+        &self,
+        Parameters(p): Parameters<CompleteParams>,
+    ) -> ToolResult<crate::complete::Completion> {
+        let options = crate::complete::Options {
+            max_tokens: p.max_tokens,
+            temperature: p.temperature,
+        };
+        api::local_complete(
+            &self.ctx,
+            ask_of(p.prompt, p.system, p.files),
+            p.model.as_deref(),
+            p.endpoint.as_deref(),
+            options,
+            &Caller::Session {
+                project: self.project.clone(),
+            },
+        )
+        .await
+        .map(Reply)
+    }
+
+    /// Many independent one-shot answers, fanned out over the free slots of every endpoint serving the model; results in input order, each with its own usage and ms. An item that fails fails alone. Runs as a job: past wait_s, wait_job returns the results.
+    #[tool(name = "local_batch")]
+    async fn local_batch(
+        &self,
+        Parameters(p): Parameters<BatchParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<api::BatchReply> {
+        let args = crate::jobs::batch::BatchArgs {
+            items: p
+                .items
+                .into_iter()
+                .map(|i| ask_of(i.prompt, i.system, i.files))
+                .collect(),
+            model: p.model,
+            endpoint: p.endpoint,
+            options: crate::complete::Options {
+                max_tokens: p.max_tokens,
+                temperature: p.temperature,
+            },
+            base: self.project.clone(),
+        };
+        let caller = Caller::Session {
+            project: self.project.clone(),
+        };
+        let rec = api::start_batch(&self.manager, args, &caller).await?;
+        let wait_s = p.wait_s.unwrap_or(api::MAX_WAIT.as_secs());
+        let wait = api::batch_reply(&self.manager, &rec.id, wait_s);
+        self.with_progress(&rec.id, &ctx, wait).await.map(Reply)
+    }
+
+    /// Ask a local model to review a finished job's diff against its brief (or a given diff): verdict looks_right / problems, findings (file, line, what), summary. Advice for you, not a gate; it saves your tokens on big or mechanical diffs. Kept with the job; job_status shows it.
+    #[tool(name = "local_review")]
+    async fn local_review(
+        &self,
+        Parameters(p): Parameters<ReviewParams>,
+    ) -> ToolResult<crate::jobs::review::Review> {
+        let args = api::ReviewArgs {
+            job_id: p.job_id,
+            diff: p.diff,
+            model: p.model,
+            endpoint: None,
+            focus: p.focus,
+        };
+        api::local_review(&self.manager, args).await.map(Reply)
     }
 
     /// Live view of every configured endpoint: up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.

@@ -681,6 +681,47 @@ pub struct Target {
     pub probe: probe::EndpointStatus,
 }
 
+/// Every live endpoint that serves the model `model` resolves to: the
+/// resolved one first, then the others that serve the same id (unless
+/// `endpoint` pins one). A batch spreads over all of them.
+pub async fn resolve_targets(
+    ctx: &crate::context::Context,
+    model: Option<&str>,
+    endpoint: Option<&str>,
+) -> Result<Vec<Target>, ResolveError> {
+    let first = resolve_target(ctx, model, endpoint).await?;
+    let mut out = vec![first.clone()];
+    if endpoint.is_some() {
+        return Ok(out);
+    }
+    let probes = probe::probe_all(&first.config).await;
+    for p in probes {
+        if !p.up || p.name == first.resolved.endpoint {
+            continue;
+        }
+        let Some(m) = p.models.iter().find(|m| m.id == first.resolved.served_id) else {
+            continue;
+        };
+        let Some(ep) = first.config.endpoint(&p.name).cloned() else {
+            continue;
+        };
+        let mut resolved = first.resolved.clone();
+        resolved.endpoint = p.name.clone();
+        resolved.base_url = ep.base_url.clone();
+        resolved.context = m.context;
+        resolved.context_source = m.context_source.clone();
+        resolved.queued_note = None;
+        out.push(Target {
+            config: first.config.clone(),
+            resolved,
+            backend: config::Backend::parse(&p.backend).unwrap_or(config::Backend::Other),
+            endpoint: ep,
+            probe: p,
+        });
+    }
+    Ok(out)
+}
+
 /// Load, probe and resolve `model` (or the default) on `endpoint` (or any).
 pub async fn resolve_target(
     ctx: &crate::context::Context,

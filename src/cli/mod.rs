@@ -54,6 +54,12 @@ pub enum Command {
     },
     /// Hand a task to a local model and wait for it (the same path as the run_agent tool).
     Run(RunCmd),
+    /// One answer from a local model, no tools and no session (the local_complete tool).
+    Complete(CompleteCmd),
+    /// Many independent one-shot answers over the free slots (the local_batch tool).
+    Batch(BatchCmd),
+    /// A local model's review of a job's diff, or of a diff file (the local_review tool).
+    Review(ReviewCmd),
     /// List jobs, newest first.
     Jobs {
         /// Print JSON.
@@ -150,6 +156,76 @@ pub struct RunCmd {
     pub task: Vec<String>,
 }
 
+/// `localagents complete`.
+#[derive(Debug, Args)]
+pub struct CompleteCmd {
+    /// Model name from the menu, a served id, or a fuzzy name.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// A system prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Attach a file as text (repeatable; 256 KiB each, 1 MiB in all).
+    #[arg(long, value_name = "FILE")]
+    pub file: Vec<PathBuf>,
+    /// Most output tokens (default 2048, less when the window has less room).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Print the result as JSON (text, usage, ms, model, stop_reason).
+    #[arg(long)]
+    pub json: bool,
+    /// The prompt, or - to read it from stdin.
+    #[arg(required = true, num_args = 1..)]
+    pub prompt: Vec<String>,
+}
+
+/// `localagents batch`.
+#[derive(Debug, Args)]
+pub struct BatchCmd {
+    /// Model name from the menu, a served id, or a fuzzy name.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint (default: every endpoint serving the model).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Most output tokens per item.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// JSON lines {"prompt", "system"?, "files"?}, or - for stdin.
+    pub file: String,
+}
+
+/// `localagents review`.
+#[derive(Debug, Args)]
+pub struct ReviewCmd {
+    /// The job whose diff to review against its brief.
+    #[arg(required_unless_present = "diff", conflicts_with = "diff")]
+    pub job: Option<String>,
+    /// Review this diff file instead (- for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub diff: Option<String>,
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// What to look at especially.
+    #[arg(long)]
+    pub focus: Option<String>,
+    /// Print the review as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum HookCommand {
     /// UserPromptSubmit: report finished jobs of this project once per session.
@@ -243,6 +319,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Status { json } => commands::status::run(&ctx, json).await,
         Command::Shim(args) => commands::shim::run(&ctx, args).await,
         Command::Run(args) => commands::run::run(ctx, args).await,
+        Command::Complete(args) => commands::complete::complete(&ctx, args).await,
+        Command::Batch(args) => commands::complete::batch(ctx, args).await,
+        Command::Review(args) => commands::complete::review(ctx, args).await,
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
         Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),
         Command::Doctor => commands::setup::doctor(&ctx).await,

@@ -66,6 +66,29 @@ pub fn cwd(cwd: &Path, project: &Path, d: &Defaults) -> Result<(), String> {
     ))
 }
 
+/// A file a session attaches to a completion must lie inside its project
+/// (or an allowed root), symlinks resolved: a tool call may not read the
+/// user's keys and hand them to a model.
+pub fn file(path: &Path, project: &Path, d: &Defaults) -> Result<(), String> {
+    let full = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        project.join(path)
+    };
+    let c = full.canonicalize().unwrap_or(full);
+    let inside = std::iter::once(project)
+        .chain(d.allowed_roots.iter().map(PathBuf::as_path))
+        .any(|root| c.starts_with(root.canonicalize().unwrap_or_else(|_| root.to_path_buf())));
+    if inside {
+        return Ok(());
+    }
+    Err(format!(
+        "file {} is outside this session's project ({}): attach files from the project, or under a directory the user lists in `defaults.allowed_roots`",
+        c.display(),
+        project.display()
+    ))
+}
+
 /// Check that requested tools only narrow the configured ones.
 pub fn allowed_tools(requested: &[String], d: &Defaults) -> Result<(), String> {
     let wider: Vec<&str> = requested

@@ -93,11 +93,16 @@ pub struct Progress {
     pub tokens: u64,
     /// Set while the acceptance command runs.
     pub acceptance_round: Option<u32>,
+    /// A batch: items done and in all.
+    pub items: Option<(u64, u64)>,
 }
 
 impl Progress {
     /// "turn 3 · 5 tool calls · 12,345 tokens · Edit src/cli.rs".
     pub fn line(&self) -> String {
+        if let Some((done, all)) = self.items {
+            return format!("{done} of {all} items · {} tokens", self.tokens);
+        }
         let mut parts = vec![
             format!("turn {}", self.turns),
             format!("{} tool calls", self.tool_calls),
@@ -331,6 +336,7 @@ impl Manager {
         });
         let rec = JobRecord {
             id: id.clone(),
+            kind: super::JobKind::Agent,
             task: task.chars().take(300).collect(),
             model: args
                 .model
@@ -402,19 +408,7 @@ impl Manager {
         };
         self.store.save(&rec)?;
 
-        let (cancel_tx, cancel_rx) = watch::channel(false);
-        let (done_tx, done_rx) = watch::channel(false);
-        let (prog_tx, prog_rx) = watch::channel(Progress::default());
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(
-                id.clone(),
-                Handle {
-                    cancel: cancel_tx,
-                    done: done_rx,
-                    progress: prog_rx,
-                },
-            );
-        }
+        let (cancel_rx, done_tx, prog_tx) = self.track(&id);
         let me = self.clone();
         let job = Job {
             rec: rec.clone(),
@@ -436,12 +430,43 @@ impl Manager {
         tokio::spawn(async move {
             let id = job.rec.id.clone();
             me.run(job, cancel_rx, prog_tx).await;
-            if let Ok(mut r) = me.running.lock() {
-                r.remove(&id);
-            }
-            let _ = done_tx.send(true);
+            me.untrack(&id, &done_tx);
         });
         Ok(rec)
+    }
+
+    /// Register a job of this process: its cancel, done and progress
+    /// channels (what `wait`, `cancel` and progress read).
+    pub(super) fn track(
+        &self,
+        id: &str,
+    ) -> (
+        watch::Receiver<bool>,
+        watch::Sender<bool>,
+        watch::Sender<Progress>,
+    ) {
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        let (prog_tx, prog_rx) = watch::channel(Progress::default());
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(
+                id.to_string(),
+                Handle {
+                    cancel: cancel_tx,
+                    done: done_rx,
+                    progress: prog_rx,
+                },
+            );
+        }
+        (cancel_rx, done_tx, prog_tx)
+    }
+
+    /// The job has ended: drop its handle, wake its waiters.
+    pub(super) fn untrack(&self, id: &str, done: &watch::Sender<bool>) {
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(id);
+        }
+        let _ = done.send(true);
     }
 
     /// Wait until the job ends or `timeout` passes. Returns the record and

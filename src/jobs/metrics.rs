@@ -43,18 +43,7 @@ pub struct FirstTurn {
     pub ms: u64,
 }
 
-/// `12345` as `12,345`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use crate::fmt::thousands;
 
 impl FirstTurn {
     /// "first turn: 226 new tokens, 4,259 from cache, 0.8 s"

@@ -7,10 +7,12 @@
 //! reported as `lost`, with the reason.
 
 pub mod accept;
+pub mod batch;
 pub mod evict;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
+pub mod review;
 pub mod run;
 
 use std::path::{Path, PathBuf};
@@ -150,10 +152,28 @@ impl std::str::FromStr for Status {
 /// Per-job figures (see [`metrics`]).
 pub use metrics::JobMetrics;
 
+/// What a job is: a delegate session, or a batch of one-shot completions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    #[default]
+    Agent,
+    Batch,
+}
+
+impl JobKind {
+    fn is_agent(&self) -> bool {
+        *self == JobKind::Agent
+    }
+}
+
 /// `job.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
     pub id: String,
+    /// `batch` for a `local_batch` run (its items are in `batch.json`).
+    #[serde(default, skip_serializing_if = "JobKind::is_agent")]
+    pub kind: JobKind,
     /// The first 300 characters; the whole task is in `task.txt`.
     pub task: String,
     /// The name asked for.
@@ -263,6 +283,8 @@ pub struct WorktreeSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct JobSummary {
     pub id: String,
+    #[serde(skip_serializing_if = "JobKind::is_agent")]
+    pub kind: JobKind,
     pub status: Status,
     /// The served id.
     pub model: String,
@@ -294,6 +316,12 @@ pub struct JobSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acceptance_output: Option<String>,
     pub usage: Usage,
+    /// A batch's items, in input order, once it has finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<batch::BatchReport>,
+    /// The last `local_review` of this job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<review::Review>,
 }
 
 /// One line of `list_jobs`.
@@ -325,6 +353,7 @@ impl JobRecord {
         };
         JobSummary {
             id: self.id.clone(),
+            kind: self.kind,
             status: self.status,
             model: self.served_id.clone(),
             endpoint: self.endpoint.clone(),
@@ -357,6 +386,10 @@ impl JobRecord {
                 .filter(|a| !a.passed)
                 .map(|a| accept::tail_chars(&a.output_tail, 800)),
             usage: self.usage,
+            batch: (self.kind == JobKind::Batch)
+                .then(|| batch::BatchReport::read(&self.log_dir))
+                .flatten(),
+            review: review::Review::read(&self.log_dir),
         }
     }
 

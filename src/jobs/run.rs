@@ -278,6 +278,7 @@ impl Manager {
                 rec.last_activity = Some(format!("acceptance round {round}: {command}"));
                 let _ = self.store.save(&rec);
                 let _ = progress.send(Progress {
+                    items: None,
                     turns: reg.route.log.messages(),
                     tool_calls: rec.tool_calls,
                     last_activity: rec.last_activity.clone().unwrap_or_default(),
@@ -562,6 +563,7 @@ impl Manager {
                     if let Some(r) = info.result { result = Some(r); }
                     dirty = true;
                     let _ = progress.send(Progress {
+                    items: None,
                         turns: reg.route.log.messages(),
                         tool_calls: rec.tool_calls,
                         last_activity: rec.last_activity.clone().unwrap_or_default(),

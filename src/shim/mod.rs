@@ -545,6 +545,12 @@ fn send_failed(
     }
 }
 
+/// `POST /v1/messages` on `route` without an HTTP hop: what a one-shot
+/// completion sends, through the same folding, translation and log.
+pub async fn relay_messages(route: Arc<Route>, body: Bytes) -> Response {
+    messages(route, body).await
+}
+
 /// `POST /v1/messages`.
 async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let started = Instant::now();

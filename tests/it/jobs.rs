@@ -46,7 +46,7 @@ pub(crate) fn env_for(fake_url: &str) -> Env {
     }
 }
 
-fn git_init(dir: &Path) {
+pub(crate) fn git_init(dir: &Path) {
     for args in [
         vec!["init", "-q", "-b", "main"],
         vec!["config", "user.email", "t@example.com"],

@@ -8,6 +8,7 @@ use std::path::Path;
 /// Each top-level module and its layer (higher uses lower).
 const LAYERS: &[(&str, u8)] = &[
     ("paths", 0),
+    ("fmt", 0),
     ("process", 0),
     ("signals", 0),
     ("config", 1),
@@ -19,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("shim", 5),
     ("worktree", 5),
     ("prefix", 6),
+    ("complete", 6),
     ("jobs", 6),
     ("api", 7),
     ("hook", 7),

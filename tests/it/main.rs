@@ -11,6 +11,7 @@ mod jobs;
 mod layering;
 mod lean;
 mod mcp_stdio;
+mod oneshot;
 mod plugin;
 mod probe;
 mod real_claude;

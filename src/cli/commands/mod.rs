@@ -2,6 +2,7 @@
 //!
 //! [`ExitStatus`]: super::ExitStatus
 
+pub mod complete;
 pub mod config;
 pub mod hook;
 pub mod jobs;

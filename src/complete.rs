@@ -1,0 +1,407 @@
+//! One-shot completions: one `/v1/messages` request to a local model, with
+//! no tools and no session.
+//!
+//! Not every chore needs a Claude Code session: a commit message, a
+//! docstring or a regex is one answer, and a session costs thousands of
+//! prompt tokens and a window far bigger than a small slot's 4k. A
+//! completion goes through the shim's own request path (the same error
+//! sentences, overflow translation and request log as a job), after two
+//! checks of its own: attached files are capped, and the prompt is counted
+//! against the model's window before anything is sent, so a prompt that
+//! cannot fit is a sentence naming both numbers and costs the server
+//! nothing. Everything is logged under `<state>/complete/`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::registry::Target;
+use crate::shim::log::RequestLog;
+use crate::shim::sse::Usage;
+use crate::shim::{self, Route};
+
+/// At most this much of one attached file.
+pub const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// At most this much of all attached files together.
+pub const MAX_FILES_BYTES: u64 = 1024 * 1024;
+/// Output tokens when none are asked for (what fits is less, when less).
+pub const DEFAULT_MAX_TOKENS: u64 = 2048;
+/// Fewer output tokens than this left in the window: the prompt does not fit.
+const MIN_OUTPUT: u64 = 16;
+/// Bytes per token when the server cannot count: low, so the estimate errs
+/// towards "too long" (code and JSON run 3-4 bytes a token).
+const BYTES_PER_TOKEN: u64 = 3;
+
+/// One completion to make.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct Ask {
+    /// The prompt.
+    pub prompt: String,
+    /// A system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Files to attach as text, each named in the prompt.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Options shared by every completion of a call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+}
+
+/// What came back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Completion {
+    pub text: String,
+    /// Tokens as the server counted them.
+    #[schemars(with = "Value")]
+    pub usage: Usage,
+    /// Wall time of the request, in milliseconds.
+    pub ms: u64,
+    /// The id the server answered for.
+    pub model: String,
+    pub endpoint: String,
+    pub stop_reason: Option<String>,
+}
+
+/// Why a completion was not made.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum CompleteError {
+    /// The request itself is wrong (empty prompt, a file too big, a
+    /// prompt that cannot fit): nothing was sent.
+    #[error("{0}")]
+    Invalid(String),
+    /// The server answered with an error (the shim's sentence).
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Read the attached files within the caps; `base` resolves relative paths.
+pub fn read_files(files: &[PathBuf], base: &Path) -> Result<Vec<(String, String)>, CompleteError> {
+    let mut total = 0u64;
+    let mut out = Vec::new();
+    for f in files {
+        let path = if f.is_absolute() {
+            f.clone()
+        } else {
+            base.join(f)
+        };
+        let name = f.display().to_string();
+        let meta = std::fs::metadata(&path).map_err(|e| {
+            CompleteError::Invalid(format!(
+                "cannot read file {name} ({e}): pass an existing file"
+            ))
+        })?;
+        if !meta.is_file() {
+            return Err(CompleteError::Invalid(format!(
+                "{name} is not a regular file: attach files, not directories"
+            )));
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(CompleteError::Invalid(format!(
+                "{name} is {} KiB; one attached file may be at most {} KiB: attach the part that matters",
+                meta.len() / 1024,
+                MAX_FILE_BYTES / 1024
+            )));
+        }
+        total += meta.len();
+        if total > MAX_FILES_BYTES {
+            return Err(CompleteError::Invalid(format!(
+                "the attached files come to more than {} KiB together: attach fewer",
+                MAX_FILES_BYTES / 1024
+            )));
+        }
+        let bytes = std::fs::read(&path).map_err(|e| {
+            CompleteError::Invalid(format!(
+                "cannot read file {name} ({e}): pass a readable file"
+            ))
+        })?;
+        if bytes.contains(&0) {
+            return Err(CompleteError::Invalid(format!(
+                "{name} looks binary (it holds NUL bytes): attach text files only"
+            )));
+        }
+        out.push((name, String::from_utf8_lossy(&bytes).into_owned()));
+    }
+    Ok(out)
+}
+
+/// The `/v1/messages` body: each file a text block naming it, then the
+/// prompt. `max_tokens` is filled in once the prompt is counted.
+pub fn body(ask: &Ask, files: &[(String, String)], model: &str, o: &Options) -> Value {
+    let mut content: Vec<Value> = files
+        .iter()
+        .map(|(name, text)| {
+            json!({"type": "text", "text": format!("<file path=\"{name}\">\n{text}\n</file>")})
+        })
+        .collect();
+    content.push(json!({"type": "text", "text": ask.prompt}));
+    let mut b = json!({
+        "model": model,
+        "max_tokens": o.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "stream": false,
+        "messages": [{"role": "user", "content": content}],
+    });
+    if let Some(s) = ask.system.as_deref().filter(|s| !s.trim().is_empty()) {
+        b["system"] = json!(s);
+    }
+    if let Some(t) = o.temperature {
+        b["temperature"] = json!(t);
+    }
+    b
+}
+
+/// A conservative token estimate of the body's prompt.
+pub fn estimate(body: &Value) -> u64 {
+    let mut n = 0usize;
+    for key in ["system", "messages"] {
+        if let Some(v) = body.get(key) {
+            n += v.to_string().len();
+        }
+    }
+    (n as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
+/// The prompt's size: the server's own count where it answers
+/// (`/v1/messages/count_tokens`), else [`estimate`]. True when counted.
+pub async fn count(target: &Target, body: &Value) -> (u64, bool) {
+    let mut req = crate::probe::http_client()
+        .post(format!(
+            "{}/v1/messages/count_tokens",
+            target.endpoint.base_url
+        ))
+        .timeout(Duration::from_secs(10))
+        .json(&json!({"model": body["model"], "messages": body["messages"], "system": body.get("system")}));
+    if let Some(k) = target.endpoint.api_key() {
+        req = req.bearer_auth(k);
+    }
+    if let Ok(r) = req.send().await
+        && r.status().is_success()
+        && let Ok(v) = r.json::<Value>().await
+        && let Some(n) = v.get("input_tokens").and_then(Value::as_u64)
+    {
+        return (n, true);
+    }
+    (estimate(body), false)
+}
+
+/// Fit `max_tokens` to the window, or say why the prompt cannot fit.
+pub fn fit(
+    body: &mut Value,
+    prompt_tokens: u64,
+    counted: bool,
+    window: Option<u64>,
+    model: &str,
+) -> Result<(), CompleteError> {
+    let Some(w) = window else {
+        return Ok(());
+    };
+    let room = w.saturating_sub(prompt_tokens);
+    if room < MIN_OUTPUT {
+        return Err(CompleteError::Invalid(
+            format!(
+                "prompt is {} {} tokens; {model} has {} per slot: shorten it or attach less",
+                if counted { "" } else { "about" },
+                crate::fmt::thousands(prompt_tokens),
+                crate::fmt::thousands(w)
+            )
+            .replace("is  ", "is "),
+        ));
+    }
+    let asked = body["max_tokens"].as_u64().unwrap_or(DEFAULT_MAX_TOKENS);
+    if asked > room {
+        body["max_tokens"] = json!(room);
+    }
+    Ok(())
+}
+
+/// The route a completion uses: the target's endpoint, logged under `log_dir`.
+pub fn route(target: &Target, log_dir: &Path) -> Route {
+    Route {
+        label: "complete".into(),
+        endpoint: target.endpoint.clone(),
+        backend: target.backend,
+        served_id: target.resolved.served_id.clone(),
+        window: target.resolved.context,
+        log: RequestLog::new(log_dir, false),
+        idle_timeout: Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
+        first_byte_timeout: shim::first_byte_timeout(
+            target.config.defaults.first_byte_timeout_s,
+            target.resolved.context,
+        ),
+    }
+}
+
+/// Make one completion on `target` (files already read), logged in
+/// `log_dir/requests.jsonl`.
+pub async fn run(
+    target: &Target,
+    log_dir: &Path,
+    ask: &Ask,
+    files: &[(String, String)],
+    o: &Options,
+) -> Result<Completion, CompleteError> {
+    if ask.prompt.trim().is_empty() {
+        return Err(CompleteError::Invalid(
+            "prompt is empty: say what to answer".into(),
+        ));
+    }
+    let served = &target.resolved.served_id;
+    let mut b = body(ask, files, served, o);
+    let (n, counted) = count(target, &b).await;
+    fit(&mut b, n, counted, target.resolved.context, served)?;
+    let started = Instant::now();
+    let bytes = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
+    let resp = shim::relay_messages(Arc::new(route(target, log_dir)), bytes).await;
+    let status = resp.status().as_u16();
+    let out = axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024)
+        .await
+        .map_err(|e| CompleteError::Backend(format!("the answer broke off: {e}")))?;
+    let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+    if status != 200 {
+        let msg = v
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(&out).chars().take(300).collect());
+        return Err(CompleteError::Backend(msg));
+    }
+    let text = v["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default();
+    let mut usage = Usage::default();
+    if let Some(u) = v.get("usage") {
+        crate::shim::sse::usage_from(u, &mut usage);
+    }
+    Ok(Completion {
+        text,
+        usage,
+        ms: started.elapsed().as_millis() as u64,
+        model: v["model"].as_str().unwrap_or(served).to_string(),
+        endpoint: target.resolved.endpoint.clone(),
+        stop_reason: v["stop_reason"].as_str().map(str::to_string),
+    })
+}
+
+/// One line of `<state>/complete/completions.jsonl`.
+#[derive(Debug, Serialize)]
+struct LogLine<'a> {
+    ts: String,
+    endpoint: &'a str,
+    model: &'a str,
+    files: Vec<&'a str>,
+    prompt_chars: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Completion>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Append what a completion did to `<dir>/completions.jsonl`.
+pub fn log_result(
+    dir: &Path,
+    target: &Target,
+    ask: &Ask,
+    result: &Result<Completion, CompleteError>,
+) {
+    let line = LogLine {
+        ts: crate::shim::log::now_ts(),
+        endpoint: &target.resolved.endpoint,
+        model: &target.resolved.served_id,
+        files: ask.files.iter().filter_map(|f| f.to_str()).collect(),
+        prompt_chars: ask.prompt.chars().count(),
+        result: result.as_ref().ok(),
+        error: result.as_ref().err().map(|e| e.to_string()),
+    };
+    if let Ok(mut bytes) = serde_json::to_vec(&line) {
+        bytes.push(b'\n');
+        let _ = crate::paths::private_dir_all(dir);
+        if let Ok(mut f) = crate::paths::append_private(&dir.join("completions.jsonl")) {
+            use std::io::Write;
+            let _ = f.write_all(&bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_named_and_the_prompt_comes_last() {
+        let ask = Ask {
+            prompt: "Write a commit message.".into(),
+            system: Some("Be brief.".into()),
+            files: vec![],
+        };
+        let b = body(
+            &ask,
+            &[("src/a.rs".into(), "fn a() {}".into())],
+            "m",
+            &Options::default(),
+        );
+        let c = b["messages"][0]["content"].as_array().unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(
+            c[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("<file path=\"src/a.rs\">")
+        );
+        assert_eq!(c[1]["text"], "Write a commit message.");
+        assert_eq!(b["system"], "Be brief.");
+        assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert!(b.get("tools").is_none());
+    }
+
+    #[test]
+    fn a_prompt_that_cannot_fit_is_refused_with_both_numbers() {
+        let mut b = json!({"max_tokens": 2048});
+        let e = fit(&mut b, 9100, false, Some(4096), "gemma3-270m").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "prompt is about 9,100 tokens; gemma3-270m has 4,096 per slot: shorten it or attach less"
+        );
+        let e = fit(&mut b, 4090, true, Some(4096), "g").unwrap_err();
+        assert!(e.to_string().starts_with("prompt is 4,090 tokens"), "{e}");
+        fit(&mut b, 3000, true, Some(4096), "g").unwrap();
+        assert_eq!(b["max_tokens"], 1096, "output fitted into what is left");
+        fit(&mut b, 1_000_000, true, None, "g").unwrap();
+    }
+
+    #[test]
+    fn file_caps_and_binary_files_are_sentences() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("big"),
+            vec![b'a'; MAX_FILE_BYTES as usize + 1],
+        )
+        .unwrap();
+        std::fs::write(d.path().join("bin"), b"a\0b").unwrap();
+        std::fs::write(d.path().join("ok.txt"), "fine").unwrap();
+        let e = read_files(&["big".into()], d.path()).unwrap_err();
+        assert!(e.to_string().contains("at most 256 KiB"), "{e}");
+        let e = read_files(&["bin".into()], d.path()).unwrap_err();
+        assert!(e.to_string().contains("binary"), "{e}");
+        let e = read_files(&["nope".into()], d.path()).unwrap_err();
+        assert!(e.to_string().contains("cannot read file nope"), "{e}");
+        let ok = read_files(&["ok.txt".into()], d.path()).unwrap();
+        assert_eq!(ok, vec![("ok.txt".to_string(), "fine".to_string())]);
+    }
+}

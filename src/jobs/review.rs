@@ -1,0 +1,179 @@
+//! A local model's review of a diff: advice for Claude, never a gate.
+//!
+//! Reading a big mechanical diff costs Claude many tokens; a local model
+//! can read it first against the brief and point at what looks wrong. The
+//! answer is asked for as JSON (`verdict`, `findings`, `summary`); a model
+//! that answers otherwise gets `verdict: "unparsed"` with its text as the
+//! summary, never an error. The last review of a job is kept in its dir
+//! (`review.json`) and shown by `job_status`.
+
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::complete::Completion;
+
+/// The system prompt of a review.
+pub const SYSTEM: &str = "You review code changes. Answer with one JSON object and nothing else: {\"verdict\": \"looks_right\" or \"problems\", \"findings\": [{\"file\": \"path\", \"line\": 12, \"what\": \"the problem\"}], \"summary\": \"one or two sentences\"}. Report only real problems: bugs, missed requirements of the brief, broken tests. No style remarks.";
+
+/// One problem the reviewer found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Finding {
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub line: Option<u64>,
+    pub what: String,
+}
+
+/// A review (`review.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Review {
+    /// `looks_right`, `problems`, or `unparsed` (the answer was not the
+    /// asked JSON; `summary` holds it).
+    pub verdict: String,
+    pub findings: Vec<Finding>,
+    pub summary: String,
+    pub model: String,
+    pub endpoint: String,
+    pub ms: u64,
+    /// The diff was cut to this many bytes to fit the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff_cut_to: Option<usize>,
+}
+
+impl Review {
+    /// The last review kept in a job dir.
+    pub fn read(dir: &Path) -> Option<Review> {
+        serde_json::from_slice(&std::fs::read(dir.join("review.json")).ok()?).ok()
+    }
+
+    /// Keep it in the job dir.
+    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        crate::paths::write_private(&dir.join("review.json"), &bytes)
+    }
+}
+
+/// The prompt: the brief, the focus, the diff.
+pub fn prompt(brief: Option<&str>, focus: Option<&str>, diff: &str) -> String {
+    let mut p = String::new();
+    if let Some(b) = brief {
+        p.push_str("The brief the change was made for:\n<brief>\n");
+        p.push_str(b);
+        p.push_str("\n</brief>\n\n");
+    }
+    if let Some(f) = focus.filter(|f| !f.trim().is_empty()) {
+        p.push_str(&format!("Look especially at: {f}\n\n"));
+    }
+    p.push_str("The diff:\n<diff>\n");
+    p.push_str(diff);
+    p.push_str("\n</diff>\n\nReview it. Answer with the JSON object only.");
+    p
+}
+
+/// The first JSON object in `text` (models wrap it in prose or fences).
+fn json_object(text: &str) -> Option<Value> {
+    let start = text.find('{')?;
+    let end = text.rfind('}')?;
+    (end > start)
+        .then(|| serde_json::from_str::<Value>(&text[start..=end]).ok())
+        .flatten()
+        .filter(Value::is_object)
+}
+
+/// Read the model's answer; anything not in the asked form is `unparsed`.
+pub fn parse(c: &Completion, diff_cut_to: Option<usize>) -> Review {
+    let base = |verdict: &str, findings: Vec<Finding>, summary: String| Review {
+        verdict: verdict.into(),
+        findings,
+        summary,
+        model: c.model.clone(),
+        endpoint: c.endpoint.clone(),
+        ms: c.ms,
+        diff_cut_to,
+    };
+    let Some(v) = json_object(&c.text) else {
+        return base(
+            "unparsed",
+            Vec::new(),
+            c.text.trim().chars().take(4000).collect(),
+        );
+    };
+    let verdict = v["verdict"].as_str().unwrap_or_default();
+    if !matches!(verdict, "looks_right" | "problems") {
+        return base(
+            "unparsed",
+            Vec::new(),
+            c.text.trim().chars().take(4000).collect(),
+        );
+    }
+    let findings: Vec<Finding> = v["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| serde_json::from_value::<Finding>(f.clone()).ok())
+                .take(50)
+                .collect()
+        })
+        .unwrap_or_default();
+    base(
+        verdict,
+        findings,
+        v["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(2000)
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> Completion {
+        Completion {
+            text: text.into(),
+            usage: Default::default(),
+            ms: 5,
+            model: "m".into(),
+            endpoint: "e".into(),
+            stop_reason: None,
+        }
+    }
+
+    #[test]
+    fn the_asked_json_is_read_even_inside_prose_or_fences() {
+        let r = parse(
+            &answer(
+                "Here you go:\n```json\n{\"verdict\":\"problems\",\"findings\":[{\"file\":\"src/a.rs\",\"line\":3,\"what\":\"off by one\"}],\"summary\":\"one bug\"}\n```",
+            ),
+            None,
+        );
+        assert_eq!(r.verdict, "problems");
+        assert_eq!(
+            r.findings,
+            vec![Finding {
+                file: Some("src/a.rs".into()),
+                line: Some(3),
+                what: "off by one".into()
+            }]
+        );
+        assert_eq!(r.summary, "one bug");
+    }
+
+    #[test]
+    fn anything_else_is_unparsed_with_the_text_as_summary() {
+        let r = parse(&answer("Looks fine to me."), None);
+        assert_eq!(r.verdict, "unparsed");
+        assert_eq!(r.summary, "Looks fine to me.");
+        let r = parse(&answer("{\"verdict\": \"maybe\"}"), None);
+        assert_eq!(r.verdict, "unparsed");
+        let r = parse(&answer("{ not json }"), None);
+        assert_eq!(r.verdict, "unparsed");
+    }
+}
