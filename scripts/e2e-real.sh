@@ -120,6 +120,7 @@ case "${1:-run}" in
   bench)
     provision
     cargo bench --locked --bench first_turn
+    cargo bench --locked --bench oneshot
     cargo bench --locked --bench prefix_cache
     cargo bench --locked --bench window
     ;;

@@ -143,13 +143,38 @@ pub struct ModelsReport {
     #[serde(flatten)]
     pub status: registry::Status,
     pub guidance: Value,
+    /// "last 7 days: 14 jobs, 3.1 M tokens local ≈ $4.20 at
+    /// claude-sonnet-4.5 list prices" (an equivalent, not a bill).
+    pub savings: String,
 }
 
 /// `list_models`.
 pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
     let guidance = registry::guidance(&status);
-    Ok(ModelsReport { status, guidance })
+    Ok(ModelsReport {
+        status,
+        guidance,
+        savings: savings_line(ctx),
+    })
+}
+
+/// The ledger over a period (`localagents savings`).
+pub fn savings(
+    ctx: &Context,
+    since: crate::ledger::Since,
+) -> Result<crate::ledger::Savings, Error> {
+    let cfg = config::load(&ctx.discovery())?.config;
+    Ok(crate::ledger::savings(&ctx.state_dir, &cfg, since))
+}
+
+/// The ledger's one line for the last 7 days (status, list_models).
+pub fn savings_line(ctx: &Context) -> String {
+    let since = crate::ledger::Since::Days(7);
+    match savings(ctx, since) {
+        Ok(s) => crate::ledger::line(&s, since),
+        Err(e) => format!("savings: {e}"),
+    }
 }
 
 /// Arguments of `register_endpoint`.

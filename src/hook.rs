@@ -45,6 +45,12 @@ struct Brief {
     worktree: Option<BriefWorktree>,
     #[serde(default)]
     acceptance: Option<crate::jobs::accept::Acceptance>,
+    #[serde(default)]
+    usage: crate::shim::sse::Usage,
+    #[serde(default)]
+    equivalent_usd: Option<f64>,
+    #[serde(default)]
+    reference_model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -80,8 +86,19 @@ fn line(b: &Brief) -> String {
         .as_ref()
         .map(|a| format!(", {}", a.line()))
         .unwrap_or_default();
+    let u = &b.usage;
+    let tokens = u.input + u.cache_read + u.output;
+    let ledger = match (b.equivalent_usd, &b.reference_model) {
+        (Some(x), Some(m)) if tokens > 0 => format!(
+            ", {} tokens local ≈ {} at {m} list prices",
+            crate::fmt::thousands(tokens),
+            crate::ledger::dollars(x)
+        ),
+        _ if tokens > 0 => format!(", {} tokens local", crate::fmt::thousands(tokens)),
+        _ => String::new(),
+    };
     format!(
-        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}; review with {review}.",
+        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}{ledger}; review with {review}.",
         b.id,
         b.served_id,
         b.status.as_str(),

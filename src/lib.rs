@@ -21,6 +21,7 @@
 //! - [`setup`]: setup, doctor and bringup.
 //! - [`paths`]: XDG dirs and atomic writes.
 //! - [`fmt`]: number formatting for sentences.
+//! - [`ledger`]: tokens kept local and their list-price equivalent.
 
 pub mod api;
 pub mod cli;
@@ -30,6 +31,7 @@ pub mod context;
 pub mod fmt;
 pub mod hook;
 pub mod jobs;
+pub mod ledger;
 pub mod mcp;
 pub mod paths;
 pub mod prefix;

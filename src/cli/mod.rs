@@ -60,6 +60,15 @@ pub enum Command {
     Batch(BatchCmd),
     /// A local model's review of a job's diff, or of a diff file (the local_review tool).
     Review(ReviewCmd),
+    /// Tokens kept on your servers and their list-price equivalent, per model and endpoint.
+    Savings {
+        /// The period: Nd (7d, 30d) or all.
+        #[arg(long, default_value = "7d")]
+        since: crate::ledger::Since,
+        /// Print JSON (tokens, equivalent_usd, reference_model, jobs, since).
+        #[arg(long)]
+        json: bool,
+    },
     /// List jobs, newest first.
     Jobs {
         /// Print JSON.
@@ -322,6 +331,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Complete(args) => commands::complete::complete(&ctx, args).await,
         Command::Batch(args) => commands::complete::batch(ctx, args).await,
         Command::Review(args) => commands::complete::review(ctx, args).await,
+        Command::Savings { since, json } => commands::savings::run(&ctx, since, json),
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
         Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),
         Command::Doctor => commands::setup::doctor(&ctx).await,

@@ -25,6 +25,7 @@
 //! entry (an endpoint without a usable `base_url`) is dropped with a warning,
 //! so one bad line never takes every tool down.
 
+pub mod prices;
 mod schema;
 pub mod trust;
 

@@ -27,6 +27,17 @@ pub(super) struct FileShape {
     /// Projects whose own models.yaml is read in full (`localagents trust`).
     /// Honoured only from user scope.
     pub trusted_projects: Option<Vec<String>>,
+    /// List prices per million tokens for the ledger, by model name.
+    #[schemars(with = "Option<std::collections::BTreeMap<String, PriceShape>>")]
+    pub prices: Option<IndexMap<String, PriceShape>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename = "price (a mapping with input, output, cache_read in USD per million tokens)")]
+pub(super) struct PriceShape {
+    pub input: Option<f64>,
+    pub output: Option<f64>,
+    pub cache_read: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -76,6 +87,7 @@ pub(super) struct DefaultsShape {
     pub fix_rounds: Option<u32>,
     pub acceptance_timeout_s: Option<u64>,
     pub load_timeout_s: Option<u64>,
+    pub reference_model: Option<String>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -251,6 +263,8 @@ pub struct Defaults {
     pub acceptance_timeout_s: u64,
     /// Longest wait for a server to load (or wake) a job's model.
     pub load_timeout_s: u64,
+    /// The Anthropic model whose list prices the ledger uses.
+    pub reference_model: String,
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -280,6 +294,7 @@ impl Default for Defaults {
             fix_rounds: 2,
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
+            reference_model: super::prices::DEFAULT_REFERENCE_MODEL.into(),
         }
     }
 }
@@ -292,6 +307,8 @@ pub struct Config {
     pub defaults: Defaults,
     /// Projects whose models.yaml is read in full.
     pub trusted_projects: Vec<PathBuf>,
+    /// The user's list prices (over the built-in table).
+    pub prices: IndexMap<String, super::prices::Price>,
 }
 
 impl Config {
@@ -311,7 +328,20 @@ impl Config {
             models: Vec::new(),
             defaults: Defaults::default(),
             trusted_projects: Vec::new(),
+            prices: IndexMap::new(),
         }
+    }
+
+    /// The reference model's price (none when neither table has it).
+    pub fn reference_price(&self) -> Option<super::prices::Price> {
+        super::prices::lookup(&self.prices, &self.defaults.reference_model)
+    }
+
+    /// These token counts at the reference model's list prices, in USD
+    /// rounded to 1/100 cent.
+    pub fn equivalent_usd(&self, input: u64, cache_read: u64, output: u64) -> Option<f64> {
+        self.reference_price()
+            .map(|p| (p.usd(input, cache_read, output) * 10_000.0).round() / 10_000.0)
     }
 
     pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
@@ -701,6 +731,33 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
         if let Some(v) = d.load_timeout_s {
             defaults.load_timeout_s = v.clamp(1, 24 * 3600);
         }
+        if let Some(v) = d
+            .reference_model
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        {
+            defaults.reference_model = v.to_string();
+        }
+    }
+    let mut prices = IndexMap::new();
+    for (model, p) in shape.prices.iter().flatten() {
+        match (p.input, p.output) {
+            (Some(input), Some(output)) if input >= 0.0 && output >= 0.0 => {
+                let cache_read = p.cache_read.filter(|c| *c >= 0.0).unwrap_or(input / 10.0);
+                prices.insert(
+                    model.clone(),
+                    super::prices::Price {
+                        input,
+                        output,
+                        cache_read,
+                    },
+                );
+            }
+            _ => warnings.push(format!(
+                "prices.{model} needs input and output (USD per million tokens, not negative); ignored"
+            )),
+        }
     }
     let trusted_projects = shape
         .trusted_projects
@@ -723,6 +780,7 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
             models,
             defaults,
             trusted_projects,
+            prices,
         },
         warnings,
     )
@@ -736,7 +794,13 @@ mod key_tests {
     fn keys_come_from_the_shapes() {
         assert_eq!(
             top_keys(),
-            ["endpoints", "models", "defaults", "trusted_projects"]
+            [
+                "endpoints",
+                "models",
+                "defaults",
+                "trusted_projects",
+                "prices"
+            ]
         );
         assert!(default_keys().iter().any(|k| k == "mcp_config"));
         assert!(endpoint_keys().iter().any(|k| k == "api_key_env"));

@@ -126,6 +126,8 @@ fn record(id: &str, dir: &Path, t: &Target, args: &BatchArgs) -> JobRecord {
         queued_note: None,
         load_note: None,
         acceptance: None,
+        equivalent_usd: None,
+        reference_model: None,
         permission_mode: d.permission_mode.clone(),
         max_turns: 0,
         timeout_s: d.timeout_s,
@@ -190,6 +192,7 @@ impl Manager {
         let tokens = Arc::new(AtomicU64::new(0));
         let results: Arc<Mutex<Vec<Option<ItemResult>>>> = Arc::new(Mutex::new(vec![None; total]));
         let items = Arc::new(args.items);
+        let config = targets[0].config.clone();
         let mut lanes_used = Vec::new();
         let mut workers = Vec::new();
         for t in targets {
@@ -288,6 +291,9 @@ impl Manager {
             rec.usage.cache_read += r.usage.cache_read;
             rec.usage.output += r.usage.output;
         }
+        rec.equivalent_usd =
+            config.equivalent_usd(rec.usage.input, rec.usage.cache_read, rec.usage.output);
+        rec.reference_model = Some(config.defaults.reference_model.clone());
         if let Ok(bytes) = serde_json::to_vec_pretty(&report) {
             let _ = crate::paths::write_private(&rec.log_dir.join("batch.json"), &bytes);
         }

@@ -371,6 +371,8 @@ impl Manager {
             queued_note: target.resolved.queued_note.clone(),
             acceptance: None,
             load_note: None,
+            equivalent_usd: None,
+            reference_model: None,
             permission_mode: args
                 .permission_mode
                 .clone()

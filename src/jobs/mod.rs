@@ -216,6 +216,12 @@ pub struct JobRecord {
     /// The acceptance command's last run, when the job has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<accept::Acceptance>,
+    /// `usage` at the reference model's list prices (the ledger), set
+    /// when the job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equivalent_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_model: Option<String>,
     // What a resume needs to run the same way.
     pub permission_mode: String,
     pub max_turns: u32,
@@ -315,7 +321,12 @@ pub struct JobSummary {
     /// The last acceptance run's output tail, when it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acceptance_output: Option<String>,
-    pub usage: Usage,
+    /// Tokens the local server processed for this job (from the shim log).
+    pub usage_local: Usage,
+    /// What `usage_local` would have cost at the reference model's list
+    /// prices: an equivalent, not a bill.
+    pub equivalent_usd: Option<f64>,
+    pub reference_model: Option<String>,
     /// A batch's items, in input order, once it has finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<batch::BatchReport>,
@@ -385,7 +396,9 @@ impl JobRecord {
                 .as_ref()
                 .filter(|a| !a.passed)
                 .map(|a| accept::tail_chars(&a.output_tail, 800)),
-            usage: self.usage,
+            usage_local: self.usage,
+            equivalent_usd: self.equivalent_usd,
+            reference_model: self.reference_model.clone(),
             batch: (self.kind == JobKind::Batch)
                 .then(|| batch::BatchReport::read(&self.log_dir))
                 .flatten(),

@@ -424,6 +424,11 @@ impl Manager {
             m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
         }
         rec.usage = m.usage;
+        rec.equivalent_usd =
+            job.target
+                .config
+                .equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
+        rec.reference_model = Some(job.target.config.defaults.reference_model.clone());
         rec.first_turn = m.first_turn;
         rec.metrics = Some(m);
         finish(&mut rec, status, error);

@@ -854,3 +854,69 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
     let st: Value = serde_json::from_slice(&localagents(&d, &["status", "--json"]).stdout).unwrap();
     assert_eq!(st["endpoints"][0]["models"][0]["state"], "loaded", "{st}");
 }
+
+/// Issue 11: one-shot work on small slots (`--parallel 2 -c 8192`, 4,096
+/// per slot): `complete` answers with usage; a batch of 4 runs two at a
+/// time (overlap measured from the items' own timestamps); an item too
+/// big for the slot fails alone with the window in its message.
+#[test]
+fn t11_complete_and_batch_on_small_slots() {
+    let small = start_server(&["-c", "8192", "--parallel", "2"]);
+    let d = dirs(&small.url, "");
+    let out = localagents(
+        &d,
+        &["complete", "--max-tokens", "32", "--json", "Say hello."],
+    );
+    let c: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
+    assert!(c["usage"]["input"].as_u64().unwrap() > 0, "{c}");
+    assert!(c["usage"]["output"].as_u64().unwrap() > 0, "{c}");
+    eprintln!("t11: complete: {} ms, usage {}", c["ms"], c["usage"]);
+
+    let mut lines = String::new();
+    for i in 1..=4 {
+        lines.push_str(&format!(
+            "{{\"prompt\": \"Count from 1 to 20, item {i}.\"}}\n"
+        ));
+    }
+    lines.push_str(&format!("{}\n", json!({"prompt": "word ".repeat(6000)})));
+    std::fs::write(d.work.join("items.jsonl"), lines).unwrap();
+    let out = localagents(
+        &d,
+        &["batch", "--max-tokens", "48", "--json", "items.jsonl"],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let r = &v["batch"];
+    assert_eq!(r["succeeded"], 4, "{v}");
+    assert_eq!(r["lanes"], json!(["real×2"]), "{v}");
+    let results = r["results"].as_array().unwrap();
+    let big = &results[4];
+    assert_eq!(big["ok"], false, "{big}");
+    assert!(
+        big["error"].as_str().unwrap().contains("4,096 per slot"),
+        "{big}"
+    );
+    // Overlap from the items' own timestamps: at most two in flight at any
+    // moment, and two at some moment.
+    let span = |x: &Value| {
+        let t = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(x[k].as_str().unwrap())
+                .unwrap()
+                .timestamp_millis()
+        };
+        (t("started"), t("finished"))
+    };
+    let spans: Vec<(i64, i64)> = results[..4].iter().map(span).collect();
+    let most = spans
+        .iter()
+        .map(|&(s, _)| spans.iter().filter(|&&(a, b)| a <= s && s < b).count())
+        .max()
+        .unwrap();
+    assert_eq!(most, 2, "two at a time: {spans:?}");
+    eprintln!(
+        "t11: batch of 4 (+1 too big): {} s, {} items/s, spans {spans:?}",
+        r["elapsed_s"], r["items_per_s"]
+    );
+}

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("jobs", 6),
     ("api", 7),
     ("hook", 7),
+    ("ledger", 7),
     ("setup", 8),
     ("mcp", 8),
     ("cli", 9),

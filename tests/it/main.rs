@@ -10,6 +10,7 @@ mod fold_prop;
 mod jobs;
 mod layering;
 mod lean;
+mod ledger;
 mod mcp_stdio;
 mod oneshot;
 mod plugin;

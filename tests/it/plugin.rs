@@ -467,7 +467,7 @@ fn hook_reports_each_finished_job_once_per_session() {
     assert_eq!(
         ctx,
         format!(
-            "localagents job {id} (qwen3.8-27b) finished: succeeded in 3m12s, 4 files changed in worktree branch local-agent/{id}; review with job_status or job_diff."
+            "localagents job {id} (qwen3.8-27b) finished: succeeded in 3m12s, 4 files changed in worktree branch local-agent/{id}, 6 tokens local; review with job_status or job_diff."
         )
     );
     let (code, out) = hook(&state, &input);
@@ -740,4 +740,10 @@ async fn local_status_expands_with_the_status_output() {
         "the `!` line ran: {body}"
     );
     assert!(body.contains("Summarise this for the user"), "{body}");
+    assert!(
+        body.contains(
+            "last 7 days: 0 jobs, 0 tokens local ≈ $0.00 at claude-sonnet-4.5 list prices"
+        ),
+        "the ledger line: {body}"
+    );
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod hook;
 pub mod jobs;
 pub mod run;
+pub mod savings;
 pub mod setup;
 pub mod shim;
 pub mod status;

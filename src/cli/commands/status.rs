@@ -18,6 +18,7 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
         writeln!(out)?;
     } else {
         render_status(&mut out, &st)?;
+        writeln!(out, "{}", crate::api::savings_line(ctx))?;
     }
     Ok(ExitStatus::Success)
 }
