@@ -26,7 +26,7 @@ fn main() {
     let now = chrono::Utc::now();
     for i in 0..JOBS {
         let t = now - chrono::Duration::minutes(i as i64 * 5);
-        let id = format!("{}-{:06x}", t.format("%Y%m%d-%H%M%S"), i);
+        let id = format!("{}-{:08x}", t.format("%Y%m%d-%H%M%S"), i);
         let dir = state.join("jobs").join(&id);
         std::fs::create_dir_all(&dir).unwrap();
         // A record of the real shape and size.

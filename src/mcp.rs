@@ -29,7 +29,7 @@ use crate::jobs::manager::{Manager, RunArgs};
 use crate::jobs::{Isolation, JobSummary, Status};
 
 /// What Claude reads about this server in its system prompt.
-pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about.";
+pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about. Work that needs no tools does not need a session: local_complete for one answer (a commit message, a docstring, a regex), local_batch for many small independent ones, local_review to have a local model read a diff before you do.";
 
 /// Arguments of `register_endpoint`.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -264,6 +264,36 @@ async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
     let (_, st) = call(&c, "job_status", json!({"job_id": v["job_id"]})).await;
     assert_eq!(st["kind"], "batch", "{st}");
     assert_eq!(st["batch"]["succeeded"], 2, "{st}");
+
+    // A batch that outlasts the call goes on as a job; wait_job returns
+    // its results. (The server is loading its model for the first 2 s.)
+    fake.state
+        .loading
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let state = fake.state.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        state
+            .loading
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    });
+    let (err, v) = call(
+        &c,
+        "local_batch",
+        json!({"items": [{"prompt": "later"}], "wait_s": 0}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["still_running"], true, "{v}");
+    assert!(v["next"].as_str().unwrap().contains("wait_job"), "{v}");
+    let (_, w) = call(
+        &c,
+        "wait_job",
+        json!({"job_id": v["job_id"], "timeout_s": 30}),
+    )
+    .await;
+    assert_eq!(w["status"], "succeeded", "{w}");
+    assert_eq!(w["batch"]["results"][0]["text"], "re: later", "{w}");
     c.cancel().await.unwrap();
 }
 
