@@ -154,6 +154,8 @@ pub struct RunCmd {
 pub enum HookCommand {
     /// UserPromptSubmit: report finished jobs of this project once per session.
     PromptSubmit,
+    /// SessionStart: one line for the user when something needs them (at most once a day).
+    SessionStart,
 }
 
 #[derive(Debug, Subcommand)]
@@ -244,6 +246,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Shim(args) => commands::shim::run(&ctx, args).await,
         Command::Run(args) => commands::run::run(ctx, args).await,
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
+        Command::Hook(HookCommand::SessionStart) => commands::hook::session_start(&ctx).await,
         Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),
         Command::Doctor => commands::setup::doctor(&ctx).await,
         Command::Bringup {

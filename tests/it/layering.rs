@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("jobs", 6),
     ("api", 7),
     ("hook", 7),
+    ("session_start", 7),
     ("setup", 8),
     ("mcp", 8),
     ("cli", 9),
