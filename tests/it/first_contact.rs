@@ -672,3 +672,49 @@ async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_shows_the_line_on_screen() {
+    // The transcript's hook_system_message is what the UI renders; this
+    // checks the screen itself once, in a pseudo-terminal.
+    let p = installed().await;
+    let key = "sk-local-test-key-000000000000";
+    std::fs::write(
+        p.home.join(".claude.json"),
+        json!({"hasCompletedOnboarding": true, "theme": "dark", "numStartups": 5,
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+            "projects": {p.work.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": [], "hasCompletedProjectOnboarding": true}}})
+        .to_string(),
+    )
+    .unwrap();
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/drive_pty.py");
+    let out = tokio::process::Command::new("python3")
+        .arg(driver)
+        .arg(claude::binary())
+        .arg(&p.work)
+        .arg(p.dir.join("never"))
+        .arg("3")
+        .arg("")
+        .arg("--")
+        .args(["--model", "top-model"])
+        .env_clear()
+        .env("PATH", BARE_PATH)
+        .env("HOME", &p.home)
+        .env("TERM", "xterm-256color")
+        .env("ANTHROPIC_BASE_URL", p.top.url())
+        .env("ANTHROPIC_API_KEY", key)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .output()
+        .await
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(status.contains("\"ready\": true"), "{status}");
+    let screen = std::fs::read_to_string(p.dir.join("tty.txt")).unwrap_or_default();
+    assert!(
+        screen.contains(
+            "SessionStart:startup says: localagents: the localagents binary is not installed"
+        ),
+        "{screen}"
+    );
+}
