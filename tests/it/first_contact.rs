@@ -557,6 +557,41 @@ fn the_launcher_never_starts_a_build_without_plugin_data() {
     assert!(cargo.calls().is_empty(), "{:?}", cargo.calls());
 }
 
+#[test]
+fn the_launcher_finds_cargo_where_rustup_puts_it() {
+    // A desktop-launched Claude Code may lack ~/.cargo/bin on its PATH.
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+    let root = home.join("checkout");
+    clean_checkout(&root);
+    let cargo = StandIn::new(&home);
+    cargo.release();
+    std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+    std::os::unix::fs::symlink(cargo.dir.join("cargo"), home.join(".cargo/bin/cargo")).unwrap();
+    let data = home.join("data");
+    let o = output_within(
+        &mut launcher_hook(&root, &data, BARE_PATH, "session-start"),
+        Duration::from_secs(2),
+    )
+    .expect("finishes");
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("building the localagents binary"),
+        "{o:?}"
+    );
+    wait_for("the build", Duration::from_secs(10), || {
+        data.join("bin/localagents").is_file() && !data.join("build.lock").exists()
+    });
+    assert_eq!(
+        cargo.calls(),
+        vec![format!(
+            "install --locked --path {} --root {}",
+            root.display(),
+            data.display()
+        )]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_binary_no_endpoint_is_said_once_a_day() {
     let p = installed().await;
