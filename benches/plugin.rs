@@ -1,5 +1,8 @@
 //! Plugin figures (issue 4): the prompt hook's run time with 200 finished
-//! jobs in the state dir, and `claude plugin install` time.
+//! jobs in the state dir, and `claude plugin install` time. Issue 12: the
+//! SessionStart hook's run time with the binary present, with a fresh cache
+//! (an endpoint found up minutes ago: no probe) and without one (a probe of
+//! a local fake llama.cpp that is up).
 //!
 //! Run: `cargo bench --bench plugin`. Prints a Markdown table; `-- --markdown`
 //! prints only the README's table (scripts/bench-readme.sh pastes it between
@@ -7,7 +10,8 @@
 //!
 //! `-- --smoke` (run by `.ci/run`): only the hook, 20 runs, no Claude Code
 //! and no network; fails on a gross regression, a p50 over
-//! [`SMOKE_HOOK_MS`].
+//! [`SMOKE_HOOK_MS`]; and the SessionStart hook with a fresh cache, 20 runs,
+//! limit [`SMOKE_SESSION_START_MS`].
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -24,6 +28,79 @@ const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
 /// Smoke limit: the prompt hook's run time, p50.
 const SMOKE_HOOK_MS: f64 = 50.0;
+/// Smoke limit: the SessionStart hook's run time with a fresh cache, p50.
+const SMOKE_SESSION_START_MS: f64 = 50.0;
+
+/// How the SessionStart hook is started.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// `localagents hook session-start`.
+    Binary,
+    /// What Claude Code runs: `plugin/localagents hook session-start`, the
+    /// binary in `${CLAUDE_PLUGIN_DATA}/bin`, PATH `/usr/bin:/bin`.
+    Launcher,
+}
+
+/// The SessionStart hook run `runs` times; each run's milliseconds.
+/// `fresh`: keep the cache the first run writes; else remove it before
+/// each run, so each run probes.
+fn session_start_ms(
+    state: &std::path::Path,
+    cfg: &std::path::Path,
+    runs: usize,
+    fresh: bool,
+    via: Via,
+) -> Vec<f64> {
+    let cache = state.join("hook/session-start.json");
+    let data = state.join("plugin-data");
+    if via == Via::Launcher {
+        std::fs::create_dir_all(data.join("bin")).unwrap();
+        let _ = std::os::unix::fs::symlink(BIN, data.join("bin/localagents"));
+    }
+    let run = || {
+        let t = Instant::now();
+        let mut c = match via {
+            Via::Binary => {
+                let mut c = Command::new(BIN);
+                c.env_remove("CLAUDE_PLUGIN_DATA");
+                c
+            }
+            Via::Launcher => {
+                let root = env!("CARGO_MANIFEST_DIR");
+                let mut c = Command::new(format!("{root}/plugin/localagents"));
+                c.env_clear()
+                    .env("PATH", "/usr/bin:/bin")
+                    .env("CLAUDE_PLUGIN_ROOT", root)
+                    .env("CLAUDE_PLUGIN_DATA", &data);
+                c
+            }
+        };
+        let o = c
+            .env("LOCALAGENTS_STATE_DIR", state)
+            .env("LOCALAGENTS_CONFIG", cfg)
+            .args(["hook", "session-start"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && o.stdout.is_empty(),
+            "session-start: {o:?}"
+        );
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    if fresh {
+        run();
+        assert!(cache.is_file(), "the first run writes the cache");
+    }
+    (0..runs)
+        .map(|_| {
+            if !fresh {
+                let _ = std::fs::remove_file(&cache);
+            }
+            run()
+        })
+        .collect()
+}
 
 use support::bench::Mode;
 
@@ -89,6 +166,69 @@ fn main() {
     }
     let first = ms[0];
     let (p50, p95) = (pct(&mut ms, 0.5), pct(&mut ms, 0.95));
+
+    // The SessionStart hook, binary present, one endpoint up (a fake).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = rt.block_on(support::fake_llama::spawn(Default::default()));
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let ss_runs = if mode == Mode::Smoke { 20 } else { 50 };
+    let mut fresh = session_start_ms(
+        &tmp.path().join("ss-fresh"),
+        &cfg,
+        ss_runs,
+        true,
+        Via::Binary,
+    );
+    let (ss_p50, ss_p95) = (pct(&mut fresh, 0.5), pct(&mut fresh, 0.95));
+    if mode == Mode::Smoke {
+        println!(
+            "smoke plugin: SessionStart hook, fresh cache, p50 of {ss_runs} runs: {ss_p50:.1} ms; limit {SMOKE_SESSION_START_MS} ms"
+        );
+        if ss_p50 > SMOKE_SESSION_START_MS {
+            eprintln!(
+                "smoke plugin FAILED: the SessionStart hook took {ss_p50:.1} ms (p50 of {ss_runs} runs, fresh cache), over the {SMOKE_SESSION_START_MS} ms limit."
+            );
+            std::process::exit(1);
+        }
+    }
+    let mut cold = if mode == Mode::Smoke {
+        vec![0.0]
+    } else {
+        session_start_ms(
+            &tmp.path().join("ss-cold"),
+            &cfg,
+            ss_runs,
+            false,
+            Via::Binary,
+        )
+    };
+    let (cold_p50, cold_p95) = (pct(&mut cold, 0.5), pct(&mut cold, 0.95));
+    let mut launched = if mode == Mode::Smoke {
+        vec![0.0]
+    } else {
+        session_start_ms(
+            &tmp.path().join("ss-launcher"),
+            &cfg,
+            ss_runs,
+            true,
+            Via::Launcher,
+        )
+    };
+    let (l_p50, l_p95) = (pct(&mut launched, 0.5), pct(&mut launched, 0.95));
+    drop(fake);
+
     if mode == Mode::Smoke {
         println!(
             "smoke plugin: prompt hook, 200 finished jobs in the state dir, p50 of {runs} runs: {p50:.1} ms (first run {first:.1} ms, max {:.1} ms); limit {SMOKE_HOOK_MS} ms",
@@ -139,6 +279,15 @@ fn main() {
     println!("|---|---|---|");
     println!(
         "| hook run time, 200 finished jobs in the state dir (100 for this project), {runs} runs | p50 {p50:.1} ms, p95 {p95:.1} ms, first run {first:.1} ms | p50 < 20 ms |"
+    );
+    println!(
+        "| SessionStart hook run time, binary present, fresh cache (no probe), {ss_runs} runs | p50 {ss_p50:.1} ms, p95 {ss_p95:.1} ms | p50 < 30 ms |"
+    );
+    println!(
+        "| SessionStart hook run time, no cache: probes one local endpoint that is up, {ss_runs} runs | p50 {cold_p50:.1} ms, p95 {cold_p95:.1} ms | |"
+    );
+    println!(
+        "| the same as Claude Code runs it, through `plugin/localagents` (binary in `${{CLAUDE_PLUGIN_DATA}}/bin`), fresh cache, {ss_runs} runs | p50 {l_p50:.1} ms, p95 {l_p95:.1} ms | |"
     );
     println!(
         "| `claude plugin marketplace add` (clean plugin dir) | {:.2} s | |",

@@ -18,6 +18,7 @@
 //! - [`cli`]: argument parsing and human-readable output.
 //! - [`session_env`]: the env that points Claude Code at a shim.
 //! - [`hook`]: the prompt hook that reports finished jobs.
+//! - [`session_start`]: the session-start hook's one line for the user.
 //! - [`setup`]: setup, doctor and bringup.
 //! - [`paths`]: XDG dirs and atomic writes.
 //! - [`fmt`]: number formatting for sentences.
@@ -40,6 +41,7 @@ pub mod process;
 pub mod registry;
 pub mod runner;
 pub mod session_env;
+pub mod session_start;
 pub mod setup;
 pub mod shim;
 pub mod signals;

@@ -13,7 +13,21 @@ fn main() -> ExitCode {
     if let Some(code) = localagents::process::guard_entry() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A hook this binary does not know (a newer plugin): no output, exit 0.
+        Err(e)
+            if std::env::args().nth(1).as_deref() == Some("hook")
+                && !matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp
+                        | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                ) =>
+        {
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => e.exit(),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCALAGENTS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()

@@ -239,6 +239,8 @@ pub struct ReviewCmd {
 pub enum HookCommand {
     /// UserPromptSubmit: report finished jobs of this project once per session.
     PromptSubmit,
+    /// SessionStart: one line for the user when something needs them (at most once a day).
+    SessionStart,
 }
 
 #[derive(Debug, Subcommand)]
@@ -333,6 +335,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Review(args) => commands::complete::review(ctx, args).await,
         Command::Savings { since, json } => commands::savings::run(&ctx, since, json),
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
+        Command::Hook(HookCommand::SessionStart) => commands::hook::session_start(&ctx).await,
         Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),
         Command::Doctor => commands::setup::doctor(&ctx).await,
         Command::Bringup {

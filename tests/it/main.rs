@@ -6,6 +6,7 @@ mod accept;
 mod bad_input;
 mod cli;
 mod config;
+mod first_contact;
 mod fold_prop;
 mod jobs;
 mod layering;

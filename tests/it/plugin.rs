@@ -16,7 +16,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const TOOL: &str = "mcp__plugin_localagents_localagents__";
 
-fn claude_cmd(home: &Path) -> Command {
+pub(crate) fn claude_cmd(home: &Path) -> Command {
     let mut c = Command::new(claude::binary());
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -53,7 +53,7 @@ fn plugin_validates_strictly_and_versions_match() {
 }
 
 /// A checkout as a fresh clone has it: the files git knows, no `target/`.
-fn clean_checkout(dest: &Path) {
+pub(crate) fn clean_checkout(dest: &Path) {
     let out = Command::new("git")
         .args([
             "ls-files",
@@ -282,7 +282,7 @@ fn launcher_copy(dest: &Path) {
 
 /// Run `c` with stdin closed; None if it is still running after `limit`
 /// (then it is killed).
-fn output_within(c: &mut Command, limit: Duration) -> Option<std::process::Output> {
+pub(crate) fn output_within(c: &mut Command, limit: Duration) -> Option<std::process::Output> {
     let mut child = c
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
