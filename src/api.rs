@@ -724,6 +724,12 @@ pub async fn local_complete(
     let files = crate::complete::read_files(&ask.files, &base_dir(caller))
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let target = resolve_target(ctx, model, endpoint).await?;
+    crate::jobs::evict::check_load(
+        &crate::jobs::Store::new(&ctx.state_dir),
+        &target.probe,
+        &target.resolved.served_id,
+    )
+    .map_err(Error::Invalid)?;
     let dir = ctx.state_dir.join("complete");
     let out = crate::complete::run(&target, &dir, &ask, &files, &options).await;
     crate::complete::log_result(&dir, &target, &ask, &out);

@@ -206,15 +206,12 @@ pub fn fit(
     };
     let room = w.saturating_sub(prompt_tokens);
     if room < MIN_OUTPUT {
-        return Err(CompleteError::Invalid(
-            format!(
-                "prompt is {} {} tokens; {model} has {} per slot: shorten it or attach less",
-                if counted { "" } else { "about" },
-                crate::fmt::thousands(prompt_tokens),
-                crate::fmt::thousands(w)
-            )
-            .replace("is  ", "is "),
-        ));
+        return Err(CompleteError::Invalid(format!(
+            "prompt is {}{} tokens; {model} has {} per slot: shorten it or attach less",
+            if counted { "" } else { "about " },
+            crate::fmt::thousands(prompt_tokens),
+            crate::fmt::thousands(w)
+        )));
     }
     let asked = body["max_tokens"].as_u64().unwrap_or(DEFAULT_MAX_TOKENS);
     if asked > room {

@@ -160,6 +160,10 @@ impl Manager {
         let targets =
             registry::resolve_targets(&self.ctx, args.model.as_deref(), args.endpoint.as_deref())
                 .await?;
+        for t in &targets {
+            super::evict::check_load(&self.store, &t.probe, &t.resolved.served_id)
+                .map_err(StartError::Invalid)?;
+        }
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
         crate::paths::private_dir_all(&dir).map_err(JobError::from)?;

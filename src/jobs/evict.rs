@@ -3,8 +3,9 @@
 //! A llama.cpp router past `--models-max`, or a llama-swap group, unloads a
 //! model to make room for another. A job whose model goes away mid-session
 //! stalls while the server reloads it (minutes for a 27B) or fails. So
-//! before anything loads a model on such an endpoint (a job's own load,
-//! `bringup --run`) and before `bringup --unload`, the endpoint's loaded set
+//! before anything loads a model on such an endpoint (a job's own load, a
+//! one-shot completion or batch, `bringup --run`) and before
+//! `bringup --unload`, the endpoint's loaded set
 //! is checked against the running jobs of every localagents process (their
 //! records), and the answer names the job. `force` skips the check.
 

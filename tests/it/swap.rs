@@ -169,6 +169,22 @@ async fn a_swap_that_would_unload_a_running_jobs_model_is_refused_without_force(
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&id), "{text}");
 
+    // A one-shot completion or batch would load it too: refused alike.
+    let (err, v) = call(
+        &c,
+        "local_complete",
+        json!({"prompt": "Say hi.", "model": "qwen-coder"}),
+    )
+    .await;
+    assert!(err && v.to_string().contains(&id), "{v}");
+    let (err, v) = call(
+        &c,
+        "local_batch",
+        json!({"items": [{"prompt": "Say hi."}], "model": "qwen-coder"}),
+    )
+    .await;
+    assert!(err && v.to_string().contains(&id), "{v}");
+
     // bringup --run and --unload: the same refusal.
     let out = localagents(&e, &["bringup", "qwen-coder", "--run"]).await;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
