@@ -72,6 +72,13 @@ pub enum Finding {
     Built,
     /// No configured endpoint answered.
     NoEndpoint,
+    /// The binary's version is not the plugin's (a plugin update left an
+    /// old binary behind): the rebuild command.
+    Stale {
+        binary: String,
+        plugin: String,
+        rebuild: String,
+    },
 }
 
 impl Finding {
@@ -80,6 +87,7 @@ impl Finding {
             Finding::Config(_) => "config",
             Finding::Built => "built",
             Finding::NoEndpoint => "no-endpoint",
+            Finding::Stale { .. } => "stale",
         }
     }
 
@@ -99,6 +107,13 @@ impl Finding {
             Finding::NoEndpoint => {
                 "localagents: no endpoint is up; `/local-status` shows why.".to_string()
             }
+            Finding::Stale {
+                binary,
+                plugin,
+                rebuild,
+            } => format!(
+                "localagents: the binary is version {binary} but the plugin is {plugin}; rebuild it with `{rebuild}`, then reconnect localagents in /mcp."
+            ),
         }
     }
 }
@@ -165,17 +180,55 @@ fn build_ended_ok(plugin_data: &Path) -> Option<u64> {
     m.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
 }
 
+/// The plugin's version (`.claude-plugin/plugin.json` under its root).
+fn plugin_version(root: &Path) -> Option<String> {
+    let bytes = std::fs::read(root.join(".claude-plugin/plugin.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("version")?.as_str().map(str::to_string)
+}
+
+/// A binary that is not the plugin's version, and how to rebuild it.
+fn stale(plugin_root: Option<&Path>, plugin_data: Option<&Path>) -> Option<Finding> {
+    let root = plugin_root?;
+    let plugin = plugin_version(root)?;
+    let binary = env!("CARGO_PKG_VERSION").to_string();
+    if plugin == binary {
+        return None;
+    }
+    let rebuild = match plugin_data {
+        Some(d) => format!(
+            "cargo install --locked --path '{}' --root '{}'",
+            root.display(),
+            d.display()
+        ),
+        None => format!("cargo install --locked --path '{}'", root.display()),
+    };
+    Some(Finding::Stale {
+        binary,
+        plugin,
+        rebuild,
+    })
+}
+
 /// What to tell the user now, if anything, updating the cache in
 /// `state_dir`. `plugin_data` is `${CLAUDE_PLUGIN_DATA}`, where the
-/// launcher builds the binary.
+/// launcher builds the binary; `plugin_root` is `${CLAUDE_PLUGIN_ROOT}`.
 pub async fn check(
     state_dir: &Path,
     discovery: &Discovery,
     plugin_data: Option<&Path>,
+    plugin_root: Option<&Path>,
 ) -> Option<Finding> {
     let path = cache_path(state_dir);
     let now = now_s();
     let mut cache = read_cache(&path);
+    if let Some(f) = stale(plugin_root, plugin_data)
+        && !within(cache.told.get(f.key()).copied(), now, TELL_AGAIN_AFTER)
+    {
+        cache.told.insert(f.key().into(), now);
+        write_cache(&path, &cache);
+        return Some(f);
+    }
     if let Some(ended) = plugin_data.and_then(build_ended_ok)
         && within(Some(ended), now, BUILT_NEWS)
         && cache
@@ -228,6 +281,39 @@ pub fn hook_json(f: &Finding) -> String {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_binary_older_than_the_plugin_is_said_once_a_day_with_the_rebuild() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("plugin");
+        std::fs::create_dir_all(root.join(".claude-plugin")).unwrap();
+        std::fs::write(
+            root.join(".claude-plugin/plugin.json"),
+            r#"{"name": "localagents", "version": "9.9.9"}"#,
+        )
+        .unwrap();
+        let data = tmp.path().join("data");
+        let state = tmp.path().join("state");
+        let d = unreachable_config(tmp.path());
+        let f = check(&state, &d, Some(&data), Some(&root)).await.unwrap();
+        let line = f.line();
+        assert!(
+            line.contains(&format!(
+                "the binary is version {} but the plugin is 9.9.9",
+                env!("CARGO_PKG_VERSION")
+            )) && line.contains(&format!("--root '{}'", data.display())),
+            "{line}"
+        );
+        let again = check(&state, &d, Some(&data), Some(&root)).await;
+        assert!(!matches!(again, Some(Finding::Stale { .. })), "once a day");
+        // The same version: nothing about it.
+        std::fs::write(
+            root.join(".claude-plugin/plugin.json"),
+            format!(r#"{{"version": "{}"}}"#, env!("CARGO_PKG_VERSION")),
+        )
+        .unwrap();
+        assert!(stale(Some(&root), Some(&data)).is_none());
+    }
+
     fn unreachable_config(dir: &Path) -> Discovery {
         // Port 9 (discard) on loopback: refused at once.
         let cfg = dir.join("models.yaml");
@@ -248,9 +334,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let d = unreachable_config(tmp.path());
         let state = tmp.path().join("state");
-        assert_eq!(check(&state, &d, None).await, Some(Finding::NoEndpoint));
         assert_eq!(
-            check(&state, &d, None).await,
+            check(&state, &d, None, None).await,
+            Some(Finding::NoEndpoint)
+        );
+        assert_eq!(
+            check(&state, &d, None, None).await,
             None,
             "not again within the day"
         );
@@ -259,7 +348,10 @@ mod tests {
         let mut c = read_cache(&path);
         c.told.insert("no-endpoint".into(), now_s() - 24 * 3600 - 1);
         write_cache(&path, &c);
-        assert_eq!(check(&state, &d, None).await, Some(Finding::NoEndpoint));
+        assert_eq!(
+            check(&state, &d, None, None).await,
+            Some(Finding::NoEndpoint)
+        );
     }
 
     #[tokio::test]
@@ -271,7 +363,7 @@ mod tests {
             project_dir: None,
         };
         let state = tmp.path().join("state");
-        let f = check(&state, &d, None).await.expect("a finding");
+        let f = check(&state, &d, None, None).await.expect("a finding");
         assert!(
             matches!(&f, Finding::Config(e) if e.contains("missing.yaml")),
             "{f:?}"
@@ -281,7 +373,7 @@ mod tests {
             "{}",
             f.line()
         );
-        assert_eq!(check(&state, &d, None).await, None);
+        assert_eq!(check(&state, &d, None, None).await, None);
     }
 
     #[tokio::test]
@@ -292,15 +384,15 @@ mod tests {
         std::fs::create_dir_all(&data).unwrap();
         std::fs::write(data.join("build.status"), "101\n").unwrap();
         assert_eq!(
-            check(&state, &d, Some(&data)).await,
+            check(&state, &d, Some(&data), None).await,
             Some(Finding::NoEndpoint),
             "a failed build is the launcher's to report"
         );
         std::fs::write(data.join("build.status"), "0\n").unwrap();
-        let built = check(&state, &d, Some(&data)).await;
+        let built = check(&state, &d, Some(&data), None).await;
         assert_eq!(built, Some(Finding::Built));
         assert!(built.unwrap().line().contains("/mcp"));
-        assert_eq!(check(&state, &d, Some(&data)).await, None);
+        assert_eq!(check(&state, &d, Some(&data), None).await, None);
     }
 
     #[test]

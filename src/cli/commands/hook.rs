@@ -17,8 +17,14 @@ pub fn prompt_submit(ctx: &Context) -> anyhow::Result<ExitStatus> {
 
 pub async fn session_start(ctx: &Context) -> anyhow::Result<ExitStatus> {
     let data = std::env::var_os("CLAUDE_PLUGIN_DATA").map(std::path::PathBuf::from);
-    if let Some(f) =
-        crate::session_start::check(&ctx.state_dir, &ctx.discovery(), data.as_deref()).await
+    let root = std::env::var_os("CLAUDE_PLUGIN_ROOT").map(std::path::PathBuf::from);
+    if let Some(f) = crate::session_start::check(
+        &ctx.state_dir,
+        &ctx.discovery(),
+        data.as_deref(),
+        root.as_deref(),
+    )
+    .await
     {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "{}", crate::session_start::hook_json(&f));
