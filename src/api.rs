@@ -801,9 +801,15 @@ pub async fn local_review(
     a: ReviewArgs,
 ) -> Result<crate::jobs::review::Review, Error> {
     use crate::jobs::review;
-    let (diff, brief, dir) = match (&a.job_id, &a.diff) {
+    let (diff, brief, dir, paged) = match (&a.job_id, &a.diff) {
         (Some(id), None) => {
             let rec = m.store.load(id)?;
+            if !rec.status.terminal() {
+                return Err(Error::Invalid(format!(
+                    "job {id} is still {}: review it when it has finished (wait_job)",
+                    rec.status.as_str()
+                )));
+            }
             let page = job_diff(m, id, 100_000, 0)?;
             if page.total_bytes == 0 {
                 return Err(Error::Invalid(format!(
@@ -811,9 +817,10 @@ pub async fn local_review(
                 )));
             }
             let brief = std::fs::read_to_string(rec.log_dir.join("task.txt")).ok();
-            (page.diff, brief, Some(rec.log_dir))
+            let paged = (page.total_bytes > page.diff.len()).then_some(page.diff.len());
+            (page.diff, brief, Some(rec.log_dir), paged)
         }
-        (None, Some(d)) if !d.trim().is_empty() => (d.clone(), None, None),
+        (None, Some(d)) if !d.trim().is_empty() => (d.clone(), None, None, None),
         _ => {
             return Err(Error::Invalid(
                 "pass job_id (a finished job) or diff (unified diff text), one of them".into(),
@@ -821,12 +828,17 @@ pub async fn local_review(
         }
     };
     let target = resolve_target(&m.ctx, a.model.as_deref(), a.endpoint.as_deref()).await?;
+    crate::jobs::evict::check_load(&m.store, &target.probe, &target.resolved.served_id)
+        .map_err(Error::Invalid)?;
     // Leave room for the brief, the instructions and the answer; bytes
     // per token low (3) so the cut errs towards fitting.
+    let brief_tokens = (brief.as_deref().map_or(0, str::len)
+        + a.focus.as_deref().map_or(0, str::len))
+    .div_ceil(3) as u64;
     let budget = target
         .resolved
         .context
-        .map(|w| (w.saturating_sub(1500 + 1024) as usize) * 3);
+        .map(|w| (w.saturating_sub(1500 + 1024 + brief_tokens) as usize) * 3);
     let (diff, cut) = match budget {
         Some(b) if diff.len() > b => {
             let mut end = b;
@@ -835,7 +847,7 @@ pub async fn local_review(
             }
             (diff[..end].to_string(), Some(end))
         }
-        _ => (diff, None),
+        _ => (diff, paged),
     };
     let ask = crate::complete::Ask {
         prompt: review::prompt(brief.as_deref(), a.focus.as_deref(), &diff),

@@ -222,6 +222,10 @@ pub fn fit(
 
 /// The route a completion uses: the target's endpoint, logged under `log_dir`.
 pub fn route(target: &Target, log_dir: &Path) -> Route {
+    let first_byte = shim::first_byte_timeout(
+        target.config.defaults.first_byte_timeout_s,
+        target.resolved.context,
+    );
     Route {
         label: "complete".into(),
         endpoint: target.endpoint.clone(),
@@ -229,11 +233,11 @@ pub fn route(target: &Target, log_dir: &Path) -> Route {
         served_id: target.resolved.served_id.clone(),
         window: target.resolved.context,
         log: RequestLog::new(log_dir, false),
-        idle_timeout: Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
-        first_byte_timeout: shim::first_byte_timeout(
-            target.config.defaults.first_byte_timeout_s,
-            target.resolved.context,
-        ),
+        // Not streamed: this is the whole request's budget, so it covers
+        // a long prompt (or a load) before the first token plus the answer.
+        idle_timeout: first_byte
+            + Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
+        first_byte_timeout: first_byte,
     }
 }
 

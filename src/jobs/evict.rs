@@ -45,7 +45,7 @@ pub fn check_load(store: &Store, st: &EndpointStatus, model: &str) -> Result<(),
         return Ok(());
     }
     Err(format!(
-        "loading {model} on `{}` could unload the model of running {}: {}. Wait for it (wait_job), or pass force to load anyway",
+        "loading {model} on `{}` could unload the model of running {}: {}. Wait for it (wait_job); only if the user says so, load it anyway with force (run_agent, `localagents run --force`) or `localagents bringup {model} --run --force`",
         st.name,
         name_jobs(&users),
         risk.why

@@ -75,7 +75,14 @@ pub fn file(path: &Path, project: &Path, d: &Defaults) -> Result<(), String> {
     } else {
         project.join(path)
     };
-    let c = full.canonicalize().unwrap_or(full);
+    // A path that does not exist (yet) cannot be checked: refused, so a
+    // link created later cannot point outside.
+    let c = full.canonicalize().map_err(|e| {
+        format!(
+            "cannot attach {} ({e}): attach an existing file inside the project",
+            full.display()
+        )
+    })?;
     let inside = std::iter::once(project)
         .chain(d.allowed_roots.iter().map(PathBuf::as_path))
         .any(|root| c.starts_with(root.canonicalize().unwrap_or_else(|_| root.to_path_buf())));

@@ -250,6 +250,7 @@ impl StandIn {
             r#"#!/bin/sh
 echo "$*" >>"{d}/calls"
 echo "$CARGO_TARGET_DIR" >"{d}/target_dir"
+pwd >"{d}/cwd"
 n=0
 while [ ! -e "{d}/release" ] && [ "$n" -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 root=
@@ -357,6 +358,15 @@ async fn the_first_session_builds_the_binary_once_and_the_next_says_still_buildi
     assert!(
         line.contains(&data.join("build.log").display().to_string()),
         "{line}"
+    );
+    // Never in the session's project (a rust-toolchain.toml there would
+    // choose the toolchain that runs).
+    assert_eq!(
+        std::fs::read_to_string(cargo.dir.join("cwd"))
+            .unwrap()
+            .trim(),
+        data.canonicalize().unwrap().display().to_string(),
+        "the build runs in the data dir"
     );
     // Its target dir is in the data dir, not in the plugin root.
     assert_eq!(
