@@ -157,31 +157,6 @@ fn after(ts: &str, cutoff: Option<chrono::DateTime<chrono::Utc>>) -> bool {
     }
 }
 
-/// Sum a job dir's `requests.jsonl` (for records that hold no usage: jobs
-/// that were lost before they could write it).
-fn from_requests(dir: &Path) -> Usage {
-    let mut u = Usage::default();
-    let Ok(text) = std::fs::read_to_string(dir.join("requests.jsonl")) else {
-        return u;
-    };
-    for line in text.lines() {
-        #[derive(Deserialize)]
-        struct L {
-            path: String,
-            #[serde(default)]
-            usage: Usage,
-        }
-        if let Ok(l) = serde_json::from_str::<L>(line)
-            && l.path == "/v1/messages"
-        {
-            u.input += l.usage.input;
-            u.cache_read += l.usage.cache_read;
-            u.output += l.usage.output;
-        }
-    }
-    u
-}
-
 /// Add up the jobs and completions under `state_dir` since `since`.
 pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
     let cutoff = since.cutoff();
@@ -224,8 +199,10 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
         if !after(&b.created, cutoff) {
             continue;
         }
+        // A record without usage (a job lost before it wrote it): its
+        // request log has the figures.
         let usage = if b.usage == Usage::default() {
-            from_requests(&dir)
+            crate::jobs::metrics::from_log(&dir).usage
         } else {
             b.usage
         };

@@ -82,6 +82,22 @@ pub(crate) fn git_init(dir: &Path) {
     );
 }
 
+/// `localagents ARGS` with the env's config, state dir, HOME and the real CLI.
+pub(crate) async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(args)
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .output()
+        .await
+        .unwrap()
+}
+
 pub(crate) async fn serve(
     e: &Env,
     claude_bin: Option<&Path>,

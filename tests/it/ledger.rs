@@ -7,23 +7,8 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::jobs::{Env, env_for, strict_fake_opts};
-use crate::support::{claude, fake_llama, script};
-
-async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(args)
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
-        .output()
-        .await
-        .unwrap()
-}
+use crate::jobs::{Env, env_for, localagents, strict_fake_opts};
+use crate::support::{fake_llama, script};
 
 /// Sum of a job's `/v1/messages` usage in its requests.jsonl.
 fn logged(e: &Env, id: &str) -> [u64; 3] {

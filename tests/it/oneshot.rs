@@ -6,24 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, call, env_for, git_init, serve, strict_fake_opts};
+use crate::jobs::{call, env_for, git_init, localagents, serve, strict_fake_opts};
+use crate::support::fake_llama;
 use crate::support::script::{self, Reply};
-use crate::support::{claude, fake_llama};
-
-async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(args)
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
-        .output()
-        .await
-        .unwrap()
-}
 
 fn small() -> fake_llama::LlamaOpts {
     fake_llama::LlamaOpts {

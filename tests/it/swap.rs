@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, call, env_for, serve};
+use crate::jobs::{Env, call, env_for, localagents, serve};
 use crate::support::fake_swap::{self, SwapModel};
-use crate::support::{claude, script};
+use crate::support::script;
 
 fn models(qwen_load: Duration, gemma_load: Duration) -> Vec<SwapModel> {
     vec![
@@ -35,21 +35,6 @@ fn env(url: &str) -> Env {
     )
     .unwrap();
     e
-}
-
-async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(args)
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
-        .output()
-        .await
-        .unwrap()
 }
 
 fn requests(e: &Env, id: &str) -> Vec<Value> {
