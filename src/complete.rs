@@ -238,6 +238,14 @@ pub fn route(target: &Target, log_dir: &Path) -> Route {
         idle_timeout: first_byte
             + Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
         first_byte_timeout: first_byte,
+        // No tools and no conversation: nothing to repair or guard, but
+        // the history's thinking is handled as for a job.
+        guard: shim::Guard::new(shim::Policy {
+            loop_limit: 0,
+            thinking: target.config.defaults.thinking,
+            repair: false,
+            stop_on_fatal: false,
+        }),
     }
 }
 

@@ -51,6 +51,8 @@ struct Brief {
     equivalent_usd: Option<f64>,
     #[serde(default)]
     reference_model: Option<String>,
+    #[serde(default)]
+    model_note: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -97,8 +99,13 @@ fn line(b: &Brief) -> String {
         _ if tokens > 0 => format!(", {} tokens local", crate::fmt::thousands(tokens)),
         _ => String::new(),
     };
+    let model = b
+        .model_note
+        .as_ref()
+        .map(|n| format!("; {n}"))
+        .unwrap_or_default();
     format!(
-        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}{ledger}; review with {review}.",
+        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}{ledger}{model}; review with {review}.",
         b.id,
         b.served_id,
         b.status.as_str(),

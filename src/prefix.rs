@@ -205,6 +205,7 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
         resume_session: None,
         mcp_config: mcp.as_deref(),
         sandbox: d.sandbox,
+        shim_silence: None,
     };
     let mut l = runner::launch(
         claude.to_path_buf(),

@@ -38,6 +38,32 @@ pub struct Status {
     pub models: Vec<MenuItem>,
 }
 
+/// With the zero-config pair (ports 8080 and 9931), the one that answered
+/// stands for both: the other is not a failure to report.
+pub fn builtin_answered(config: &Config, probes: Vec<EndpointStatus>) -> Vec<EndpointStatus> {
+    if !config.endpoints_are_builtin() || !probes.iter().any(|p| p.up) {
+        return probes;
+    }
+    probes.into_iter().filter(|p| p.up).collect()
+}
+
+/// What the zero-config probe found, in one clause.
+pub fn builtin_sentence(probes: &[EndpointStatus]) -> String {
+    match probes.iter().find(|p| p.up) {
+        Some(p) => format!(
+            "the built-in endpoint `{}` answered at {} ({})",
+            p.name,
+            p.base_url,
+            if p.name == config::BUILTIN_NEXT_PORT_NAME {
+                "llama.cpp's announced new default port"
+            } else {
+                "llama.cpp's default port"
+            }
+        ),
+        None => "nothing answered at http://127.0.0.1:8080 (llama.cpp's default port) nor at http://127.0.0.1:9931 (its announced new default)".into(),
+    }
+}
+
 /// Load the config and probe everything.
 pub async fn status(discovery: &Discovery) -> Result<(Loaded, Status), ConfigError> {
     let loaded = config::load(discovery)?;
@@ -49,11 +75,12 @@ pub async fn status(discovery: &Discovery) -> Result<(Loaded, Status), ConfigErr
 /// Assemble the status object from a loaded config and probe results.
 pub fn build_status(loaded: &Loaded, discovery: &Discovery, probes: Vec<EndpointStatus>) -> Status {
     let mut warnings = loaded.warnings.clone();
+    let probes = builtin_answered(&loaded.config, probes);
     if loaded.builtin {
-        warnings.push(
-            "no models.yaml found: using the built-in endpoint `local` at http://127.0.0.1:8080 (run `localagents config path` to see where files are looked for)"
-                .into(),
-        );
+        warnings.push(format!(
+            "no models.yaml found: {} (run `localagents config path` to see where files are looked for)",
+            builtin_sentence(&probes)
+        ));
     }
     let models = loaded
         .config

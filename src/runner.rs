@@ -192,6 +192,9 @@ pub struct RunSettings<'a> {
     pub mcp_config: Option<&'a Path>,
     /// `defaults.sandbox`: Bash runs in Claude Code's sandbox.
     pub sandbox: bool,
+    /// The shim's longest silence on this job's streams (the delegate's
+    /// watchdog must outwait it: [`crate::session_env::stream_idle_env`]).
+    pub shim_silence: Option<std::time::Duration>,
 }
 
 /// The tool name of an allow or deny rule: `Bash(cargo test:*)` is `Bash`.
@@ -292,6 +295,9 @@ pub fn launch(
     args.push(task.to_string());
 
     let mut env = crate::session_env::session_env(base_url, s.served_id, s.window);
+    if let Some(d) = s.shim_silence {
+        env.push(crate::session_env::stream_idle_env(d));
+    }
     env.extend(
         [
             // Placeholder auth: the shim never forwards it.
@@ -367,31 +373,7 @@ pub struct ResultEvent {
     pub terminal_reason: Option<String>,
 }
 
-fn one_line(s: &str, n: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > n {
-        format!("{}…", flat.chars().take(n).collect::<String>())
-    } else {
-        flat
-    }
-}
-
-/// The salient argument of a tool call, for the transcript.
-fn tool_arg(name: &str, input: &Value) -> String {
-    let key = match name {
-        "Bash" => "command",
-        "Glob" | "Grep" => "pattern",
-        "WebFetch" => "url",
-        _ => "file_path",
-    };
-    input
-        .get(key)
-        .or_else(|| input.get("notebook_path"))
-        .or_else(|| input.get("path"))
-        .and_then(Value::as_str)
-        .map(|s| one_line(s, 160))
-        .unwrap_or_default()
-}
+use crate::fmt::{one_line, tool_arg};
 
 /// Read one stream-json line.
 pub fn parse_event(line: &str) -> EventInfo {
@@ -555,6 +537,7 @@ mod tests {
             resume_session: Some("sess"),
             mcp_config: None,
             sandbox: false,
+            shim_silence: None,
         };
         let l = launch(
             "claude".into(),
@@ -703,6 +686,7 @@ mod tests {
             resume_session: None,
             mcp_config: Some(Path::new("/etc/mcp.json")),
             sandbox: true,
+            shim_silence: None,
         };
         let l = launch("claude".into(), Path::new("/tmp"), "u", &ep, &s, "t");
         let pos = |f: &str| l.args.iter().position(|a| a == f).unwrap();

@@ -42,6 +42,22 @@ pub fn session_env(base_url: &str, served_id: &str, window: Option<u64>) -> Vec<
     env
 }
 
+/// Claude Code's stream watchdog ends a request whose stream has sent no
+/// event for `CLAUDE_STREAM_IDLE_TIMEOUT_MS` (never less than 300 s in
+/// 2.1.328). A local server's long prefill is silent for longer than that
+/// (llama-server sends its headers at once and only `:` comments until the
+/// first token), and the shim already waits it out up to its own budget
+/// and then answers with an error event. So the delegate waits the shim's
+/// longest silence plus a margin: the shim, which knows why, always speaks
+/// first.
+pub fn stream_idle_env(shim_longest_silence: std::time::Duration) -> (String, String) {
+    let ms = (shim_longest_silence.as_secs() + STREAM_IDLE_MARGIN_S).max(300) * 1000;
+    ("CLAUDE_STREAM_IDLE_TIMEOUT_MS".into(), ms.to_string())
+}
+
+/// How much longer than the shim the delegate waits.
+pub const STREAM_IDLE_MARGIN_S: u64 = 30;
+
 /// A `--settings` JSON object with that environment.
 pub fn settings_json(env: &[(String, String)]) -> serde_json::Value {
     let map: serde_json::Map<String, serde_json::Value> = env
@@ -78,6 +94,19 @@ mod tests {
         assert_eq!(get("CLAUDE_CODE_MAX_OUTPUT_TOKENS"), Some("8192"));
         assert_eq!(get("ANTHROPIC_DEFAULT_HAIKU_MODEL"), Some("m"));
         assert_eq!(get("CLAUDE_CODE_ATTRIBUTION_HEADER"), Some("0"));
+    }
+
+    #[test]
+    fn the_delegate_waits_longer_than_the_shim() {
+        use std::time::Duration;
+        assert_eq!(
+            stream_idle_env(Duration::from_secs(1310)),
+            (
+                "CLAUDE_STREAM_IDLE_TIMEOUT_MS".to_string(),
+                "1340000".to_string()
+            )
+        );
+        assert_eq!(stream_idle_env(Duration::from_secs(10)).1, "300000");
     }
 
     #[test]

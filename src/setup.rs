@@ -247,7 +247,7 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         }
     };
     if loaded.files.is_empty() {
-        out.push((Level::Warn, "config: no models.yaml; using the built-in endpoint at http://127.0.0.1:8080 (run `localagents setup` for a starter file)".into()));
+        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port) and :9931 (its announced new default) (run `localagents setup` for a starter file)".into()));
     } else {
         let files: Vec<String> = loaded
             .files
@@ -264,8 +264,24 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
             &crate::prefix::measure(&loaded.config, &bin).await,
         ));
     }
-    for st in probe::probe_all(&loaded.config).await {
+    let probes = probe::probe_all(&loaded.config).await;
+    if loaded.config.endpoints_are_builtin() {
+        let level = if probes.iter().any(|p| p.up) {
+            Level::Ok
+        } else {
+            Level::Fail
+        };
+        let mut line = crate::registry::builtin_sentence(&probes);
+        if level == Level::Fail {
+            line.push_str(": start llama-server, or write a models.yaml with `localagents setup`");
+        }
+        out.push((level, line));
+    }
+    for st in crate::registry::builtin_answered(&loaded.config, probes) {
         if !st.up {
+            if loaded.config.endpoints_are_builtin() {
+                continue; // said above, in one line
+            }
             out.push((
                 Level::Fail,
                 format!(

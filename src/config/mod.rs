@@ -30,7 +30,8 @@ mod schema;
 pub mod trust;
 
 pub use schema::{
-    Backend, Config, Defaults, Endpoint, ModelEntry, check_base_url, home_path, key_safe_url,
+    BUILTIN_NEXT_PORT_NAME, Backend, Config, Defaults, Endpoint, ModelEntry, Thinking,
+    check_base_url, home_path, key_safe_url,
 };
 
 use std::collections::HashMap;

@@ -88,6 +88,8 @@ pub(super) struct DefaultsShape {
     pub acceptance_timeout_s: Option<u64>,
     pub load_timeout_s: Option<u64>,
     pub reference_model: Option<String>,
+    pub loop_limit: Option<u32>,
+    pub thinking: Option<String>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -265,6 +267,47 @@ pub struct Defaults {
     pub load_timeout_s: u64,
     /// The Anthropic model whose list prices the ledger uses.
     pub reference_model: String,
+    /// Identical calls with identical results in a row before the loop
+    /// guard's note (twice as many stop the job); 0 turns it off.
+    pub loop_limit: u32,
+    /// What the shim does with thinking blocks in the history.
+    pub thinking: Thinking,
+}
+
+/// `defaults.thinking`: thinking blocks that Claude Code sends back in the
+/// history. llama.cpp turns them into the template's `reasoning_content`
+/// (and ignores `redacted_thinking`); vLLM turns them into `reasoning` since
+/// 0.17, while older builds refuse the block type with a 400.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Thinking {
+    /// Keep them; when the server refuses a request for them, drop them
+    /// from then on (the request is sent again without them).
+    #[default]
+    Auto,
+    /// Always send them (a refusal is passed on).
+    Keep,
+    /// Never send them.
+    Drop,
+}
+
+impl Thinking {
+    pub fn parse(s: &str) -> Option<Thinking> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(Thinking::Auto),
+            "keep" => Some(Thinking::Keep),
+            "drop" => Some(Thinking::Drop),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thinking::Auto => "auto",
+            Thinking::Keep => "keep",
+            Thinking::Drop => "drop",
+        }
+    }
 }
 
 pub const DEFAULT_SYSTEM_PROMPT_APPEND: &str = "You are a delegate: another agent wrote this task for you and will review your work. Work only on the task. Do not ask questions; nobody can answer them. When you finish, report in a few lines: what you changed (files), how you verified it (the commands you ran and their outcome), and anything you could not finish or are unsure about.";
@@ -295,9 +338,14 @@ impl Default for Defaults {
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
             reference_model: super::prices::DEFAULT_REFERENCE_MODEL.into(),
+            loop_limit: 3,
+            thinking: Thinking::Auto,
         }
     }
 }
+
+/// The zero-config endpoint on llama.cpp's announced new default port.
+pub const BUILTIN_NEXT_PORT_NAME: &str = "local-9931";
 
 /// The merged config.
 #[derive(Debug, Clone, PartialEq)]
@@ -312,24 +360,44 @@ pub struct Config {
 }
 
 impl Config {
-    /// Zero config: one llama.cpp endpoint `local` at `127.0.0.1:8080`.
+    /// Zero config: llama.cpp's default port on this machine, `local` at
+    /// `127.0.0.1:8080`, and the new default its README announces,
+    /// `local-9931` at `127.0.0.1:9931` (ggml-org/llama.cpp PR 26508: the
+    /// builds of late 2026 still listen on 8080 and print a notice).
     pub fn builtin() -> Config {
+        let local = |name: &str, port: u16, notes: &str| Endpoint {
+            name: name.into(),
+            base_url: format!("http://127.0.0.1:{port}"),
+            backend: Some(Backend::LlamaCpp),
+            host: Some("this machine".into()),
+            notes: Some(notes.into()),
+            env: IndexMap::new(),
+            api_key_env: None,
+            allow_insecure_key: false,
+        };
         Config {
-            endpoints: vec![Endpoint {
-                name: "local".into(),
-                base_url: "http://127.0.0.1:8080".into(),
-                backend: Some(Backend::LlamaCpp),
-                host: Some("this machine".into()),
-                notes: Some("built-in default: no models.yaml was found".into()),
-                env: IndexMap::new(),
-                api_key_env: None,
-                allow_insecure_key: false,
-            }],
+            endpoints: vec![
+                local(
+                    "local",
+                    8080,
+                    "built-in default: no models.yaml was found (llama.cpp's default port)",
+                ),
+                local(
+                    BUILTIN_NEXT_PORT_NAME,
+                    9931,
+                    "built-in default: llama.cpp's announced new default port",
+                ),
+            ],
             models: Vec::new(),
             defaults: Defaults::default(),
             trusted_projects: Vec::new(),
             prices: IndexMap::new(),
         }
+    }
+
+    /// Are these endpoints the zero-config pair?
+    pub fn endpoints_are_builtin(&self) -> bool {
+        self.endpoints == Config::builtin().endpoints
     }
 
     /// The reference model's price (none when neither table has it).
@@ -738,6 +806,23 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
             .filter(|v| !v.is_empty())
         {
             defaults.reference_model = v.to_string();
+        }
+        if let Some(v) = d.loop_limit {
+            if v <= 50 {
+                defaults.loop_limit = v;
+            } else {
+                warnings.push(format!(
+                    "defaults.loop_limit = {v} is over 50; using 3 (0 turns the guard off)"
+                ));
+            }
+        }
+        if let Some(v) = d.thinking.as_deref() {
+            match Thinking::parse(v) {
+                Some(t) => defaults.thinking = t,
+                None => warnings.push(format!(
+                    "defaults.thinking = `{v}` is not auto, keep or drop; using auto"
+                )),
+            }
         }
     }
     let mut prices = IndexMap::new();

@@ -373,6 +373,9 @@ impl Manager {
             load_note: None,
             equivalent_usd: None,
             reference_model: None,
+            model_faults: None,
+            outcome: None,
+            model_note: None,
             permission_mode: args
                 .permission_mode
                 .clone()
@@ -412,6 +415,12 @@ impl Manager {
 
         let (cancel_rx, done_tx, prog_tx) = self.track(&id);
         let me = self.clone();
+        let policy = crate::shim::Policy {
+            loop_limit: d.loop_limit,
+            thinking: d.thinking,
+            repair: true,
+            stop_on_fatal: true,
+        };
         let job = Job {
             rec: rec.clone(),
             target,
@@ -428,6 +437,7 @@ impl Manager {
             idle: Duration::from_secs(d.stream_idle_timeout_s),
             first_byte_s: d.first_byte_timeout_s,
             probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
+            policy,
         };
         tokio::spawn(async move {
             let id = job.rec.id.clone();
@@ -585,4 +595,6 @@ pub(super) struct Job {
     pub(super) idle: Duration,
     pub(super) first_byte_s: Option<u64>,
     pub(super) probe_budget: Duration,
+    /// The shim's guard for this job's model faults.
+    pub(super) policy: crate::shim::Policy,
 }

@@ -70,6 +70,9 @@ pub struct JobMetrics {
     pub mean_ttft_ms: Option<f64>,
     pub server: Option<ServerDelta>,
     pub slots_at_start: Option<Slots>,
+    /// The model's faults (kept on the record as `model_faults`).
+    #[serde(skip)]
+    pub faults: super::faults::ModelFaults,
 }
 
 fn round3(x: f64) -> f64 {
@@ -131,6 +134,7 @@ pub fn from_log(dir: &Path) -> JobMetrics {
             continue;
         }
         m.requests += 1;
+        m.faults.add(&v);
         let u = &v["usage"];
         let (i, c, o) = (
             u["input"].as_u64().unwrap_or(0),

@@ -9,6 +9,7 @@
 pub mod accept;
 pub mod batch;
 pub mod evict;
+pub mod faults;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
@@ -222,6 +223,15 @@ pub struct JobRecord {
     pub equivalent_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_model: Option<String>,
+    /// The model's faults over the job (from the request log), set when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_faults: Option<faults::ModelFaults>,
+    /// What the session did, set when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<faults::Outcome>,
+    /// The sentence about the model ("the model answered in text only: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_note: Option<String>,
     // What a resume needs to run the same way.
     pub permission_mode: String,
     pub max_turns: u32,
@@ -333,6 +343,15 @@ pub struct JobSummary {
     /// The last `local_review` of this job.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review: Option<review::Review>,
+    /// The model's faults, when it had any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_faults: Option<faults::ModelFaults>,
+    /// What the session did: tool calls, files changed, text only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<faults::Outcome>,
+    /// "the model answered in text only: no tool called, no file changed"
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_note: Option<String>,
 }
 
 /// One line of `list_jobs`.
@@ -347,6 +366,12 @@ pub struct JobListItem {
     pub files_changed: usize,
     /// The first 80 characters of the task.
     pub task: String,
+    /// It called no tool and changed no file.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_only: bool,
+    /// The sentence about the model, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_note: Option<String>,
 }
 
 impl JobRecord {
@@ -403,6 +428,9 @@ impl JobRecord {
                 .then(|| batch::BatchReport::read(&self.log_dir))
                 .flatten(),
             review: review::Review::read(&self.log_dir),
+            model_faults: self.model_faults.filter(faults::ModelFaults::any),
+            outcome: self.outcome,
+            model_note: self.model_note.clone(),
         }
     }
 
@@ -416,6 +444,8 @@ impl JobRecord {
             elapsed_s: self.elapsed_s.map(|e| e.round()),
             files_changed: self.files_changed.len(),
             task: self.task.chars().take(80).collect(),
+            text_only: self.outcome.is_some_and(|o| o.text_only),
+            model_note: self.model_note.clone(),
         }
     }
 }

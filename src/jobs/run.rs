@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use super::manager::{Job, MAX_TIMEOUT_S, Manager, Progress};
-use super::{JobRecord, Status, accept, metrics};
+use super::{JobRecord, Status, accept, faults, metrics};
 use crate::probe;
 use crate::runner;
 use crate::shim::Route;
@@ -210,6 +210,7 @@ impl Manager {
             log: RequestLog::new(&dir, job.dump),
             idle_timeout: job.idle,
             first_byte_timeout: crate::shim::first_byte_timeout(job.first_byte_s, rec.context),
+            guard: crate::shim::Guard::new(job.policy),
         }) {
             Ok(r) => r,
             Err(e) => {
@@ -267,6 +268,7 @@ impl Manager {
         if let Some(command) = job.acceptance.clone()
             && end.stop.is_none()
             && end.result.is_some()
+            && reg.route.guard.fatal().is_none()
         {
             let (env, env_remove) = runner::over_clean_env(
                 vec![("LOCALAGENTS_JOB".into(), rec.id.clone())],
@@ -430,7 +432,21 @@ impl Manager {
                 .equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
         rec.reference_model = Some(job.target.config.defaults.reference_model.clone());
         rec.first_turn = m.first_turn;
+        let outcome =
+            faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), result.is_some());
+        rec.model_faults = Some(m.faults);
+        rec.model_note = faults::note(&m.faults, &outcome);
+        rec.outcome = Some(outcome);
         rec.metrics = Some(m);
+        // A failure no retry could mend (a template or grammar the server
+        // cannot build, a model stuck in a loop): its sentence is the
+        // job's error, not Claude Code's echo of it.
+        if stop.is_none()
+            && let Some(why) = reg.route.guard.fatal()
+        {
+            status = Status::Failed;
+            error = Some(why);
+        }
         finish(&mut rec, status, error);
         rec.last_activity = Some(format!(
             "{} after {:.0}s",
@@ -474,6 +490,7 @@ impl Manager {
             resume_session: resume.as_deref(),
             mcp_config: job.mcp_config.as_deref(),
             sandbox: job.sandbox,
+            shim_silence: Some(reg.route.longest_silence()),
         };
         let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
         let mut launch = runner::launch(

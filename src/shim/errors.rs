@@ -214,6 +214,59 @@ fn is_template_error(msg: &str) -> bool {
         || m.contains("unable to apply chat template")
 }
 
+/// llama.cpp cannot build the grammar that constrains the output to the
+/// offered tools' schemas ("Failed to initialize samplers: failed to parse
+/// grammar", and the grammar parser's own "parse: error parsing grammar").
+fn is_grammar_error(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("failed to parse grammar")
+        || m.contains("error parsing grammar")
+        || m.contains("failed to initialize samplers")
+        || m.contains("grammar")
+            && (m.contains("failed to") || m.contains("invalid") || m.contains("unsupported"))
+}
+
+/// The notes of answers that no retry can mend: the job ends with their
+/// sentence at once.
+pub fn is_fatal_note(note: &str) -> bool {
+    matches!(
+        note,
+        "template_error" | "grammar_error" | "loop_stuck" | "fatal_repeat"
+    )
+}
+
+/// A 400 that refuses a thinking block in the history: vLLM before 0.17
+/// validates block types against a closed list ("Input should be 'text',
+/// 'image', 'tool_use' or 'tool_result'" with `'input': 'thinking'`), and
+/// newer builds refuse a `redacted_thinking` without data.
+pub fn refuses_thinking(status: u16, body: &Value) -> bool {
+    if status != 400 && status != 422 {
+        return false;
+    }
+    let (msg, _) = message_of(body);
+    let m = msg.unwrap_or_else(|| body.to_string());
+    m.contains("'thinking'") || m.contains("redacted_thinking") || m.contains("\"thinking\"")
+}
+
+/// A request after a fatal answer on the same job: the same sentence, not
+/// sent upstream.
+pub fn fatal_again(why: &str) -> Translated {
+    Translated {
+        status: 400,
+        body: anthropic_error("invalid_request_error", why),
+        note: Some("fatal_repeat".into()),
+    }
+}
+
+/// The answer that stops a model stuck in a loop (the request is not sent).
+pub fn stuck(why: &str) -> Translated {
+    Translated {
+        status: 400,
+        body: anthropic_error("invalid_request_error", why),
+        note: Some("loop_stuck".into()),
+    }
+}
+
 /// Translate an upstream error response (status and parsed body).
 pub fn translate(
     backend: Backend,
@@ -230,6 +283,22 @@ pub fn translate(
         let raw = body.to_string();
         raw.chars().take(300).collect()
     });
+    if is_grammar_error(&msg) {
+        let quoted = if msg.to_ascii_lowercase().contains("failed to parse grammar") {
+            "failed to parse grammar".to_string()
+        } else {
+            msg.chars().take(160).collect()
+        };
+        let text = format!(
+            "the server could not build a grammar for the offered tools (`{quoted}`): upgrade llama.cpp, or narrow allowed_tools ({} at {base_url})",
+            backend.as_str()
+        );
+        return Translated {
+            status: 400,
+            body: anthropic_error("invalid_request_error", &text),
+            note: Some("grammar_error".into()),
+        };
+    }
     if is_template_error(&msg) {
         let text = format!(
             "{} at {base_url} rejected the request in its chat template ({msg}); retrying cannot help: use a template that accepts this conversation",

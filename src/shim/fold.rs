@@ -234,7 +234,7 @@ pub fn fold(body: &mut Value) -> FoldStats {
 }
 
 /// Facts about a request that the shim logs and acts on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Facts {
     pub stats: FoldStats,
     pub model: Option<String>,
@@ -242,6 +242,49 @@ pub struct Facts {
     pub messages: usize,
     pub tools: usize,
     pub max_tokens: Option<u64>,
+    /// Where the `tools` array sits in the outgoing body (byte range), so
+    /// the answer's repair can read the offered tools without a copy.
+    pub tools_range: Option<(usize, usize)>,
+    /// What the loop guard found.
+    pub loops: super::loops::Scan,
+    /// Thinking blocks dropped from the history (`thinking: drop`).
+    pub thinking_dropped: usize,
+}
+
+/// What the shim adds to a fold besides the system entries.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras<'a> {
+    /// The job's loop guard and its limit (0: off).
+    pub loops: Option<(&'a super::loops::Marks, u32)>,
+    /// Drop `thinking` and `redacted_thinking` blocks from assistant turns.
+    pub drop_thinking: bool,
+}
+
+/// Thinking blocks of an assistant message, removed; how many. A message
+/// left with no block at all keeps an empty text block, so the turns still
+/// alternate.
+fn drop_thinking_blocks(msg: &mut Value) -> usize {
+    let Some(blocks) = msg.get_mut("content").and_then(Value::as_array_mut) else {
+        return 0;
+    };
+    let before = blocks.len();
+    blocks.retain(|b| {
+        !matches!(
+            b.get("type").and_then(Value::as_str),
+            Some("thinking" | "redacted_thinking")
+        )
+    });
+    let n = before - blocks.len();
+    if n > 0 && blocks.is_empty() {
+        blocks.push(json!({"type": "text", "text": ""}));
+    }
+    n
+}
+
+/// Could this raw assistant message hold a thinking block? (A cheap look
+/// before parsing it.)
+fn may_think(raw: &str) -> bool {
+    raw.contains("\"thinking\"") || raw.contains("\"redacted_thinking\"")
 }
 
 #[derive(serde::Deserialize)]
@@ -277,6 +320,16 @@ pub fn fold_raw(
     model: Option<&str>,
     max_tokens_cap: Option<u64>,
 ) -> Result<(Vec<u8>, Facts), serde_json::Error> {
+    fold_raw_with(body, model, max_tokens_cap, Extras::default())
+}
+
+/// [`fold_raw`] with the loop guard's notes and the thinking policy.
+pub fn fold_raw_with(
+    body: &[u8],
+    model: Option<&str>,
+    max_tokens_cap: Option<u64>,
+    extras: Extras<'_>,
+) -> Result<(Vec<u8>, Facts), serde_json::Error> {
     let top: IndexMap<String, &RawValue> = serde_json::from_slice(body)?;
     let mut facts = Facts::default();
     let mut out_fields: Vec<(String, Piece<'_>)> = Vec::with_capacity(top.len() + 1);
@@ -293,7 +346,17 @@ pub fn fold_raw(
                     let roles: Vec<Option<&str>> =
                         roles_owned.iter().map(|r| r.as_deref()).collect();
                     let plan = plan(&roles);
-                    if !plan.is_empty() {
+                    if let Some((marks, limit)) = extras.loops {
+                        facts.loops = marks.scan(&msgs, &roles, limit);
+                    }
+                    let thinking: Vec<usize> = if extras.drop_thinking {
+                        (0..msgs.len())
+                            .filter(|&i| roles[i] == Some("assistant") && may_think(msgs[i].get()))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    if !plan.is_empty() || !facts.loops.notes.is_empty() || !thinking.is_empty() {
                         facts.stats.folded = plan.len();
                         let mut pre: HashMap<usize, Vec<Value>> = HashMap::new();
                         let mut post: HashMap<usize, Vec<Value>> = HashMap::new();
@@ -304,6 +367,17 @@ pub fn fold_raw(
                                 Dest::Append(u) => post.entry(*u).or_default().push(block),
                                 Dest::Prepend(u) => pre.entry(*u).or_default().push(block),
                                 Dest::Top => top_blocks.push(block),
+                            }
+                        }
+                        // The loop note goes after everything else of its
+                        // user message, on every request alike.
+                        if let Some((_, limit)) = extras.loops {
+                            for u in &facts.loops.notes {
+                                post.entry(*u)
+                                    .or_default()
+                                    .push(folded_block(&Value::String(super::loops::note_text(
+                                        limit,
+                                    ))));
                             }
                         }
                         let mut buf = Vec::with_capacity(v.get().len());
@@ -324,6 +398,10 @@ pub fn fold_raw(
                                     pre.remove(&i).unwrap_or_default(),
                                     post.remove(&i).unwrap_or_default(),
                                 );
+                                serde_json::to_writer(&mut buf, &msg)?;
+                            } else if thinking.contains(&i) {
+                                let mut msg: Value = serde_json::from_str(m.get())?;
+                                facts.thinking_dropped += drop_thinking_blocks(&mut msg);
                                 serde_json::to_writer(&mut buf, &msg)?;
                             } else {
                                 buf.extend_from_slice(m.get().as_bytes());
@@ -401,7 +479,11 @@ pub fn fold_raw(
         }
         serde_json::to_writer(&mut out, k)?;
         out.push(b':');
+        let at = out.len();
         out.extend_from_slice(v.bytes());
+        if k == "tools" {
+            facts.tools_range = Some((at, out.len()));
+        }
     }
     out.push(b'}');
     Ok((out, facts))

@@ -44,6 +44,26 @@ pub struct RequestRecord {
     /// count_tokens answered with an estimate.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
+    /// Tool calls that came back as text and were turned into `tool_use`,
+    /// with their form (`qwen3_coder_xml x1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repaired_tool_call: Option<String>,
+    /// How many calls were repaired.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub repaired_calls: u64,
+    /// Text that looked like a tool call but was left as text, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unparsed_tool_text: Option<String>,
+    /// The loop guard's note, when this request got it first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_note: Option<String>,
+    /// A complete answer with no text and no tool call.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub empty: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The log files of one route (a job, or a standalone shim).

@@ -11,15 +11,22 @@
 //! Requests are folded ([`fold`]), `max_tokens` is kept within the window,
 //! errors are put in the form Claude Code acts on ([`errors`]), streams are
 //! relayed as they arrive ([`sse`]), and every request is logged ([`log`]).
+//! The model's own faults are handled on the way: tool calls that came
+//! back as text become `tool_use` again ([`repair`]), a model that repeats
+//! itself gets a note and then is stopped ([`loops`]), and thinking blocks
+//! in the history are kept or dropped as the backend needs ([`Guard`]).
 
 pub mod errors;
 pub mod fold;
 pub mod log;
+pub mod loops;
+pub mod repair;
 pub mod sse;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -32,12 +39,9 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::config::{Backend, Endpoint};
+use crate::config::{Backend, Endpoint, Thinking};
 use errors::Translated;
 use log::{RequestLog, RequestRecord};
-
-/// Default for `defaults.stream_idle_timeout_s`.
-pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
 
 /// Largest request body accepted (Claude Code sends ~80 KB to a few MB).
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -60,6 +64,89 @@ pub struct Route {
     /// Longest wait for a streamed answer's response headers
     /// (`defaults.first_byte_timeout_s`, else [`first_byte_timeout`]).
     pub first_byte_timeout: Duration,
+    /// What is done about the model's faults on this route.
+    pub guard: Guard,
+}
+
+/// What the shim does about a model's faults on one route, and what it saw.
+#[derive(Debug, Default)]
+pub struct Guard {
+    pub policy: Policy,
+    /// Where the loop notes of this route's conversation sit.
+    pub marks: loops::Marks,
+    /// The first failure that no retry can mend (a chat template or grammar
+    /// the server cannot build, a model stuck in a loop): the sentence the
+    /// job ends with.
+    pub fatal: Mutex<Option<String>>,
+    /// The server refused thinking blocks once (`thinking: auto`): they are
+    /// dropped from then on.
+    pub thinking_refused: AtomicBool,
+}
+
+impl Guard {
+    pub fn new(policy: Policy) -> Guard {
+        Guard {
+            policy,
+            ..Guard::default()
+        }
+    }
+
+    /// The first fatal sentence, if one was seen.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Are thinking blocks dropped from this route's requests now?
+    pub fn drops_thinking(&self) -> bool {
+        match self.policy.thinking {
+            Thinking::Keep => false,
+            Thinking::Drop => true,
+            Thinking::Auto => self.thinking_refused.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_fatal(&self, why: &str) {
+        if let Ok(mut f) = self.fatal.lock()
+            && f.is_none()
+        {
+            *f = Some(why.to_string());
+        }
+    }
+}
+
+/// The per-route settings of the [`Guard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// `defaults.loop_limit` (0: no guard).
+    pub loop_limit: u32,
+    /// Thinking blocks in the history (`defaults.thinking`).
+    pub thinking: Thinking,
+    /// Turn text-form tool calls into `tool_use` blocks.
+    pub repair: bool,
+    /// After a fatal answer, answer every later request the same way
+    /// without sending it (a job's route; not the standalone shim, whose
+    /// one route serves any session).
+    pub stop_on_fatal: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            loop_limit: loops::DEFAULT_LIMIT,
+            thinking: Thinking::Auto,
+            repair: true,
+            stop_on_fatal: false,
+        }
+    }
+}
+
+impl Route {
+    /// The longest the shim waits on a silent stream before it answers
+    /// with an error event: the first-byte budget until the first event
+    /// (a long prefill), the idle timeout after it.
+    pub fn longest_silence(&self) -> Duration {
+        self.first_byte_timeout.max(self.idle_timeout)
+    }
 }
 
 struct Inner {
@@ -325,15 +412,34 @@ fn bad_json(e: impl std::fmt::Display) -> Translated {
     }
 }
 
+/// What [`prepare`] learned that the answer needs.
+struct Prepared {
+    body: Vec<u8>,
+    tools_range: Option<(usize, usize)>,
+    stuck: Option<String>,
+}
+
 /// Fold, set `model`, cap `max_tokens`, on the raw bytes; fill the record.
 fn prepare(
     route: &Route,
     body: &[u8],
     rec: &mut RequestRecord,
     notes: &mut Vec<String>,
-) -> Result<Vec<u8>, Translated> {
-    let (out, facts) =
-        fold::fold_raw(body, Some(&route.served_id), route.window).map_err(bad_json)?;
+    guard_loops: bool,
+) -> Result<Prepared, Translated> {
+    let p = route.guard.policy;
+    let extras = fold::Extras {
+        loops: (guard_loops && p.loop_limit > 0).then_some((&route.guard.marks, p.loop_limit)),
+        drop_thinking: route.guard.drops_thinking(),
+    };
+    let (out, facts) = fold::fold_raw_with(body, Some(&route.served_id), route.window, extras)
+        .map_err(bad_json)?;
+    if facts.loops.new_note {
+        rec.loop_note = Some(loops::note_text(p.loop_limit));
+    }
+    if facts.thinking_dropped > 0 {
+        notes.push(format!("thinking_dropped {}", facts.thinking_dropped));
+    }
     rec.folded_system = facts.stats.folded;
     if facts.stats.billing_dropped > 0 {
         notes.push("billing_header_dropped".into());
@@ -355,7 +461,11 @@ fn prepare(
     {
         notes.push(format!("max_tokens {m}->{w}"));
     }
-    Ok(out)
+    Ok(Prepared {
+        body: out,
+        tools_range: facts.tools_range.filter(|_| p.repair && facts.tools > 0),
+        stuck: facts.loops.stuck,
+    })
 }
 
 fn finish_record(route: &Route, mut rec: RequestRecord, started: Instant, notes: &[String]) {
@@ -372,13 +482,27 @@ fn reply_error(
     mut notes: Vec<String>,
 ) -> Response {
     rec.status = tr.status;
+    let mut fatal = false;
     if let Some(n) = tr.note.clone() {
+        if errors::is_fatal_note(&n) {
+            fatal = true;
+            if let Some(m) = tr.body.pointer("/error/message").and_then(Value::as_str) {
+                route.guard.set_fatal(m);
+            }
+        }
         notes.push(n);
     }
     let body = tr.body.to_string();
     rec.bytes_out = body.len();
     finish_record(route, rec, started, &notes);
-    json_response(tr.status, &tr.body)
+    let mut resp = json_response(tr.status, &tr.body);
+    if fatal {
+        // The Anthropic SDK honours it; Claude Code's own retries of a 400
+        // are answered by the shim ([`Guard::fatal`]), not the backend.
+        resp.headers_mut()
+            .insert("x-should-retry", HeaderValue::from_static("false"));
+    }
+    resp
 }
 
 /// How long a streamed request may wait for the backend's response
@@ -562,13 +686,28 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         ..Default::default()
     };
     let mut notes = Vec::new();
-    let parsed = prepare(&route, &body, &mut rec, &mut notes);
+    // A job whose backend failed for good (or whose model is stuck) gets
+    // the same answer again from the shim: Claude Code sends a refused
+    // request twice more, and the backend must not see it.
+    if route.guard.policy.stop_on_fatal
+        && let Some(why) = route.guard.fatal()
+    {
+        return reply_error(&route, errors::fatal_again(&why), rec, started, notes);
+    }
+    let parsed = prepare(&route, &body, &mut rec, &mut notes, true);
     // Memory: the incoming body is not needed once the outgoing one exists.
     drop(body);
-    let mut out = match parsed {
-        Ok(v) => Bytes::from(v),
+    let (mut out, tools_range) = match parsed {
+        Ok(Prepared {
+            stuck: Some(why), ..
+        }) => {
+            // Twice the loop limit: the model will not get out by itself.
+            return reply_error(&route, errors::stuck(&why), rec, started, notes);
+        }
+        Ok(p) => (Bytes::from(p.body), p.tools_range),
         Err(tr) => return reply_error(&route, tr, rec, started, notes),
     };
+    let tools = tools_range.map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
     route.log.dump_body(&ts, "/v1/messages", &out);
     let stream = rec.stream;
     let mut retried = false;
@@ -605,6 +744,27 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         }
         rec.upstream_status = Some(status);
         rec.error = Some(text);
+        // A server that refuses thinking blocks in the history (vLLM before
+        // 0.17): drop them, from now on, and send the request again.
+        if route.guard.policy.thinking == Thinking::Auto
+            && !route.guard.drops_thinking()
+            && errors::refuses_thinking(status, &err_body)
+            && let Ok((again, f)) = fold::fold_raw_with(
+                &out,
+                None,
+                None,
+                fold::Extras {
+                    loops: None,
+                    drop_thinking: true,
+                },
+            )
+            && f.thinking_dropped > 0
+        {
+            route.guard.thinking_refused.store(true, Ordering::Relaxed);
+            notes.push(format!("thinking_refused; dropped {}", f.thinking_dropped));
+            out = Bytes::from(again);
+            continue;
+        }
         // vLLM counts prompt + max_tokens: lower max_tokens once if it fits.
         if !retried
             && let Some(o) = errors::overflow(&err_body, route.window)
@@ -636,15 +796,29 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     rec.upstream_status = Some(resp.status().as_u16());
     rec.status = resp.status().as_u16();
     if stream {
-        let relay = sse::Relay::new(started, route.backend, route.window);
+        // llama-server sends its headers when the slot starts and nothing
+        // but `:` comments (every 30 s, or none) until the first token: the
+        // prefill's wait is the first-byte budget, not the idle timeout.
+        let mut relay = sse::Relay::new(started, route.backend, route.window)
+            .with_first_wait(route.first_byte_timeout);
+        if let Some(t) = tools {
+            relay = relay.with_repair(t);
+        }
         let route2 = route.clone();
-        let on_done: sse::OnDone = Box::new(move |tap: &sse::Tap| {
+        let on_done: sse::OnDone = Box::new(move |tap: &sse::Tap, report: &repair::Report| {
             let mut rec = rec;
             let mut notes = notes;
             rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
             rec.usage = tap.usage;
             rec.stop_reason = tap.stop_reason.clone();
+            if report.calls() > 0 {
+                rec.stop_reason = Some("tool_use".into());
+            }
             rec.bytes_out = tap.bytes_out;
+            rec.empty = tap.empty();
+            rec.repaired_tool_call = report.repaired_note();
+            rec.repaired_calls = report.calls() as u64;
+            rec.unparsed_tool_text = report.unparsed_note();
             if rec.error.is_none() {
                 rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
             }
@@ -671,10 +845,24 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             return reply_error(&route, tr, rec, started, notes);
         }
     };
-    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+    let mut bytes = bytes;
+    if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
         if let Some(u) = v.get("usage") {
             sse::usage_from(u, &mut rec.usage);
         }
+        if let Some(t) = &tools {
+            let report = repair::repair_message(&mut v, t.get());
+            if report.calls() > 0 {
+                bytes = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+            }
+            rec.repaired_tool_call = report.repaired_note();
+            rec.repaired_calls = report.calls() as u64;
+            rec.unparsed_tool_text = report.unparsed_note();
+        }
+        rec.empty = v
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|c| c.is_empty());
         rec.stop_reason = v
             .get("stop_reason")
             .and_then(Value::as_str)
@@ -712,8 +900,8 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         ..Default::default()
     };
     let mut notes = Vec::new();
-    let mut v: Value = match prepare(&route, &body, &mut rec, &mut notes)
-        .and_then(|b| serde_json::from_slice(&b).map_err(bad_json))
+    let mut v: Value = match prepare(&route, &body, &mut rec, &mut notes, false)
+        .and_then(|p| serde_json::from_slice(&p.body).map_err(bad_json))
     {
         Ok(v) => v,
         Err(tr) => return reply_error(&route, tr, rec, started, notes),

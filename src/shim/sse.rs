@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::errors;
+use super::repair::{self, Emit, LazyTools, StreamRepair};
 use crate::config::Backend;
 
 /// Token usage as the log records it.
@@ -61,12 +62,21 @@ pub struct Tap {
     pub translated: Vec<String>,
     pub bytes_out: usize,
     pub events: u64,
+    /// `tool_use` blocks the backend opened.
+    pub tool_uses: u64,
+    /// Text deltas the backend sent.
+    pub text_deltas: u64,
 }
 
 impl Tap {
     /// The stream ended properly (stop or an error event).
     pub fn terminal(&self) -> bool {
         self.saw_stop || self.saw_error
+    }
+
+    /// A complete answer with nothing in it: no text, no tool call.
+    pub fn empty(&self) -> bool {
+        self.saw_stop && !self.saw_error && self.tool_uses == 0 && self.text_deltas == 0
     }
 }
 
@@ -110,6 +120,12 @@ pub struct Relay {
     started: Instant,
     backend: Backend,
     window: Option<u64>,
+    /// Text-form tool calls turned back into `tool_use` ([`repair`]); only
+    /// when the request offered tools.
+    repair: Option<StreamRepair>,
+    /// The longest silence before the first event (the prompt's prefill),
+    /// when longer than the idle timeout.
+    first_wait: Duration,
 }
 
 impl Relay {
@@ -120,7 +136,29 @@ impl Relay {
             started,
             backend,
             window,
+            repair: None,
+            first_wait: Duration::ZERO,
         }
+    }
+
+    /// Wait up to `d` for the first event (comments do not count).
+    pub fn with_first_wait(mut self, d: Duration) -> Self {
+        self.first_wait = d;
+        self
+    }
+
+    /// Repair text-form calls against the request's offered tools.
+    pub fn with_repair(mut self, tools: LazyTools) -> Self {
+        self.repair = Some(StreamRepair::new(tools));
+        self
+    }
+
+    /// What the repair did (empty without one).
+    pub fn report(&self) -> repair::Report {
+        self.repair
+            .as_ref()
+            .map(|r| r.report.clone())
+            .unwrap_or_default()
     }
 
     /// Feed one upstream chunk; returns the bytes to forward now (possibly
@@ -152,24 +190,32 @@ impl Relay {
         out
     }
 
-    /// Look at each event of a run of complete events; rewrite error events.
+    /// Look at each event of a run of complete events; rewrite error
+    /// events and text-form tool calls. A run in which nothing changes
+    /// leaves as the same `Bytes`.
     fn inspect(&mut self, complete: Bytes) -> Bytes {
         let mut pos = 0;
         let mut rebuilt: Option<BytesMut> = None;
         while pos < complete.len() {
             let len = boundary(&complete[pos..]).unwrap_or(complete.len() - pos);
             let raw = complete.slice(pos..pos + len);
-            let replacement = self.observe(&raw);
-            match (replacement, &mut rebuilt) {
-                (Some(new), None) => {
-                    let mut b = BytesMut::with_capacity(complete.len() + new.len());
+            let emit = self.event(&raw);
+            match (emit, &mut rebuilt) {
+                (Emit::Out(new), None) => {
+                    let mut b = BytesMut::with_capacity(complete.len() + 64);
                     b.extend_from_slice(&complete[..pos]);
-                    b.extend_from_slice(&new);
+                    for piece in new {
+                        b.extend_from_slice(&piece);
+                    }
                     rebuilt = Some(b);
                 }
-                (Some(new), Some(b)) => b.extend_from_slice(&new),
-                (None, Some(b)) => b.extend_from_slice(&raw),
-                (None, None) => {}
+                (Emit::Out(new), Some(b)) => {
+                    for piece in new {
+                        b.extend_from_slice(&piece);
+                    }
+                }
+                (Emit::Pass, Some(b)) => b.extend_from_slice(&raw),
+                (Emit::Pass, None) => {}
             }
             pos += len;
         }
@@ -179,8 +225,8 @@ impl Relay {
         }
     }
 
-    /// Update the tap; return a replacement for error events.
-    fn observe(&mut self, raw: &[u8]) -> Option<Bytes> {
+    /// One event: the tap, then the error rewrite or the repair.
+    fn event(&mut self, raw: &Bytes) -> Emit {
         let (name, data) = parse_event(raw);
         let name = match name {
             Some(n) => n.to_string(),
@@ -188,7 +234,7 @@ impl Relay {
                 // A data-only event: its JSON `type` names it. Comments
                 // (keep-alives) have neither.
                 if data.is_empty() {
-                    return None;
+                    return Emit::Pass;
                 }
                 serde_json::from_str::<Value>(&data)
                     .ok()
@@ -196,20 +242,43 @@ impl Relay {
                     .unwrap_or_default()
             }
         };
+        let replacement = self.observe(&name, &data, raw);
+        if let Some(new) = replacement {
+            let mut out = self.repair.as_mut().map(|r| r.flush()).unwrap_or_default();
+            out.push(new);
+            return Emit::Out(out);
+        }
+        match self.repair.as_mut() {
+            Some(r) => r.feed(&name, &data, raw),
+            None => Emit::Pass,
+        }
+    }
+
+    /// Update the tap; return a replacement for error events.
+    fn observe(&mut self, name: &str, data: &str, raw: &[u8]) -> Option<Bytes> {
         self.tap.events += 1;
-        match name.as_str() {
+        match name {
             "content_block_start" | "content_block_delta" if self.tap.ttft.is_none() => {
                 self.tap.ttft = Some(self.started.elapsed());
             }
+            _ => {}
+        }
+        match name {
+            "content_block_start" if memmem::find(raw, b"\"tool_use\"").is_some() => {
+                self.tap.tool_uses += 1;
+            }
+            "content_block_delta" if memmem::find(raw, b"\"text_delta\"").is_some() => {
+                self.tap.text_deltas += 1;
+            }
             "message_start" => {
-                if let Ok(v) = serde_json::from_str::<Value>(&data)
+                if let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.pointer("/message/usage")
                 {
                     usage_from(u, &mut self.tap.usage);
                 }
             }
             "message_delta" => {
-                if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                if let Ok(v) = serde_json::from_str::<Value>(data) {
                     if let Some(u) = v.get("usage") {
                         usage_from(u, &mut self.tap.usage);
                     }
@@ -221,7 +290,8 @@ impl Relay {
             "message_stop" => self.tap.saw_stop = true,
             "error" => {
                 self.tap.saw_error = true;
-                let v: Value = serde_json::from_str(&data).unwrap_or(Value::String(data.clone()));
+                let v: Value =
+                    serde_json::from_str(data).unwrap_or(Value::String(data.to_string()));
                 let (msg, _) = errors::message_of(&v);
                 self.tap.error = Some(
                     msg.clone()
@@ -242,7 +312,11 @@ impl Relay {
                     && v.pointer("/error/type").is_some();
                 if !anthropic {
                     self.tap.translated.push("stream_error_reshaped".into());
-                    let m = format!("{}: {}", self.backend.as_str(), msg.unwrap_or(data));
+                    let m = format!(
+                        "{}: {}",
+                        self.backend.as_str(),
+                        msg.unwrap_or_else(|| data.to_string())
+                    );
                     return Some(error_event("api_error", &m));
                 }
             }
@@ -252,23 +326,31 @@ impl Relay {
     }
 
     /// The closing event for an upstream that stopped early, if one is due.
+    /// Whatever the repair still holds leaves first.
     pub fn finish(&mut self, why: &str) -> Option<Bytes> {
+        let held: Vec<Bytes> = self.repair.as_mut().map(|r| r.flush()).unwrap_or_default();
         if self.tap.terminal() {
-            return None;
+            if held.is_empty() {
+                return None;
+            }
+            let b: Bytes = held.concat().into();
+            self.tap.bytes_out += b.len();
+            return Some(b);
         }
         self.tap.saw_error = true;
         let msg = format!("{} stream {why} before message_stop", self.backend.as_str());
         self.tap.error = Some(msg.clone());
         self.tap.translated.push("stream_cut".into());
-        let ev = error_event("api_error", &msg);
-        self.tap.bytes_out += ev.len();
-        Some(ev)
+        let mut out = held.concat();
+        out.extend_from_slice(&error_event("api_error", &msg));
+        self.tap.bytes_out += out.len();
+        Some(out.into())
     }
 }
 
-/// Called once with the final tap when the relay ends for any reason,
-/// including the client going away.
-pub type OnDone = Box<dyn FnOnce(&Tap) + Send>;
+/// Called once with the final tap and what the repair did, when the relay
+/// ends for any reason, including the client going away.
+pub type OnDone = Box<dyn FnOnce(&Tap, &repair::Report) + Send>;
 
 struct State<S> {
     upstream: S,
@@ -281,7 +363,7 @@ struct State<S> {
 impl<S> Drop for State<S> {
     fn drop(&mut self) {
         if let Some(f) = self.on_done.take() {
-            f(&self.relay.tap);
+            f(&self.relay.tap, &self.relay.report());
         }
     }
 }
@@ -309,10 +391,22 @@ where
             if st.finished {
                 return None;
             }
-            match tokio::time::timeout(st.idle, st.upstream.next()).await {
+            let wait = if st.relay.tap.events == 0 {
+                st.idle.max(st.relay.first_wait)
+            } else {
+                st.idle
+            };
+            match tokio::time::timeout(wait, st.upstream.next()).await {
                 Err(_) => {
                     st.finished = true;
-                    let why = format!("was silent for {}s (idle timeout)", st.idle.as_secs());
+                    let why = if st.relay.tap.events == 0 && wait > st.idle {
+                        format!(
+                            "sent no event for {}s after its headers (defaults.first_byte_timeout_s)",
+                            wait.as_secs()
+                        )
+                    } else {
+                        format!("was silent for {}s (idle timeout)", wait.as_secs())
+                    };
                     return st.relay.finish(&why).map(|b| (Ok(b), st));
                 }
                 Ok(None) => {
@@ -359,7 +453,7 @@ mod tests {
             up,
             relay_new(),
             idle,
-            Box::new(move |t: &Tap| {
+            Box::new(move |t: &Tap, _: &repair::Report| {
                 *seen2.lock().unwrap() = Some(t.clone());
             }),
         );
@@ -496,6 +590,235 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("idle timeout"), "{text}");
         assert_eq!(tap.usage.input, 12);
+    }
+
+    /// A llama.cpp-shaped stream: one text block of `text` in deltas of
+    /// `step` characters (then, optionally, a real tool_use block).
+    fn text_stream(text: &str, step: usize, then_tool: bool) -> String {
+        let mut s = String::from(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n",
+        );
+        s.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(step) {
+            let t: String = piece.iter().collect();
+            let d = serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":t}});
+            s.push_str(&format!("event: content_block_delta\ndata: {d}\n\n"));
+        }
+        s.push_str(
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        );
+        if then_tool {
+            s.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"Read\",\"input\":{}}}\n\n");
+            s.push_str("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"file_path\\\":\\\"a\\\"}\"}}\n\n");
+            s.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n");
+        }
+        let stop = if then_tool { "tool_use" } else { "end_turn" };
+        s.push_str(&format!("event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{stop}\"}},\"usage\":{{\"output_tokens\":40}}}}\n\n"));
+        s.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        s
+    }
+
+    /// What a client makes of a stream: its blocks (text joined, tool input
+    /// parsed) and the stop reason; panics on a broken event order.
+    fn assemble(bytes: &[u8]) -> (Vec<Value>, Option<String>) {
+        let text = std::str::from_utf8(bytes).unwrap();
+        let mut blocks: Vec<Value> = Vec::new();
+        let mut json_parts: Vec<String> = Vec::new();
+        let mut stop = None;
+        let mut open: Option<u64> = None;
+        for raw in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
+            let (name, data) = parse_event(raw.as_bytes());
+            let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+            match name.unwrap_or("") {
+                "content_block_start" => {
+                    assert_eq!(open, None, "a block opened inside another: {text}");
+                    let i = v["index"].as_u64().unwrap();
+                    assert_eq!(i as usize, blocks.len(), "indexes count up from 0: {text}");
+                    open = Some(i);
+                    blocks.push(v["content_block"].clone());
+                    json_parts.push(String::new());
+                }
+                "content_block_delta" => {
+                    let i = v["index"].as_u64().unwrap();
+                    assert_eq!(open, Some(i), "a delta outside its block: {text}");
+                    let b = &mut blocks[i as usize];
+                    if let Some(t) = v["delta"]["text"].as_str() {
+                        let cur = b["text"].as_str().unwrap_or("").to_string();
+                        b["text"] = Value::String(cur + t);
+                    }
+                    if let Some(p) = v["delta"]["partial_json"].as_str() {
+                        json_parts[i as usize].push_str(p);
+                    }
+                }
+                "content_block_stop" => {
+                    let i = v["index"].as_u64().unwrap();
+                    assert_eq!(open, Some(i), "a stop for a block not open: {text}");
+                    open = None;
+                    if !json_parts[i as usize].is_empty() {
+                        blocks[i as usize]["input"] =
+                            serde_json::from_str(&json_parts[i as usize]).unwrap();
+                    }
+                }
+                "message_delta" => stop = v["delta"]["stop_reason"].as_str().map(String::from),
+                _ => {}
+            }
+        }
+        assert_eq!(open, None, "a block left open: {text}");
+        (blocks, stop)
+    }
+
+    fn tools() -> LazyTools {
+        LazyTools::new(Bytes::from(
+            serde_json::json!([
+                {"name": "Edit", "input_schema": {"type": "object", "properties": {
+                    "file_path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}},
+                    "required": ["file_path", "old_string", "new_string"]}},
+                {"name": "Read", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}}
+            ])
+            .to_string(),
+        ))
+    }
+
+    /// Relay `input` through a repairing relay, cut into chunks of `chunk` bytes.
+    fn repaired(input: &str, chunk: usize) -> (Vec<u8>, repair::Report) {
+        let mut r = relay_new().with_repair(tools());
+        let mut out = Vec::new();
+        let bytes = input.as_bytes();
+        for c in bytes.chunks(chunk) {
+            out.extend_from_slice(&r.push(Bytes::copy_from_slice(c)));
+        }
+        if let Some(b) = r.finish("ended") {
+            out.extend_from_slice(&b);
+        }
+        (out, r.report())
+    }
+
+    const XML_EDIT: &str = "<tool_call>\n<function=Edit>\n<parameter=file_path>\nsrc/a.py\n</parameter>\n<parameter=old_string>\nreturn n - 1\n</parameter>\n<parameter=new_string>\nreturn n\n</parameter>\n</function>\n</tool_call>";
+
+    #[test]
+    fn a_streamed_xml_call_becomes_tool_use_at_any_split() {
+        for step in [1, 3, 7, 500] {
+            let input = text_stream(XML_EDIT, step, false);
+            for chunk in [1, 13, 64, input.len()] {
+                let (out, report) = repaired(&input, chunk);
+                let (blocks, stop) = assemble(&out);
+                assert_eq!(blocks.len(), 1, "step {step} chunk {chunk}: {blocks:?}");
+                assert_eq!(blocks[0]["type"], "tool_use");
+                assert_eq!(blocks[0]["name"], "Edit");
+                assert_eq!(
+                    blocks[0]["input"],
+                    serde_json::json!({"file_path": "src/a.py", "old_string": "return n - 1", "new_string": "return n"})
+                );
+                assert_eq!(stop.as_deref(), Some("tool_use"));
+                assert_eq!(
+                    report.repaired_note().as_deref(),
+                    Some("qwen3_coder_xml x1")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn prose_then_a_hermes_call_keeps_the_prose_and_moves_later_blocks() {
+        let text = "I will read it first.\n<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"b.py\"}}\n</tool_call>";
+        for step in [1, 2, 5, 200] {
+            let input = text_stream(text, step, true);
+            let (out, report) = repaired(&input, 17);
+            let (blocks, stop) = assemble(&out);
+            assert_eq!(blocks.len(), 3, "step {step}: {blocks:?}");
+            assert_eq!(blocks[0]["text"], "I will read it first.\n");
+            assert_eq!(blocks[1]["name"], "Read");
+            assert_eq!(blocks[1]["input"]["file_path"], "b.py");
+            assert_eq!(
+                blocks[2]["name"], "Read",
+                "the real tool_use moved to index 2"
+            );
+            assert_eq!(blocks[2]["input"]["file_path"], "a");
+            assert_eq!(stop.as_deref(), Some("tool_use"));
+            assert_eq!(report.calls(), 1);
+        }
+    }
+
+    #[test]
+    fn prose_that_mentions_a_marker_or_an_unknown_tool_stays_text() {
+        for text in [
+            "Wrap each call in `<tool_call>` tags, like <tool_call>this</tool_call>.",
+            "<tool_call>\n{\"name\": \"Deploy\", \"arguments\": {\"to\": \"prod\"}}\n</tool_call>",
+            "{\"answer\": 42}",
+            "Use arrays like [1, 2] and a < b.",
+        ] {
+            for step in [1, 4, 300] {
+                let input = text_stream(text, step, false);
+                let (out, report) = repaired(&input, 9);
+                let (blocks, stop) = assemble(&out);
+                assert_eq!(blocks.len(), 1, "{text:?} step {step}");
+                assert_eq!(blocks[0]["type"], "text");
+                assert_eq!(
+                    blocks[0]["text"], text,
+                    "the text arrives whole and unchanged"
+                );
+                assert_eq!(stop.as_deref(), Some("end_turn"));
+                assert_eq!(report.calls(), 0);
+            }
+        }
+        let (_, report) = repaired(
+            &text_stream(
+                "<tool_call>\n{\"name\": \"Deploy\", \"arguments\": {}}\n</tool_call>",
+                3,
+                false,
+            ),
+            50,
+        );
+        assert!(
+            report
+                .unparsed_note()
+                .unwrap()
+                .contains("`Deploy` is not an offered tool")
+        );
+    }
+
+    #[test]
+    fn plain_prose_and_tool_use_answers_pass_without_a_copy() {
+        let mut r = relay_new().with_repair(tools());
+        let plain = Bytes::from(text_stream("Done: the tests pass.", 4, true));
+        let out = r.push(plain.clone());
+        assert_eq!(out, plain, "nothing to repair: the bytes are the same");
+        assert_eq!(r.report(), repair::Report::default());
+        let mut r = relay_new().with_repair(tools());
+        let only_tool = Bytes::from(STREAM.replace(
+            "{\"type\":\"text\",\"text\":\"\"}",
+            "{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"Read\",\"input\":{}}",
+        ));
+        let out = r.push(only_tool.clone());
+        assert_eq!(
+            out.as_ptr(),
+            only_tool.as_ptr(),
+            "a tool_use answer is not copied"
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_inside_a_held_call_releases_it_before_the_error() {
+        let input = text_stream(XML_EDIT, 5, false);
+        let cut = &input[..input
+            .find("</parameter>\\n<parameter=new")
+            .unwrap_or(input.len() / 2)];
+        let (out, _) = repaired(cut, 11);
+        let text = String::from_utf8(out).unwrap();
+        let said: String = text
+            .split("\n\n")
+            .filter_map(|e| serde_json::from_str::<Value>(&parse_event(e.as_bytes()).1).ok())
+            .filter_map(|v| v["delta"]["text"].as_str().map(String::from))
+            .collect();
+        assert!(
+            said.starts_with("<tool_call>\n<function=Edit>\n<parameter=file_path>"),
+            "the held text is released: {said:?}"
+        );
+        assert!(
+            text.ends_with("stream ended before message_stop\"}}\n\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -267,6 +267,7 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
             log: RequestLog::new(tmp.path(), false),
             idle_timeout: Duration::from_secs(300),
             first_byte_timeout: Duration::from_secs(300),
+            guard: Default::default(),
         })
         .unwrap();
     let via = client
@@ -538,6 +539,7 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
             log: RequestLog::new(tmp.path(), false),
             idle_timeout: Duration::from_secs(300),
             first_byte_timeout: Duration::from_secs(300),
+            guard: Default::default(),
         })
         .unwrap();
     // The client side (Claude Code's role) uses a fresh connection each
@@ -919,4 +921,119 @@ fn t11_complete_and_batch_on_small_slots() {
         "t11: batch of 4 (+1 too big): {} s, {} items/s, spans {spans:?}",
         r["elapsed_s"], r["items_per_s"]
     );
+}
+
+/// Issue 20: Claude Code sends back the thinking blocks it received. The
+/// real llama-server takes them in the history (they become the
+/// template's `reasoning_content`): a real Claude Code body with a
+/// thinking turn answers 200 through the shim, which keeps them
+/// (`thinking: auto` on llama.cpp).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t12_thinking_blocks_in_the_history_answer_200() {
+    let url = need("LOCALAGENTS_E2E_URL");
+    let mut body = captured_body().await;
+    let msgs = body["messages"].as_array_mut().unwrap();
+    msgs.push(json!({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "The user greets me; I answer briefly.", "signature": ""},
+        {"type": "text", "text": "Hello."}
+    ]}));
+    msgs.push(json!({"role": "user", "content": [{"type": "text", "text": "Again, please."}]}));
+    body["stream"] = json!(false);
+    body["max_tokens"] = json!(1);
+    body["temperature"] = json!(0);
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = Shim::start(0).await.unwrap();
+    let reg = shim
+        .register(Route {
+            label: "e2e".into(),
+            endpoint: Endpoint {
+                name: "real".into(),
+                base_url: url.clone(),
+                backend: Some(Backend::LlamaCpp),
+                host: None,
+                notes: None,
+                env: Default::default(),
+                api_key_env: None,
+                allow_insecure_key: false,
+            },
+            backend: Backend::LlamaCpp,
+            served_id: "gemma3-270m".into(),
+            window: Some(32768),
+            log: RequestLog::new(tmp.path(), true),
+            idle_timeout: Duration::from_secs(300),
+            first_byte_timeout: Duration::from_secs(300),
+            guard: Default::default(),
+        })
+        .unwrap();
+    let resp = localagents::probe::http_client()
+        .post(format!("{}/v1/messages", reg.base_url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(status, 200, "{v}");
+    // The thinking block went to the server as it came.
+    let full = std::fs::read_to_string(tmp.path().join("requests_full.jsonl")).unwrap();
+    assert!(
+        full.contains("The user greets me; I answer briefly."),
+        "kept"
+    );
+    let log = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap();
+    assert!(!log.contains("thinking_dropped"), "{log}");
+}
+
+/// Issue 20, the long wait: what the real llama-server sends while it
+/// prefills a long prompt with `stream: true`. Its headers come when the
+/// slot starts, then only `:` comments (`--sse-ping-interval`) until the
+/// first event. Asserted, so a change in llama-server is noticed: the shim
+/// allows `first_byte_timeout_s` for that silence, not the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t13_a_long_prefill_sends_headers_then_only_comments() {
+    use futures::StreamExt;
+    let srv = start_server(&["-c", "16384", "--parallel", "1", "--sse-ping-interval", "1"]);
+    let words: String = (0..700)
+        .map(|i| format!("word{} is item {i}. ", i % 997))
+        .collect();
+    let body = json!({"model": "gemma3-270m", "max_tokens": 4, "stream": true,
+        "messages": [{"role": "user", "content": format!("{words}\nSay ok.")}]});
+    let t0 = Instant::now();
+    let resp = localagents::probe::http_client()
+        .post(format!("{}/v1/messages", srv.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let headers = t0.elapsed();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut seen = Vec::<u8>::new();
+    let mut comments_before_event = 0;
+    let mut first_event = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        seen.extend_from_slice(&chunk);
+        if first_event.is_none() {
+            let text = String::from_utf8_lossy(&seen);
+            if text.contains("event:") {
+                first_event = Some(t0.elapsed());
+            } else {
+                comments_before_event = text.matches(":\n\n").count();
+            }
+        }
+    }
+    let first_event = first_event.expect("an event");
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("event: message_stop"), "{text}");
+    eprintln!(
+        "t13: headers after {:.2} s, {comments_before_event} `:` comments, first event after {:.2} s",
+        headers.as_secs_f64(),
+        first_event.as_secs_f64()
+    );
+    assert!(
+        first_event > headers + Duration::from_secs(2),
+        "the headers came well before the first event: {headers:?} vs {first_event:?}"
+    );
+    assert!(comments_before_event >= 1, "{text}");
 }

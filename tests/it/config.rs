@@ -138,11 +138,24 @@ fn zero_config_uses_builtin_local_endpoint() {
     let loaded = config::load(&discovery(&tmp.path().join("u"), &tmp.path().join("p"))).unwrap();
     assert!(loaded.builtin);
     assert!(loaded.files.is_empty());
-    assert_eq!(loaded.config.endpoints.len(), 1);
-    let e = &loaded.config.endpoints[0];
-    assert_eq!(e.name, "local");
-    assert_eq!(e.base_url, "http://127.0.0.1:8080");
-    assert_eq!(e.backend, Some(config::Backend::LlamaCpp));
+    // llama.cpp's default port first, then the new default it announces
+    // (ggml-org/llama.cpp PR 26508).
+    let eps: Vec<(&str, &str)> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| (e.name.as_str(), e.base_url.as_str()))
+        .collect();
+    assert_eq!(
+        eps,
+        [
+            ("local", "http://127.0.0.1:8080"),
+            ("local-9931", "http://127.0.0.1:9931")
+        ]
+    );
+    for e in &loaded.config.endpoints {
+        assert_eq!(e.backend, Some(config::Backend::LlamaCpp));
+    }
     assert_eq!(loaded.config.defaults.permission_mode, "acceptEdits");
     assert_eq!(loaded.config.defaults.probe_timeout_s, 2.5);
     assert_eq!(loaded.config.defaults.max_turns, 60);

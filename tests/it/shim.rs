@@ -45,6 +45,7 @@ async fn shim_for(
             log: RequestLog::new(dir, true),
             idle_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(300),
+            guard: Default::default(),
         })
         .unwrap();
     (shim, reg)
@@ -565,6 +566,7 @@ async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
     let fake = fake_vllm::spawn(fake_vllm::VllmOpts {
         served: "qwen".into(),
         max_model_len: 32768,
+        ..Default::default()
     })
     .await;
     fake.state.prompt_tokens.store(20000, Ordering::SeqCst);

@@ -32,6 +32,7 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
         log: RequestLog::new(dir, false),
         idle_timeout: Duration::from_secs(10),
         first_byte_timeout: Duration::from_secs(2),
+        guard: Default::default(),
     }
 }
 

@@ -28,7 +28,12 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
     let r = &target.resolved;
     if args.print_settings {
         let url = format!("http://127.0.0.1:{}", args.port);
-        let env = crate::session_env::session_env(&url, &r.served_id, r.context);
+        let mut env = crate::session_env::session_env(&url, &r.served_id, r.context);
+        let d = &target.config.defaults;
+        env.push(crate::session_env::stream_idle_env(
+            crate::shim::first_byte_timeout(d.first_byte_timeout_s, r.context)
+                .max(std::time::Duration::from_secs(d.stream_idle_timeout_s)),
+        ));
         let mut out = anstream::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &crate::session_env::settings_json(&env))?;
         writeln!(out)?;
@@ -50,6 +55,12 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
             target.config.defaults.first_byte_timeout_s,
             r.context,
         ),
+        guard: crate::shim::Guard::new(crate::shim::Policy {
+            loop_limit: target.config.defaults.loop_limit,
+            thinking: target.config.defaults.thinking,
+            repair: true,
+            stop_on_fatal: false,
+        }),
     };
     let server = match Shim::start(args.port).await {
         Ok(s) => s,
@@ -72,7 +83,10 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
         writeln!(out, "{}", reg.base_url)?;
         out.flush()?;
     }
-    let env = crate::session_env::session_env(&reg.base_url, &r.served_id, r.context);
+    let mut env = crate::session_env::session_env(&reg.base_url, &r.served_id, r.context);
+    env.push(crate::session_env::stream_idle_env(
+        reg.route.longest_silence(),
+    ));
     let mut err = anstream::stderr().lock();
     let window = r
         .context

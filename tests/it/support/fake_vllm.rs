@@ -20,6 +20,11 @@ pub struct VllmOpts {
     pub served: String,
     /// `--max-model-len`.
     pub max_model_len: u64,
+    /// Answer as vLLM before 0.17 does when the history holds a thinking
+    /// block: its pydantic model lists only text, image, tool_use and
+    /// tool_result (vllm/entrypoints/anthropic/protocol.py), and the body
+    /// fails validation with a 400.
+    pub refuse_thinking: bool,
 }
 
 impl Default for VllmOpts {
@@ -27,11 +32,11 @@ impl Default for VllmOpts {
         VllmOpts {
             served: "deepseek-v4-flash".into(),
             max_model_len: 163840,
+            refuse_thinking: false,
         }
     }
 }
 
-#[derive(Debug)]
 pub struct VllmState {
     pub opts: VllmOpts,
     pub running: AtomicU64,
@@ -40,6 +45,10 @@ pub struct VllmState {
     pub max_tokens_seen: std::sync::Mutex<Vec<u64>>,
     /// Prompt tokens to report for every request.
     pub prompt_tokens: AtomicU64,
+    /// The scripted model (None: "ok").
+    pub script: std::sync::Mutex<Option<super::script::Script>>,
+    /// Status codes answered on /v1/messages, in order.
+    pub statuses: std::sync::Mutex<Vec<u16>>,
 }
 
 pub struct FakeVllm {
@@ -51,6 +60,25 @@ impl FakeVllm {
     pub fn url(&self) -> &str {
         &self.server.url
     }
+    pub fn set_script(&self, s: super::script::Script) {
+        *self.state.script.lock().unwrap() = Some(s);
+    }
+    pub fn statuses(&self) -> Vec<u16> {
+        self.state.statuses.lock().unwrap().clone()
+    }
+}
+
+/// vLLM 0.15's 400 for a thinking block in the history. The shape is its
+/// validation handler's (vllm/entrypoints/serve/exception_handler/handler/
+/// validation.py: "N validation errors:" then each pydantic error dict, type
+/// "Bad Request", code 400); the errors are pydantic's for `content: str |
+/// list[AnthropicContentBlock]` with `type` outside the Literal. Built from
+/// that code, not captured from a running server.
+fn thinking_refused(msg_index: usize, block_index: usize) -> serde_json::Value {
+    let message = format!(
+        "2 validation errors:\n  {{'type': 'string_type', 'loc': ('body', 'messages', {msg_index}, 'content', 'str'), 'msg': 'Input should be a valid string', 'input': [...]}}\n  {{'type': 'literal_error', 'loc': ('body', 'messages', {msg_index}, 'content', 'list[AnthropicContentBlock]', {block_index}, 'type'), 'msg': \"Input should be 'text', 'image', 'tool_use' or 'tool_result'\", 'input': 'thinking', 'ctx': {{'expected': \"'text', 'image', 'tool_use' or 'tool_result'\"}}}}"
+    );
+    json!({"error": {"message": message, "type": "Bad Request", "param": null, "code": 400}})
 }
 
 async fn models(State(st): State<Arc<VllmState>>) -> Response {
@@ -114,6 +142,38 @@ vllm:generation_tokens_total{{engine=\"0\",model_name=\"{m}\"}} 50.0\n",
 /// vLLM counts prompt + max_tokens against the window (form 3 of backends.md).
 async fn messages(State(st): State<Arc<VllmState>>, body: axum::body::Bytes) -> Response {
     let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let record = |code: u16| st.statuses.lock().unwrap().push(code);
+    if st.opts.refuse_thinking {
+        let found = req["messages"].as_array().and_then(|ms| {
+            ms.iter().enumerate().find_map(|(i, m)| {
+                m["content"].as_array().and_then(|c| {
+                    c.iter()
+                        .position(|b| b["type"] == "thinking" || b["type"] == "redacted_thinking")
+                        .map(|j| (i, j))
+                })
+            })
+        });
+        if let Some((i, j)) = found {
+            record(400);
+            return (StatusCode::BAD_REQUEST, axum::Json(thinking_refused(i, j))).into_response();
+        }
+    }
+    let script = st.script.lock().unwrap().clone();
+    if let Some(f) = script {
+        let reply = f(&req);
+        record(200);
+        let model = req["model"].as_str().unwrap_or(&st.opts.served).to_string();
+        if req["stream"] == true {
+            let text = super::script::message_sse(&model, &reply, 100, 0);
+            return (
+                StatusCode::OK,
+                [("content-type", "text/event-stream")],
+                text,
+            )
+                .into_response();
+        }
+        return axum::Json(super::script::message_json(&model, &reply, 100, 0)).into_response();
+    }
     let max_tokens = req["max_tokens"].as_u64().unwrap_or(0);
     st.max_tokens_seen.lock().unwrap().push(max_tokens);
     let prompt = st.prompt_tokens.load(Ordering::SeqCst);
@@ -165,6 +225,8 @@ pub async fn spawn(opts: VllmOpts) -> FakeVllm {
         waiting: AtomicU64::new(0),
         max_tokens_seen: std::sync::Mutex::new(Vec::new()),
         prompt_tokens: AtomicU64::new(1000),
+        script: std::sync::Mutex::new(None),
+        statuses: std::sync::Mutex::new(Vec::new()),
     });
     let server = Running::serve(router(state.clone())).await;
     FakeVllm { server, state }

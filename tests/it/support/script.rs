@@ -23,6 +23,14 @@ pub enum Reply {
     },
     /// Raw SSE text sent as is after a 200 (for mid-stream errors).
     RawSse(String),
+    /// Text streamed a few characters per delta, as a server streams
+    /// tokens (a text-form tool call arrives like this).
+    TokenText(String),
+    /// A thinking block (llama.cpp's shape: empty signature), then `then`.
+    ThinkThen {
+        thinking: String,
+        then: Box<Reply>,
+    },
 }
 
 pub type Script = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
@@ -90,7 +98,17 @@ pub fn msg_id() -> String {
 
 fn blocks(reply: &Reply) -> (Vec<Value>, &'static str) {
     match reply {
-        Reply::Text(t) => (vec![json!({"type": "text", "text": t})], "end_turn"),
+        Reply::Text(t) | Reply::TokenText(t) => {
+            (vec![json!({"type": "text", "text": t})], "end_turn")
+        }
+        Reply::ThinkThen { thinking, then } => {
+            let (mut rest, stop) = blocks(then);
+            rest.insert(
+                0,
+                json!({"type": "thinking", "thinking": thinking, "signature": ""}),
+            );
+            (rest, stop)
+        }
         Reply::Tool { name, input } => (
             vec![
                 json!({"type": "tool_use", "id": format!("toolu_{}", msg_id()), "name": name, "input": input}),
@@ -117,6 +135,11 @@ pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> Strin
         return s.clone();
     }
     let (content, stop) = blocks(reply);
+    // Token-sized deltas for a text reply that asks for them.
+    let step = match reply {
+        Reply::TokenText(_) => 3,
+        _ => usize::MAX,
+    };
     let mut ev: Vec<(String, Value)> = vec![(
         "message_start".into(),
         json!({"type": "message_start", "message": {
@@ -128,7 +151,15 @@ pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> Strin
     for (i, b) in content.iter().enumerate() {
         if b["type"] == "text" {
             ev.push(("content_block_start".into(), json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})));
-            ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": b["text"]}})));
+            let chars: Vec<char> = b["text"].as_str().unwrap_or("").chars().collect();
+            for piece in chars.chunks(step.min(chars.len().max(1))) {
+                let t: String = piece.iter().collect();
+                ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": t}})));
+            }
+        } else if b["type"] == "thinking" {
+            ev.push(("content_block_start".into(), json!({"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": ""}})));
+            ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": b["thinking"]}})));
+            ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": ""}})));
         } else {
             ev.push(("content_block_start".into(), json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})));
             ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": b["input"].to_string()}})));

@@ -1,0 +1,166 @@
+//! What the model did wrong, and what the session really did.
+//!
+//! A local model can end a job "succeeded" with nothing done: it wrote its
+//! tool calls as text, repeated one call, or only talked. The shim repairs
+//! or stops what it can and logs each fault in `requests.jsonl`; this module
+//! sums them per job ([`ModelFaults`]), says what the session did
+//! ([`Outcome`]), and turns both into the one sentence that the summary,
+//! `list_jobs` and the hook line carry, so Claude tries another model
+//! rather than review an empty diff.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The model's faults over a job, from its request log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelFaults {
+    /// Tool calls written as text that the shim turned into `tool_use`.
+    pub repaired_tool_calls: u64,
+    /// Answers with text that looked like a tool call but could not be
+    /// used (an unknown tool, missing required keys, broken JSON).
+    pub unparsed_tool_text: u64,
+    /// Times the loop guard told the model it was repeating itself.
+    pub loop_notes: u64,
+    /// Requests sent again with a lower `max_tokens` (vLLM's window).
+    pub max_tokens_retries: u64,
+    /// Complete answers with no text and no tool call.
+    pub empty_responses: u64,
+}
+
+impl ModelFaults {
+    pub fn any(&self) -> bool {
+        *self != ModelFaults::default()
+    }
+
+    /// Add one `requests.jsonl` line.
+    pub fn add(&mut self, line: &serde_json::Value) {
+        self.repaired_tool_calls += line["repaired_calls"].as_u64().unwrap_or(0);
+        if line["unparsed_tool_text"].is_string() {
+            self.unparsed_tool_text += 1;
+        }
+        if line["loop_note"].is_string() {
+            self.loop_notes += 1;
+        }
+        if line["translated"]
+            .as_str()
+            .is_some_and(|t| t.contains("max_tokens_retry"))
+        {
+            self.max_tokens_retries += 1;
+        }
+        if line["empty"] == true {
+            self.empty_responses += 1;
+        }
+    }
+}
+
+/// What the session did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Outcome {
+    pub tool_calls: u64,
+    pub files_changed: usize,
+    /// It answered, but called no tool and changed no file.
+    pub text_only: bool,
+}
+
+impl Outcome {
+    pub fn of(tool_calls: u64, files_changed: usize, answered: bool) -> Outcome {
+        Outcome {
+            tool_calls,
+            files_changed,
+            text_only: answered && tool_calls == 0 && files_changed == 0,
+        }
+    }
+}
+
+pub const TEXT_ONLY: &str = "the model answered in text only: no tool called, no file changed";
+
+/// The sentence about the model, when there is something to say.
+pub fn note(faults: &ModelFaults, outcome: &Outcome) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if outcome.text_only {
+        parts.push(TEXT_ONLY.to_string());
+    }
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    if faults.repaired_tool_calls > 0 {
+        parts.push(format!(
+            "{} written as text were repaired",
+            plural(faults.repaired_tool_calls, "tool call", "tool calls")
+        ));
+    }
+    if faults.unparsed_tool_text > 0 {
+        parts.push(format!(
+            "{} held a tool call that could not be used",
+            plural(faults.unparsed_tool_text, "answer", "answers")
+        ));
+    }
+    if faults.loop_notes > 0 {
+        parts.push(format!(
+            "it repeated one call and got {}",
+            plural(faults.loop_notes, "loop note", "loop notes")
+        ));
+    }
+    if faults.empty_responses > 0 {
+        parts.push(plural(
+            faults.empty_responses,
+            "empty answer",
+            "empty answers",
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_log_lines_add_up() {
+        let mut f = ModelFaults::default();
+        for l in [
+            json!({"repaired_calls": 2, "repaired_tool_call": "hermes_json x2"}),
+            json!({"unparsed_tool_text": "hermes_json: `X` is not an offered tool"}),
+            json!({"loop_note": "you have made…"}),
+            json!({"translated": "model a->b; max_tokens_retry 8192->4000"}),
+            json!({"empty": true}),
+            json!({"status": 200}),
+        ] {
+            f.add(&l);
+        }
+        assert_eq!(
+            f,
+            ModelFaults {
+                repaired_tool_calls: 2,
+                unparsed_tool_text: 1,
+                loop_notes: 1,
+                max_tokens_retries: 1,
+                empty_responses: 1
+            }
+        );
+    }
+
+    #[test]
+    fn text_only_is_said() {
+        let o = Outcome::of(0, 0, true);
+        assert!(o.text_only);
+        assert_eq!(
+            note(&ModelFaults::default(), &o).as_deref(),
+            Some(TEXT_ONLY)
+        );
+        assert!(!Outcome::of(1, 0, true).text_only);
+        assert!(
+            !Outcome::of(0, 0, false).text_only,
+            "no answer is another failure"
+        );
+        assert_eq!(
+            note(&ModelFaults::default(), &Outcome::of(3, 1, true)),
+            None
+        );
+    }
+}

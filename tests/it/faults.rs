@@ -1,0 +1,365 @@
+//! Real local models' known faults (issue 20), through the real Claude Code
+//! CLI and `localagents run`, against the fake llama.cpp server scripted
+//! with the model output those faults produce: tool calls written as text
+//! (the forms are the servers' own parser-test strings), a model that
+//! repeats one call, a grammar the server cannot build, thinking blocks in
+//! the history, and a model that only talks.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::jobs::{Env, env_for, localagents, strict_fake_opts};
+use crate::support::script::{self, Reply};
+use crate::support::{fake_llama, fake_vllm};
+
+/// `localagents run --json ARGS…`: the job record.
+async fn run_json(e: &Env, args: &[&str]) -> Value {
+    let mut all = vec!["run", "--model", "gemma-3-270m", "--json"];
+    all.extend_from_slice(args);
+    let out = localagents(e, &all).await;
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The job's `requests.jsonl`, the /v1/messages lines.
+fn requests(rec: &Value) -> Vec<Value> {
+    let dir = std::path::Path::new(rec["log_dir"].as_str().unwrap());
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["path"] == "/v1/messages")
+        .collect()
+}
+
+/// The hook's line for the jobs of `e`'s project.
+async fn hook_line(e: &Env) -> String {
+    let mut hook = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["hook", "prompt-submit"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
+    let mut stdin = hook.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = hook.wait_with_output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Read `path` (a real tool call), then make `edit` as text, then report.
+fn read_then_text_edit(path: &str, edit: String) -> script::Script {
+    let path = path.to_string();
+    Arc::new(move |req: &Value| match script::tool_results(req) {
+        0 => Reply::Tool {
+            name: "Read".into(),
+            input: json!({"file_path": path}),
+        },
+        1 => Reply::TokenText(edit.clone()),
+        _ => Reply::Text("Fixed the off-by-one in calc.py.".into()),
+    })
+}
+
+fn calc_py(e: &Env) -> std::path::PathBuf {
+    let p = e.work.join("calc.py");
+    std::fs::write(&p, "def last(n):\n    return n - 1\n").unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_written_as_qwen3_coder_xml_still_edits_the_file() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let file = calc_py(&e);
+    // The Qwen3-Coder XML form, as in vLLM's qwen3coder parser tests
+    // (tests/tool_parsers/test_qwen3coder_tool_parser.py), for Edit.
+    let xml = format!(
+        "<tool_call>\n<function=Edit>\n<parameter=file_path>\n{}\n</parameter>\n<parameter=old_string>\n    return n - 1\n</parameter>\n<parameter=new_string>\n    return n\n</parameter>\n</function>\n</tool_call>",
+        file.display()
+    );
+    fake.set_script(read_then_text_edit(file.to_str().unwrap(), xml));
+    let rec = run_json(&e, &["--max-turns", "6", "Fix the off-by-one in calc.py."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "def last(n):\n    return n\n",
+        "the repaired Edit ran"
+    );
+    assert_eq!(rec["model_faults"]["repaired_tool_calls"], 1, "{rec}");
+    assert_eq!(rec["outcome"]["text_only"], false);
+    let logged: Vec<Value> = requests(&rec)
+        .into_iter()
+        .filter(|r| r["repaired_tool_call"].is_string())
+        .collect();
+    assert_eq!(logged.len(), 1);
+    assert_eq!(logged[0]["repaired_tool_call"], "qwen3_coder_xml x1");
+    assert_eq!(logged[0]["stop_reason"], "tool_use");
+    // Claude Code took it as its own tool call: the next request answers it.
+    let bodies = fake.bodies();
+    let answered = bodies.iter().any(|b| {
+        b["messages"].as_array().unwrap().iter().any(|m| {
+            m["content"].as_array().is_some_and(|c| {
+                c.iter().any(|blk| {
+                    blk["type"] == "tool_use"
+                        && blk["name"] == "Edit"
+                        && blk["id"].as_str().unwrap_or("").starts_with("toolu_local_")
+                })
+            })
+        })
+    });
+    assert!(answered, "the repaired call is in the history");
+    assert!(
+        rec["model_note"]
+            .as_str()
+            .unwrap()
+            .contains("1 tool call written as text were repaired"),
+        "{rec}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hermes_json_write_streamed_is_repaired() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let target = e.work.join("notes.txt");
+    // The Hermes form of vLLM's hermes parser tests
+    // (tests/tool_parsers/test_hermes_tool_parser.py, between_tags), for Write.
+    let text = format!(
+        "I will write the file now.\n<tool_call>\n{}\n</tool_call>",
+        json!({"name": "Write", "arguments": {"file_path": target, "content": "written by a text call\n"}})
+    );
+    fake.set_script(Arc::new(move |req: &Value| {
+        if script::tool_results(req) == 0 {
+            Reply::TokenText(text.clone())
+        } else {
+            Reply::Text("Wrote notes.txt.".into())
+        }
+    }));
+    let rec = run_json(&e, &["Write notes.txt."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "written by a text call\n"
+    );
+    assert_eq!(rec["model_faults"]["repaired_tool_calls"], 1, "{rec}");
+    let r = requests(&rec);
+    assert_eq!(r[0]["repaired_tool_call"], "hermes_json x1", "{:?}", r[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_a_tool_not_offered_and_prose_about_markers_stay_text() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let prose =
+        "To call a tool, a Qwen model writes <tool_call> and then JSON; I did not need one.";
+    let cases = [
+        (
+            "<tool_call>\n{\"name\": \"Deploy\", \"arguments\": {\"to\": \"prod\"}}\n</tool_call>",
+            true,
+        ),
+        (prose, false),
+    ];
+    for (text, unparsed) in cases {
+        fake.set_script(script::text(text));
+        let n_before = fake.bodies().len();
+        let rec = run_json(&e, &["Look at the project."]).await;
+        assert_eq!(rec["status"], "succeeded", "{rec}");
+        assert_eq!(
+            rec["result"], text,
+            "the text reached Claude Code as it was"
+        );
+        assert_eq!(rec["tool_calls"], 0);
+        assert_eq!(rec["model_faults"]["repaired_tool_calls"], 0, "{rec}");
+        assert_eq!(
+            rec["model_faults"]["unparsed_tool_text"],
+            if unparsed { 1 } else { 0 },
+            "{rec}"
+        );
+        assert_eq!(rec["outcome"]["text_only"], true, "{rec}");
+        assert!(fake.bodies().len() > n_before);
+    }
+    let r = requests(&run_json(&e, &["Once more."]).await);
+    assert!(r[0]["repaired_tool_call"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_only_talks_is_said_in_the_summary_and_the_hook_line() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::text(
+        "I reviewed the code and it looks correct; nothing needs to change.",
+    ));
+    let e = env_for(fake.url());
+    let rec = run_json(&e, &["Add a --json flag to the CLI."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(
+        rec["outcome"],
+        json!({"tool_calls": 0, "files_changed": 0, "text_only": true})
+    );
+    let sentence = "the model answered in text only: no tool called, no file changed";
+    assert_eq!(rec["model_note"], sentence);
+    let id = rec["id"].as_str().unwrap();
+    let out = localagents(&e, &["jobs", "--json"]).await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let item = list["jobs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["id"] == id))
+        .cloned()
+        .unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(item["text_only"], true, "{item}");
+    assert_eq!(item["model_note"], sentence);
+    let line = hook_line(&e).await;
+    assert!(line.contains(sentence), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_call_three_times_gets_a_note_and_six_times_stops_the_job() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(Arc::new(|_req: &Value| Reply::Tool {
+        name: "Bash".into(),
+        input: json!({"command": "echo same-result", "description": "Run it"}),
+    }));
+    let e = env_for(fake.url());
+    let rec = run_json(&e, &["--max-turns", "12", "Make the tests pass."]).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let err = rec["error"].as_str().unwrap();
+    assert!(
+        err.starts_with(
+            "stuck: the model called Bash(`echo same-result`) 6 times in a row with the same result"
+        ),
+        "{err}"
+    );
+    assert_eq!(rec["model_faults"]["loop_notes"], 1, "{rec}");
+    // The note went to the model with the third identical result, and it
+    // stayed in place in every later request (the prompt is append-only).
+    let note = "you have made this exact call 3 times with the same result; change approach or stop and report";
+    let bodies = fake.bodies();
+    let with_results: Vec<(usize, bool)> = bodies
+        .iter()
+        .map(|b| (script::tool_results(b), b.to_string().contains(note)))
+        .collect();
+    for (results, has_note) in &with_results {
+        assert_eq!(*has_note, *results >= 3, "{with_results:?}");
+    }
+    assert!(
+        with_results.iter().any(|(r, _)| *r == 5),
+        "five results reached the model: {with_results:?}"
+    );
+    assert!(
+        with_results.iter().all(|(r, _)| *r < 6),
+        "the request with the sixth identical result was not sent: {with_results:?}"
+    );
+    let notes: Vec<String> = requests(&rec)
+        .iter()
+        .filter_map(|r| r["translated"].as_str().map(String::from))
+        .collect();
+    assert_eq!(
+        notes.iter().filter(|t| t.contains("loop_stuck")).count(),
+        1,
+        "stuck once; Claude Code's retries were answered by the shim: {notes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grammar_the_server_cannot_build_ends_the_job_at_the_first_request() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    // llama.cpp's answer when the tools' grammar does not compile
+    // (tools/server/server-context.cpp launch_slot_with_task, HTTP 400;
+    // quoted in QwenLM/qwen-code#10065 and lidge-jun/opencodex#2135).
+    fake.set_script(Arc::new(|_| Reply::Error {
+        status: 400,
+        body: json!({"error": {"code": 400, "message": "Failed to initialize samplers: failed to parse grammar", "type": "invalid_request_error"}}),
+    }));
+    let e = env_for(fake.url());
+    let rec = run_json(&e, &["Do the task."]).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let err = rec["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("the server could not build a grammar for the offered tools (`failed to parse grammar`): upgrade llama.cpp, or narrow allowed_tools"),
+        "{err}"
+    );
+    assert_eq!(fake.statuses(), vec![400], "sent once, never retried");
+    let r = requests(&rec);
+    assert!(
+        r[1..]
+            .iter()
+            .all(|x| x["translated"] == "fatal_repeat" && x["upstream_status"].is_null()),
+        "Claude Code's own retries were answered by the shim: {r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_in_the_history_is_kept_for_llama_cpp_and_dropped_when_a_server_refuses_it() {
+    // llama.cpp: the thinking block goes back to the server as it came.
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let target = e.work.join("t.txt");
+    let think = |path: std::path::PathBuf| -> script::Script {
+        Arc::new(move |req: &Value| {
+            if script::tool_results(req) == 0 {
+                Reply::ThinkThen {
+                    thinking: "The user wants t.txt; I will write it.".into(),
+                    then: Box::new(Reply::Tool {
+                        name: "Write".into(),
+                        input: json!({"file_path": path, "content": "t\n"}),
+                    }),
+                }
+            } else {
+                Reply::Text("Wrote t.txt.".into())
+            }
+        })
+    };
+    fake.set_script(think(target.clone()));
+    let rec = run_json(&e, &["Write t.txt."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let second = fake.bodies().into_iter().nth(1).expect("a second request");
+    assert!(
+        second.to_string().contains("\"type\":\"thinking\""),
+        "Claude Code sends the thinking back, and llama.cpp gets it: {second}"
+    );
+
+    // A vLLM that refuses thinking blocks (before 0.17): dropped, sent again.
+    let vllm = fake_vllm::spawn(fake_vllm::VllmOpts {
+        served: "gemma-3-270m".into(),
+        max_model_len: 131072,
+        refuse_thinking: true,
+    })
+    .await;
+    let e2 = env_for(vllm.url());
+    vllm.set_script(think(e2.work.join("v.txt")));
+    std::fs::write(
+        &e2.cfg,
+        std::fs::read_to_string(&e2.cfg)
+            .unwrap()
+            .replace("backend: llama.cpp", "backend: vllm"),
+    )
+    .unwrap();
+    let rec = run_json(&e2, &["Write v.txt."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let statuses = vllm.statuses();
+    assert_eq!(
+        statuses,
+        vec![200, 400, 200],
+        "refused once, then sent without thinking"
+    );
+    let r = requests(&rec);
+    assert!(
+        r[1]["translated"]
+            .as_str()
+            .unwrap()
+            .contains("thinking_refused; dropped 1"),
+        "{:?}",
+        r[1]
+    );
+    assert_eq!(r[1]["status"], 200);
+}
