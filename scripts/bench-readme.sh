@@ -1,7 +1,7 @@
 #!/usr/bin/env sh
 # Regenerate the README's Performance tables from the benches, in one step:
 # runs `cargo bench --bench NAME -- --markdown` for each NAME (default:
-# foundation shim jobs plugin), then replaces what stands between
+# foundation shim jobs plugin repair), then replaces what stands between
 # `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` in README.md with that
 # output. README.md is only written once every bench has run. The jobs and
 # plugin benches run the pinned Claude Code CLI (installed here if needed).
@@ -10,7 +10,7 @@
 #   scripts/bench-readme.sh shim         # just the shim table
 set -eu
 cd "$(dirname "$0")/.."
-[ "$#" -gt 0 ] || set -- foundation shim jobs plugin
+[ "$#" -gt 0 ] || set -- foundation shim jobs plugin repair
 for name in "$@"; do
   grep -qx "<!-- bench:$name -->" README.md && grep -qx "<!-- /bench:$name -->" README.md ||
     { echo "bench-readme: README.md has no <!-- bench:$name --> ... <!-- /bench:$name --> block" >&2; exit 1; }

@@ -526,6 +526,40 @@ mod tests {
         st
     }
 
+    #[test]
+    fn the_zero_config_pair_reports_the_port_that_answered() {
+        let builtin = Config::builtin();
+        let status_of = |name: &str, port: u16, is_up: bool| {
+            let mut st = up(name, &["m"], Some(1));
+            st.base_url = format!("http://127.0.0.1:{port}");
+            st.up = is_up;
+            st
+        };
+        let only_new = vec![
+            status_of("local", 8080, false),
+            status_of("local-9931", 9931, true),
+        ];
+        let kept = builtin_answered(&builtin, only_new.clone());
+        assert_eq!(kept.len(), 1, "the one that did not answer is no failure");
+        assert_eq!(
+            builtin_sentence(&kept),
+            "the built-in endpoint `local-9931` answered at http://127.0.0.1:9931 (llama.cpp's announced new default port)"
+        );
+        let both_down = vec![
+            status_of("local", 8080, false),
+            status_of("local-9931", 9931, false),
+        ];
+        assert_eq!(builtin_answered(&builtin, both_down.clone()).len(), 2);
+        assert!(
+            builtin_sentence(&both_down).starts_with("nothing answered at http://127.0.0.1:8080")
+        );
+        // A user's own config is never pruned.
+        let mine = cfg(vec![]);
+        let mut mine = mine;
+        mine.endpoints.truncate(1);
+        assert_eq!(builtin_answered(&mine, only_new).len(), 2);
+    }
+
     fn cfg(models: Vec<ModelEntry>) -> Config {
         let mut c = Config::builtin();
         c.models = models;
