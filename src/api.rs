@@ -146,16 +146,21 @@ pub struct ModelsReport {
     /// "last 7 days: 14 jobs, 3.1 M tokens local ≈ $4.20 at
     /// claude-sonnet-4.5 list prices" (an equivalent, not a bill).
     pub savings: String,
+    /// One line per served model: its last `localagents eval`, or that it
+    /// has none. Prefer a model that passed.
+    pub evals: Vec<crate::eval::EvalLine>,
 }
 
 /// `list_models`.
 pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
     let guidance = registry::guidance(&status);
+    let evals = crate::eval::lines(&ctx.state_dir, &status.endpoints);
     Ok(ModelsReport {
         status,
         guidance,
         savings: savings_line(ctx),
+        evals,
     })
 }
 

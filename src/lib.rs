@@ -23,12 +23,14 @@
 //! - [`paths`]: XDG dirs and atomic writes.
 //! - [`fmt`]: number formatting for sentences.
 //! - [`ledger`]: tokens kept local and their list-price equivalent.
+//! - [`eval`]: which served model can do the work (`localagents eval`).
 
 pub mod api;
 pub mod cli;
 pub mod complete;
 pub mod config;
 pub mod context;
+pub mod eval;
 pub mod fmt;
 pub mod hook;
 pub mod jobs;

@@ -126,3 +126,43 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
+
+/// Read a whole file of at most `cap` bytes, never through a symlink and
+/// never from anything but a regular file (a FIFO would block, a device
+/// would never end). Each refusal names the path.
+pub fn read_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(named)?;
+    let meta = f.metadata().map_err(named)?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    if meta.len() > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is {} bytes, over the {cap}-byte cap",
+                path.display(),
+                meta.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(cap + 1).read_to_end(&mut out).map_err(named)?;
+    if out.len() as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} grew over the {cap}-byte cap", path.display()),
+        ));
+    }
+    Ok(out)
+}

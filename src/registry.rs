@@ -516,6 +516,7 @@ mod tests {
                 context: Some(131072),
                 context_source: Some("props.n_ctx".into()),
                 state: None,
+                file: None,
             })
             .collect();
         st.slots = free.map(|f| Slots {

@@ -332,6 +332,25 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         if st.backend == "llama.cpp" && !st.metrics {
             out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
         }
+        for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(&st)) {
+            let lvl = if e.evaluated && e.stale.is_none() {
+                Level::Ok
+            } else {
+                Level::Warn
+            };
+            let text = if e.evaluated {
+                format!("model {} on `{}`: {}", e.model, e.endpoint, e.line)
+            } else {
+                format!(
+                    "model {} on `{}` has never been evaluated: run `localagents eval --model {} --endpoint {}` (minutes; temporary repositories only) before you rely on it",
+                    e.model,
+                    e.endpoint,
+                    crate::session_env::sh_quote(&e.model),
+                    e.endpoint
+                )
+            };
+            out.push((lvl, text));
+        }
     }
     finish(ctx, out)
 }

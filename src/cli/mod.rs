@@ -60,6 +60,8 @@ pub enum Command {
     Batch(BatchCmd),
     /// A local model's review of a job's diff, or of a diff file (the local_review tool).
     Review(ReviewCmd),
+    /// Qualify a served model: a capability probe, then small tasks run as real jobs in temporary repositories.
+    Eval(EvalCmd),
     /// Tokens kept on your servers and their list-price equivalent, per model and endpoint.
     Savings {
         /// The period: Nd (7d, 30d) or all.
@@ -163,6 +165,29 @@ pub struct RunCmd {
     /// The task.
     #[arg(required = true, num_args = 1..)]
     pub task: Vec<String>,
+}
+
+/// `localagents eval`.
+#[derive(Debug, Args)]
+pub struct EvalCmd {
+    /// Model name, served id or fuzzy name (default: as for run).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only use this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// quick: 2 tasks; standard: 6, one of each kind.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "standard"])]
+    pub suite: String,
+    /// Only the capability probe (seconds): tool calls, folded system notes, count_tokens, speeds, window, thinking.
+    #[arg(long)]
+    pub probe: bool,
+    /// Load the model even if that may unload one a running job uses.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `localagents complete`.
@@ -333,6 +358,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Complete(args) => commands::complete::complete(&ctx, args).await,
         Command::Batch(args) => commands::complete::batch(ctx, args).await,
         Command::Review(args) => commands::complete::review(ctx, args).await,
+        Command::Eval(args) => commands::eval::run(ctx, args).await,
         Command::Savings { since, json } => commands::savings::run(&ctx, since, json),
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
         Command::Hook(HookCommand::SessionStart) => commands::hook::session_start(&ctx).await,

@@ -93,7 +93,7 @@ pub fn fix_brief(a: &Acceptance) -> String {
 }
 
 /// The last `n` characters of `s`.
-pub(super) fn tail_chars(s: &str, n: usize) -> String {
+pub fn tail_chars(s: &str, n: usize) -> String {
     let count = s.chars().count();
     if count <= n {
         return s.to_string();

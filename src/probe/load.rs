@@ -249,6 +249,7 @@ mod tests {
                 context: Some(32768),
                 context_source: None,
                 state: Some(state.to_string()),
+                file: None,
             })
             .collect();
         st

@@ -52,6 +52,34 @@ pub struct ServedModel {
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Which model file and server build answer under this id, as far as
+    /// the server says (an eval result is stale once they change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<ModelFile>,
+}
+
+/// A served model's identity: llama.cpp's `/props` `model_path` and
+/// `build_info`, `/v1/models` `meta.size`; vLLM's `root`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema, Default,
+)]
+pub struct ModelFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
+}
+
+impl ModelFile {
+    fn of(path: Option<String>, size: Option<u64>, build: Option<String>) -> Option<ModelFile> {
+        (path.is_some() || size.is_some() || build.is_some()).then_some(ModelFile {
+            path,
+            size,
+            build,
+        })
+    }
 }
 
 /// Slot occupancy (llama.cpp).
@@ -463,11 +491,26 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
                 }
             }
         };
+        // One model behind /props: its path and build are this model's.
+        let (path, build) = match (&props, single && !router && !swap) {
+            (Some(p), true) => (
+                p.get("model_path")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                p.get("build_info")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            ),
+            _ => (None, None),
+        };
+        let path = path.or_else(|| m.get("root").and_then(Value::as_str).map(str::to_string));
+        let size = m.pointer("/meta/size").and_then(Value::as_u64);
         st.models.push(ServedModel {
             id,
             context,
             context_source: context.map(|_| source.to_string()),
             state,
+            file: ModelFile::of(path, size, build),
         });
     }
 

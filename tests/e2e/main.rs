@@ -1044,3 +1044,90 @@ async fn t13_a_long_prefill_sends_headers_then_only_comments() {
     );
     assert!(comments_before_event >= 1, "{text}");
 }
+
+/// The `N.NN tokens per second` of llama-server's `print_timing` lines
+/// for a `kind` (`prompt eval` or `eval`) of exactly `tokens` tokens.
+fn logged_rates(log: &str, kind: &str, tokens: u64) -> Vec<f64> {
+    let marker = format!("| {kind} time =");
+    log.lines()
+        .filter(|l| l.contains(&marker) || (kind == "eval" && l.contains("|        eval time =")))
+        .filter(|l| kind != "eval" || !l.contains("prompt eval"))
+        .filter(|l| {
+            l.split('/')
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                == Some(tokens)
+        })
+        .filter_map(|l| {
+            let before = l.split("tokens per second").next()?;
+            before.rsplit(',').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+/// Issue 21: `localagents eval` on the real llama-server with the tiny
+/// model. The probe's speeds come from the server's own counters, so they
+/// match the server's own timing lines for those requests within 5%; the
+/// quick suite runs to its end (real jobs, real CLI) and names every
+/// failure; the result is stored and `status` shows it.
+#[test]
+fn t14_eval_on_the_real_server() {
+    let srv = start_server(&["-c", "32768", "--parallel", "1"]);
+    let port = srv.url.rsplit(':').next().unwrap().to_string();
+    let d = dirs(&srv.url, "");
+    let started = Instant::now();
+    let out = localagents(&d, &["eval", "--json"]);
+    let took = started.elapsed();
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(r["suite"], "quick", "{r}");
+    let p = &r["probe"];
+    assert_eq!(p["speed_source"], "metrics", "{r}");
+    assert_eq!(p["window"], 32768);
+    assert_eq!(p["count_tokens"], true, "llama-server has count_tokens");
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("llama-e2e-{port}.log")))
+        .unwrap();
+    for (kind, rate, tokens) in [
+        ("prompt eval", "prefill_tok_s", "prefill_tokens"),
+        ("eval", "gen_tok_s", "gen_tokens"),
+    ] {
+        let ours = p[rate].as_f64().unwrap_or_else(|| panic!("{rate}: {p}"));
+        let n = p[tokens].as_u64().unwrap();
+        let theirs = logged_rates(&log, kind, n);
+        assert!(
+            theirs.iter().any(|t| (ours - t).abs() / t <= 0.05),
+            "{rate} {ours} for {n} tokens vs the server's timings {theirs:?}"
+        );
+        eprintln!("t14: {rate} {ours} ({n} tokens), server's own line(s) {theirs:?}");
+    }
+    assert!(
+        p["prefill_tokens"].as_u64().unwrap() > 3000,
+        "a ~4k prompt: {p}"
+    );
+    // The suite ran to its end and every failure says why.
+    let tasks = r["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2, "{r}");
+    for t in tasks {
+        if t["passed"] != true {
+            let why = t["failure"].as_str().unwrap_or_default();
+            assert!(!why.is_empty(), "{t}");
+        }
+        eprintln!(
+            "t14: {} passed {} in {} s (eval overhead {} ms): {}",
+            t["name"], t["passed"], t["elapsed_s"], t["overhead_ms"], t["failure"]
+        );
+    }
+    let report: localagents::eval::EvalReport = serde_json::from_value(r.clone()).unwrap();
+    eprintln!(
+        "t14: the quick suite took {:.1} s\n{}",
+        took.as_secs_f64(),
+        localagents::eval::table(&report)
+    );
+    let out = localagents(&d, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("gemma3-270m on `real`: eval quick "),
+        "{text}"
+    );
+}

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("api", 7),
     ("hook", 7),
     ("ledger", 7),
+    ("eval", 7),
     ("session_start", 7),
     ("setup", 8),
     ("mcp", 8),

@@ -4,6 +4,7 @@
 
 pub mod complete;
 pub mod config;
+pub mod eval;
 pub mod hook;
 pub mod jobs;
 pub mod run;

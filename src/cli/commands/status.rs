@@ -18,6 +18,9 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
         writeln!(out)?;
     } else {
         render_status(&mut out, &st)?;
+        for e in crate::eval::lines(&ctx.state_dir, &st.endpoints) {
+            writeln!(out, "{} on `{}`: {}", e.model, e.endpoint, e.line)?;
+        }
         writeln!(out, "{}", crate::api::savings_line(ctx))?;
     }
     Ok(ExitStatus::Success)

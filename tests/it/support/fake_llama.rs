@@ -81,6 +81,9 @@ pub struct LlamaState {
     pub statuses: Mutex<Vec<u16>>,
     /// Authorization headers seen on /v1/messages.
     pub auth_seen: Mutex<Vec<String>>,
+    /// `/props` `model_path` (None: `/models/<alias>.gguf`); a test swaps
+    /// the model file by setting it.
+    pub model_path: Mutex<Option<String>>,
 }
 
 /// A server running on a loopback port; stops when dropped.
@@ -198,7 +201,12 @@ async fn props(State(st): State<Arc<LlamaState>>) -> Response {
         },
         "total_slots": o.slots,
         "model_alias": o.alias,
-        "model_path": format!("/models/{}.gguf", o.alias.replace('/', "_")),
+        "model_path": st
+            .model_path
+            .lock()
+            .ok()
+            .and_then(|p| p.clone())
+            .unwrap_or_else(|| format!("/models/{}.gguf", o.alias.replace('/', "_"))),
         "modalities": {"vision": false, "audio": false},
         "endpoint_slots": o.slots_endpoint,
         "endpoint_props": false,
@@ -452,6 +460,7 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         system_entries_seen: AtomicU64::new(0),
         statuses: Mutex::new(Vec::new()),
         auth_seen: Mutex::new(Vec::new()),
+        model_path: Mutex::new(None),
     })
 }
 
