@@ -221,3 +221,73 @@ async fn a_model_that_only_talks_fails_every_task_and_a_looping_one_names_the_lo
         assert_eq!(t["model_faults"]["loop_notes"], 1, "{t}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_the_running_task_and_stores_nothing() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    // A model whose first call takes long: the job is running when Ctrl-C comes.
+    fake.set_script(Arc::new(|req: &Value| {
+        if req["tools"].to_string().contains("get_weather") {
+            return Reply::Text("sunny".into());
+        }
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({"command": "tail -f /dev/null", "description": "Wait"}),
+        }
+    }));
+    let e = env_for(fake.url());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["eval", "--model", "gemma-3-270m", "--json"])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", crate::support::claude::binary())
+        .current_dir(&e.work)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the condition: a job whose delegate runs the sleep.
+    let jobs = e.state.join("jobs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let id = loop {
+        let running = std::fs::read_dir(&jobs).ok().and_then(|d| {
+            d.flatten().find_map(|x| {
+                let rec: Value =
+                    serde_json::from_slice(&std::fs::read(x.path().join("job.json")).ok()?).ok()?;
+                (rec["status"] == "running"
+                    && rec["last_activity"]
+                        .as_str()
+                        .is_some_and(|a| a.contains("tail -f /dev/null")))
+                .then(|| rec["id"].as_str().unwrap().to_string())
+            })
+        });
+        if let Some(id) = running {
+            break id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no job reached the long command"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("eval ends after Ctrl-C")
+        .unwrap();
+    assert!(!out.status.success());
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["cancelled"], "cancelled during task off_by_one", "{r}");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
+    assert_eq!(rec["status"], "cancelled", "{rec}");
+    assert!(
+        !e.state.join("eval").exists()
+            || std::fs::read_dir(e.state.join("eval")).unwrap().count() == 0,
+        "nothing stored"
+    );
+    let left = crate::support::job_processes(&id);
+    assert!(left.is_empty(), "the job's processes are gone: {left:?}");
+}
