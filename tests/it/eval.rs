@@ -236,7 +236,7 @@ async fn ctrl_c_cancels_the_running_task_and_stores_nothing() {
         }
     }));
     let e = env_for(fake.url());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
         .arg("--config")
         .arg(&e.cfg)
         .arg("--state-dir")
