@@ -90,8 +90,31 @@ async fn a_competent_model_passes_the_quick_suite_and_list_models_shows_it() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(competent());
     let e = env_for(fake.url());
+    let doctor = |e: &Env| {
+        let e = Env {
+            _tmp: tempfile::tempdir().unwrap(),
+            home: e.home.clone(),
+            work: e.work.clone(),
+            state: e.state.clone(),
+            cfg: e.cfg.clone(),
+        };
+        async move {
+            let out = localagents(&e, &["doctor"]).await;
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let before = doctor(&e).await;
+    assert!(
+        before.contains("model gemma3-270m on `box` has never been evaluated: run `localagents eval --model gemma3-270m --endpoint box`"),
+        "{before}"
+    );
     let r = eval_json(&e, &[]).await;
     assert_eq!(r["suite"], "quick", "{r}");
+    let after = doctor(&e).await;
+    assert!(
+        after.contains("model gemma3-270m on `box`: eval quick 2/2 ("),
+        "{after}"
+    );
     assert_eq!(r["total"], 2, "{r}");
     assert_eq!(r["passed"], 2, "{r}");
     assert_eq!(r["probe"]["tool_call"], "tool_use", "{r}");

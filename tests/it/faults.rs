@@ -363,3 +363,76 @@ async fn thinking_in_the_history_is_kept_for_llama_cpp_and_dropped_when_a_server
     );
     assert_eq!(r[1]["status"], 200);
 }
+
+/// The Hermes form, non-streamed and streamed, through the shim itself (a
+/// delegate always streams; a one-shot client may not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
+    use localagents::config::{Backend, Endpoint};
+    use localagents::shim::log::RequestLog;
+    use localagents::shim::{Route, Shim};
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    // vLLM's tests/tool_parsers/test_hermes_tool_parser.py (between_tags),
+    // with Claude Code's Write.
+    fake.set_script(script::text(
+        "<tool_call>\n{\"name\": \"Write\", \"arguments\": {\"file_path\": \"/w/a.txt\", \"content\": \"a\"}}\n</tool_call>",
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = Shim::start(0).await.unwrap();
+    let reg = shim
+        .register(Route {
+            label: "t".into(),
+            endpoint: Endpoint {
+                name: "box".into(),
+                base_url: fake.url().into(),
+                backend: Some(Backend::LlamaCpp),
+                host: None,
+                notes: None,
+                env: Default::default(),
+                api_key_env: None,
+                allow_insecure_key: false,
+            },
+            backend: Backend::LlamaCpp,
+            served_id: "gemma3-270m".into(),
+            window: Some(131072),
+            log: RequestLog::new(tmp.path(), false),
+            idle_timeout: std::time::Duration::from_secs(10),
+            first_byte_timeout: std::time::Duration::from_secs(30),
+            guard: Default::default(),
+        })
+        .unwrap();
+    let write = json!({"name": "Write", "description": "Write a file", "input_schema": {"type": "object",
+        "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}}, "required": ["file_path", "content"]}});
+    for stream in [false, true] {
+        let body = json!({"model": "m", "max_tokens": 256, "stream": stream, "tools": [write],
+            "messages": [{"role": "user", "content": "Write a.txt."}]});
+        let resp = localagents::probe::http_client()
+            .post(format!("{}/v1/messages", reg.base_url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let text = resp.text().await.unwrap();
+        if stream {
+            assert!(text.contains("\"type\":\"tool_use\""), "{text}");
+            assert!(text.contains("\"stop_reason\":\"tool_use\""), "{text}");
+            assert!(!text.contains("<tool_call>"), "{text}");
+        } else {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["stop_reason"], "tool_use", "{v}");
+            assert_eq!(v["content"][0]["type"], "tool_use", "{v}");
+            assert_eq!(
+                v["content"][0]["input"],
+                json!({"file_path": "/w/a.txt", "content": "a"})
+            );
+        }
+    }
+    let log = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap();
+    assert_eq!(
+        log.matches("\"repaired_tool_call\":\"hermes_json x1\"")
+            .count(),
+        2,
+        "{log}"
+    );
+}
