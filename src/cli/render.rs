@@ -179,3 +179,15 @@ pub fn render_jobs(out: &mut impl Write, list: &JobList) -> std::io::Result<()> 
     }
     Ok(())
 }
+
+/// The CLI's spinner on stderr: elapsed time and a message.
+pub fn spinner() -> indicatif::ProgressBar {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}

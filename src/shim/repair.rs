@@ -806,7 +806,7 @@ impl StreamRepair {
     }
 
     fn on_start(&mut self, name: &str, data: &str, raw: &Bytes) -> Emit {
-        let mut out = self.flush();
+        let out = self.flush();
         let start: Option<BlockStart> = serde_json::from_str(data).ok();
         let is_text = start
             .as_ref()
@@ -824,6 +824,11 @@ impl StreamRepair {
             };
             return Emit::Out(out);
         }
+        self.then_this(out, raw, name, data)
+    }
+
+    /// Send `out` (what was held), then this event (its index moved).
+    fn then_this(&self, mut out: Vec<Bytes>, raw: &Bytes, name: &str, data: &str) -> Emit {
         match self.shifted(raw, name, data) {
             Emit::Pass if out.is_empty() => Emit::Pass,
             Emit::Pass => {
@@ -969,18 +974,8 @@ impl StreamRepair {
             St::Idle => None,
         };
         if cur.is_none() || idx != cur {
-            let mut out = self.flush();
-            return match self.shifted(raw, name, data) {
-                Emit::Pass if out.is_empty() => Emit::Pass,
-                Emit::Pass => {
-                    out.push(raw.clone());
-                    Emit::Out(out)
-                }
-                Emit::Out(mut v) => {
-                    out.append(&mut v);
-                    Emit::Out(out)
-                }
-            };
+            let out = self.flush();
+            return self.then_this(out, raw, name, data);
         }
         let index = cur.unwrap_or(0);
         let out_index = index + self.shift;

@@ -249,26 +249,13 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
     let tmp = tempfile::tempdir().unwrap();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
-        .register(Route {
-            label: "e2e".into(),
-            endpoint: Endpoint {
-                name: "real".into(),
-                base_url: url.clone(),
-                backend: Some(Backend::LlamaCpp),
-                host: None,
-                notes: None,
-                env: Default::default(),
-                api_key_env: None,
-                allow_insecure_key: false,
-            },
-            backend: Backend::LlamaCpp,
-            served_id: "gemma3-270m".into(),
-            window: Some(32768),
-            log: RequestLog::new(tmp.path(), false),
-            idle_timeout: Duration::from_secs(300),
-            first_byte_timeout: Duration::from_secs(300),
-            guard: Default::default(),
-        })
+        .register(support::route::llama(
+            &url,
+            "gemma3-270m",
+            32768,
+            tmp.path(),
+            false,
+        ))
         .unwrap();
     let via = client
         .post(format!("{}/v1/messages", reg.base_url))
@@ -944,26 +931,13 @@ async fn t12_thinking_blocks_in_the_history_answer_200() {
     let tmp = tempfile::tempdir().unwrap();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
-        .register(Route {
-            label: "e2e".into(),
-            endpoint: Endpoint {
-                name: "real".into(),
-                base_url: url.clone(),
-                backend: Some(Backend::LlamaCpp),
-                host: None,
-                notes: None,
-                env: Default::default(),
-                api_key_env: None,
-                allow_insecure_key: false,
-            },
-            backend: Backend::LlamaCpp,
-            served_id: "gemma3-270m".into(),
-            window: Some(32768),
-            log: RequestLog::new(tmp.path(), true),
-            idle_timeout: Duration::from_secs(300),
-            first_byte_timeout: Duration::from_secs(300),
-            guard: Default::default(),
-        })
+        .register(support::route::llama(
+            &url,
+            "gemma3-270m",
+            32768,
+            tmp.path(),
+            true,
+        ))
         .unwrap();
     let resp = localagents::probe::http_client()
         .post(format!("{}/v1/messages", reg.base_url))

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use localagents::eval::tasks::{self, Step};
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, call, env_for, localagents, serve, strict_fake_opts};
+use crate::jobs::{Env, call, env_for, localagents, localagents_json, serve, strict_fake_opts};
 use crate::support::fake_llama;
 use crate::support::script::{self, Reply};
 
@@ -75,14 +75,7 @@ fn competent() -> script::Script {
 async fn eval_json(e: &Env, args: &[&str]) -> Value {
     let mut all = vec!["eval", "--model", "gemma-3-270m", "--json"];
     all.extend_from_slice(args);
-    let out = localagents(e, &all).await;
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
-        panic!(
-            "{err}: stdout {} stderr {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    localagents_json(e, &all).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

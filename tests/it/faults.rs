@@ -5,13 +5,11 @@
 //! repeats one call, a grammar the server cannot build, thinking blocks in
 //! the history, and a model that only talks.
 
-use std::process::Stdio;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
-use crate::jobs::{Env, env_for, localagents, strict_fake_opts};
+use crate::jobs::{Env, env_for, hook_line, localagents, localagents_json, strict_fake_opts};
 use crate::support::script::{self, Reply};
 use crate::support::{fake_llama, fake_vllm};
 
@@ -19,14 +17,7 @@ use crate::support::{fake_llama, fake_vllm};
 async fn run_json(e: &Env, args: &[&str]) -> Value {
     let mut all = vec!["run", "--model", "gemma-3-270m", "--json"];
     all.extend_from_slice(args);
-    let out = localagents(e, &all).await;
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
-        panic!(
-            "{err}: stdout {} stderr {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    localagents_json(e, &all).await
 }
 
 /// The job's `requests.jsonl`, the /v1/messages lines.
@@ -38,24 +29,6 @@ fn requests(rec: &Value) -> Vec<Value> {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v["path"] == "/v1/messages")
         .collect()
-}
-
-/// The hook's line for the jobs of `e`'s project.
-async fn hook_line(e: &Env) -> String {
-    let mut hook = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["hook", "prompt-submit"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
-    let mut stdin = hook.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = hook.wait_with_output().await.unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Read `path` (a real tool call), then make `edit` as text, then report.
@@ -368,9 +341,7 @@ async fn thinking_in_the_history_is_kept_for_llama_cpp_and_dropped_when_a_server
 /// delegate always streams; a one-shot client may not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
-    use localagents::config::{Backend, Endpoint};
-    use localagents::shim::log::RequestLog;
-    use localagents::shim::{Route, Shim};
+    use localagents::shim::Shim;
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     // vLLM's tests/tool_parsers/test_hermes_tool_parser.py (between_tags),
     // with Claude Code's Write.
@@ -380,26 +351,13 @@ async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
     let tmp = tempfile::tempdir().unwrap();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
-        .register(Route {
-            label: "t".into(),
-            endpoint: Endpoint {
-                name: "box".into(),
-                base_url: fake.url().into(),
-                backend: Some(Backend::LlamaCpp),
-                host: None,
-                notes: None,
-                env: Default::default(),
-                api_key_env: None,
-                allow_insecure_key: false,
-            },
-            backend: Backend::LlamaCpp,
-            served_id: "gemma3-270m".into(),
-            window: Some(131072),
-            log: RequestLog::new(tmp.path(), false),
-            idle_timeout: std::time::Duration::from_secs(10),
-            first_byte_timeout: std::time::Duration::from_secs(30),
-            guard: Default::default(),
-        })
+        .register(crate::support::route::llama(
+            fake.url(),
+            "gemma3-270m",
+            131072,
+            tmp.path(),
+            false,
+        ))
         .unwrap();
     let write = json!({"name": "Write", "description": "Write a file", "input_schema": {"type": "object",
         "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}}, "required": ["file_path", "content"]}});

@@ -98,6 +98,38 @@ pub(crate) async fn localagents(e: &Env, args: &[&str]) -> std::process::Output 
         .unwrap()
 }
 
+/// `localagents ARGS` whose stdout is JSON: the value (a panic with both
+/// streams when it is not).
+pub(crate) async fn localagents_json(e: &Env, args: &[&str]) -> Value {
+    let out = localagents(e, args).await;
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// What the `UserPromptSubmit` hook says for the jobs of `e`'s project.
+pub(crate) async fn hook_line(e: &Env) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut hook = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["hook", "prompt-submit"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
+    let mut stdin = hook.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = hook.wait_with_output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub(crate) async fn serve(
     e: &Env,
     claude_bin: Option<&Path>,

@@ -2,10 +2,7 @@
 //! equivalent, checked against the shim's own request logs and the price
 //! formula, and carried by the hook line and the status line.
 
-use std::process::Stdio;
-
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
 use crate::jobs::{Env, env_for, localagents, strict_fake_opts};
 use crate::support::{fake_llama, script};
@@ -76,20 +73,7 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
         (rec["equivalent_usd"].as_f64().unwrap() - own).abs() < 0.0001,
         "{rec}"
     );
-    let mut hook = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["hook", "prompt-submit"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
-    let mut stdin = hook.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = hook.wait_with_output().await.unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = crate::jobs::hook_line(&e).await;
     let total: u64 = sums[1].iter().sum();
     assert!(
         text.contains(&format!(

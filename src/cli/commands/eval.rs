@@ -18,13 +18,7 @@ pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
         probe_only: args.probe,
         force: args.force,
     };
-    let bar =
-        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let bar = crate::cli::render::spinner();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let ctrl_c = tokio::spawn(async move {

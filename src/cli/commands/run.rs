@@ -40,13 +40,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
         Err(e) => return Ok(fail(&e.into())),
     };
     let id = rec.id.clone();
-    let bar =
-        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let bar = crate::cli::render::spinner();
     bar.set_message(format!("job {id} on {} ({})", rec.served_id, rec.endpoint));
     let mut progress = manager.progress(&id);
     let interrupted = loop {
