@@ -60,7 +60,7 @@ fn log_lines(dir: &Path) -> Vec<Value> {
 }
 
 fn client() -> reqwest::Client {
-    localagents::probe::http_client().clone()
+    crate::support::http_client()
 }
 
 /// What headless Claude Code 2.1.328 sends on turn one (trimmed).

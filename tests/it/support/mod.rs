@@ -13,6 +13,19 @@ pub mod net;
 pub mod script;
 pub mod stats;
 
+/// A fresh HTTP client for a test to talk to a shim or a fake. reqwest is
+/// built without a default crypto provider (`rustls-no-provider`), so this
+/// installs the one the binary installs first (`probe::install_crypto_provider`):
+/// a test must not depend on an earlier test in the same process having done it.
+/// No proxy: everything a test talks to is on loopback.
+pub fn http_client() -> reqwest::Client {
+    localagents::probe::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a reqwest client")
+}
+
 /// Every process on the machine whose environment says it belongs to job
 /// `id` (`LOCALAGENTS_JOB`, which every descendant of a delegate inherits,
 /// whatever its session or group): pid and command line.
