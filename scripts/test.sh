@@ -16,7 +16,7 @@ export LOCALAGENTS_CLAUDE
 "$LOCALAGENTS_CLAUDE" --version >&2
 PATH="$(scripts/install-nextest.sh):$PATH"
 export PATH
-cargo nextest --version | head -n 1 >&2
+cargo nextest --version | sed -n 1p >&2
 if [ "${LOCALAGENTS_SKIP_E2E:-0}" = "1" ]; then
   # Said first, so that the runner's summary stays the last line.
   echo "scripts/test.sh: LOCALAGENTS_SKIP_E2E=1: the real llama-server tier (scripts/e2e-real.sh) will be SKIPPED; these results do not cover it" >&2
