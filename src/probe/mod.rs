@@ -185,12 +185,20 @@ impl EndpointStatus {
     }
 }
 
+/// Install rustls's ring crypto provider as the process default. reqwest is
+/// built with `rustls-no-provider`, so building a `reqwest::Client` before
+/// this panics. Idempotent; every client localagents builds calls it first,
+/// and so do the tests' own clients.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The shared HTTP client. Proxies are off on purpose: backends are on this
 /// machine or the LAN, and a corporate proxy would only get in the way.
 pub fn http_client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(CONNECT_TIMEOUT)
@@ -208,7 +216,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn fresh_http_client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(CONNECT_TIMEOUT)

@@ -309,6 +309,15 @@ fn mcp_status(run: &claude::Run) -> String {
         .to_string()
 }
 
+/// No process names the test's temp dir once the launcher has exited: a
+/// build it started in the background (`sh -c … DATA … ROOT`, then cargo
+/// with `--root DATA`) is forked before it exits, so it would be here, or
+/// would have finished and left its cargo call. A check, not a sleep.
+fn nothing_left_running(tmp: &Path) {
+    let left = crate::support::processes_naming(&tmp.display().to_string());
+    assert!(left.is_empty(), "the launcher left these running: {left:?}");
+}
+
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let t = Instant::now();
     while !done() {
@@ -530,8 +539,9 @@ fn the_prompt_hook_costs_nothing_without_the_binary() {
         assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{o:?}");
         eprintln!("prompt hook without the binary (PATH={path}): {took:?}");
     }
-    // It never starts a build, even with cargo on PATH.
-    std::thread::sleep(Duration::from_millis(200));
+    // It never starts a build, even with cargo on PATH: nothing it started
+    // is left running (a build would be, or would have called cargo).
+    nothing_left_running(tmp.path());
     assert!(cargo.calls().is_empty(), "{:?}", cargo.calls());
     assert!(!data.join("build.lock").exists());
 }
@@ -563,7 +573,7 @@ fn the_launcher_never_starts_a_build_without_plugin_data() {
             )),
         "{line}"
     );
-    std::thread::sleep(Duration::from_millis(200));
+    nothing_left_running(tmp.path());
     assert!(cargo.calls().is_empty(), "{:?}", cargo.calls());
 }
 

@@ -251,17 +251,11 @@ async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
     assert_eq!(st["batch"]["succeeded"], 2, "{st}");
 
     // A batch that outlasts the call goes on as a job; wait_job returns
-    // its results. (The server is loading its model for the first 2 s.)
+    // its results. (The server is loading its model until the call has
+    // returned: the batch cannot finish first, however slow the machine.)
     fake.state
         .loading
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let state = fake.state.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        state
-            .loading
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-    });
     let (err, v) = call(
         &c,
         "local_batch",
@@ -271,6 +265,9 @@ async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
     assert!(!err, "{v}");
     assert_eq!(v["still_running"], true, "{v}");
     assert!(v["next"].as_str().unwrap().contains("wait_job"), "{v}");
+    fake.state
+        .loading
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let (_, w) = call(
         &c,
         "wait_job",

@@ -59,8 +59,18 @@ fn log_lines(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The log once it has `n` lines: a streamed request's line is written
+/// when its relay ends, which a client can see after its last event.
+async fn log_lines_when(dir: &Path, n: usize) -> Vec<Value> {
+    crate::support::until("the request log's lines", Duration::from_secs(10), || {
+        log_lines(dir).len() >= n
+    })
+    .await;
+    log_lines(dir)
+}
+
 fn client() -> reqwest::Client {
-    localagents::probe::http_client().clone()
+    crate::support::http_client()
 }
 
 /// What headless Claude Code 2.1.328 sends on turn one (trimmed).
@@ -270,8 +280,7 @@ async fn stream_is_relayed_with_ttft_usage_and_stop_reason() {
     assert!(text.contains("\"name\":\"Write\""));
     assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
     // The log line is written when the stream ends.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let l = &log_lines(tmp.path())[0];
+    let l = &log_lines_when(tmp.path(), 1).await[0];
     assert_eq!(l["stream"], true);
     assert_eq!(l["stop_reason"], "tool_use");
     assert_eq!(l["usage"]["output"], 9);
@@ -664,28 +673,35 @@ async fn a_model_being_loaded_is_waited_for_not_failed() {
         None,
     )
     .await;
-    let state = fake.state.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        state.loading.store(false, Ordering::SeqCst);
-    });
-    let t = std::time::Instant::now();
-    let r = client()
+    // The model finishes loading once the shim has asked three times (a
+    // condition, not a clock: a busy machine only makes it slower).
+    let asked =
+        |f: &fake_llama::FakeLlama| f.hits().iter().filter(|p| *p == "/v1/messages").count();
+    let send = client()
         .post(format!("{}/v1/messages", reg.base_url))
         .header("x-api-key", &reg.token)
         .json(&cc_body(false))
-        .send()
-        .await
-        .unwrap();
+        .send();
+    let release = async {
+        crate::support::until("the shim asked 3 times", Duration::from_secs(60), || {
+            asked(&fake) >= 3
+        })
+        .await;
+        fake.state.loading.store(false, Ordering::SeqCst);
+    };
+    let t = std::time::Instant::now();
+    let (r, ()) = tokio::join!(send, release);
+    let r = r.unwrap();
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
     assert_eq!(status, 200, "{body}");
+    // At least three asks, so at least two of the shim's 500 ms pauses.
     assert!(
-        t.elapsed() >= Duration::from_millis(2900),
+        t.elapsed() >= Duration::from_millis(1000),
         "{:?}",
         t.elapsed()
     );
-    let hits = fake.hits().iter().filter(|p| *p == "/v1/messages").count();
+    let hits = asked(&fake);
     assert!(hits >= 3, "asked again while loading: {hits}");
     let log = log_lines(tmp.path());
     assert_eq!(log.len(), 1, "{log:?}");

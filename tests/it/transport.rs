@@ -68,7 +68,8 @@ async fn read_request(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
 /// A backend that answers the first request on each connection with a
 /// keep-alive response, then takes the next request on that connection
 /// and closes without a word: what a server that dropped an idle
-/// keep-alive connection looks like to a pooling client.
+/// keep-alive connection looks like to a pooling client. The counter is
+/// the number of requests answered.
 async fn stale_backend() -> (String, Arc<AtomicU64>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
@@ -94,8 +95,10 @@ async fn stale_backend() -> (String, Arc<AtomicU64>) {
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                     body.len()
                 );
-                let _ = s.write_all(resp.as_bytes()).await;
+                // Counted before the answer is written: once the client has
+                // its response, the count already includes it.
                 a.fetch_add(1, Ordering::SeqCst);
+                let _ = s.write_all(resp.as_bytes()).await;
                 // The next request on this connection is read and dropped.
                 let _ = read_request(&mut s).await;
             });
@@ -110,7 +113,7 @@ async fn a_stale_pooled_connection_is_retried_once_on_a_fresh_one() {
     let tmp = tempfile::tempdir().unwrap();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim.register(route(&url, tmp.path())).unwrap();
-    let c = reqwest::Client::new();
+    let c = crate::support::http_client();
     let body = json!({"model": "m", "max_tokens": 8, "stream": false,
         "messages": [{"role": "user", "content": "hi"}]});
     let mut ok = 0;
@@ -174,7 +177,7 @@ async fn the_open_route_answers_only_local_programs() {
     let shim = Shim::start(0).await.unwrap();
     let _reg = shim.register_open(route(&url, tmp.path()));
     let port = shim.addr().port();
-    let c = reqwest::Client::new();
+    let c = crate::support::http_client();
     let body =
         json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
     let go = |host: Option<String>, origin: Option<&'static str>| {
@@ -213,7 +216,7 @@ async fn a_backend_that_never_answers_gets_an_error_within_the_first_byte_timeou
         .register(route(&format!("http://{}", silent.addr), tmp.path()))
         .unwrap();
     let t = Instant::now();
-    let r = reqwest::Client::new()
+    let r = crate::support::http_client()
         .post(format!("{}/v1/messages", reg.base_url))
         .json(&json!({"model": "m", "max_tokens": 8, "stream": true,
             "messages": [{"role": "user", "content": "hi"}]}))

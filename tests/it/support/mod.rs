@@ -14,11 +14,39 @@ pub mod route;
 pub mod script;
 pub mod stats;
 
-/// Every process on the machine whose environment says it belongs to job
-/// `id` (`LOCALAGENTS_JOB`, which every descendant of a delegate inherits,
-/// whatever its session or group): pid and command line.
-pub fn job_processes(id: &str) -> Vec<(u32, String)> {
-    let tag = format!("LOCALAGENTS_JOB={id}");
+/// A fresh HTTP client for a test to talk to a shim or a fake. reqwest is
+/// built without a default crypto provider (`rustls-no-provider`), so this
+/// installs the one the binary installs first (`probe::install_crypto_provider`):
+/// a test must not depend on an earlier test in the same process having done it.
+/// No proxy: everything a test talks to is on loopback.
+pub fn http_client() -> reqwest::Client {
+    localagents::probe::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a reqwest client")
+}
+
+/// Wait until `cond` holds, asking every 20 ms; how long it took. Panics
+/// naming `what` past `limit`: a test waits for a condition with a
+/// deadline, never for a fixed sleep.
+pub async fn until(
+    what: &str,
+    limit: std::time::Duration,
+    mut cond: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}
+
+/// Every live process on the machine (zombies are gone already: they only
+/// wait for their parent) for which `pick(environ, cmdline)` holds: pid and
+/// command line.
+fn processes(pick: impl Fn(&[u8], &str) -> bool) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for ent in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -27,22 +55,36 @@ pub fn job_processes(id: &str) -> Vec<(u32, String)> {
         let Ok(env) = std::fs::read(ent.path().join("environ")) else {
             continue;
         };
-        if env.split(|b| *b == 0).any(|v| v == tag.as_bytes()) {
-            let stat = std::fs::read_to_string(ent.path().join("stat")).unwrap_or_default();
-            // A zombie is gone already; it only waits for its parent.
-            if stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
-            {
-                continue;
-            }
-            let cmd = std::fs::read(ent.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            out.push((pid, cmd));
+        let cmd = std::fs::read(ent.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !pick(&env, &cmd) {
+            continue;
         }
+        let stat = std::fs::read_to_string(ent.path().join("stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        out.push((pid, cmd));
     }
     out
+}
+
+/// Every process on the machine whose environment says it belongs to job
+/// `id` (`LOCALAGENTS_JOB`, which every descendant of a delegate inherits,
+/// whatever its session or group): pid and command line.
+pub fn job_processes(id: &str) -> Vec<(u32, String)> {
+    let tag = format!("LOCALAGENTS_JOB={id}");
+    processes(|env, _| env.split(|b| *b == 0).any(|v| v == tag.as_bytes()))
+}
+
+/// Every process on the machine whose command line names `needle` (say a
+/// test's own temp dir): what a program the test ran left running.
+pub fn processes_naming(needle: &str) -> Vec<(u32, String)> {
+    processes(|_, cmd| cmd.contains(needle))
 }
 
 /// Wait up to `limit` for job `id` to have no process left; how long it took,
