@@ -808,11 +808,11 @@ pub(super) fn build(merged: Value) -> (Config, Vec<String>) {
             defaults.reference_model = v.to_string();
         }
         if let Some(v) = d.loop_limit {
-            if v <= 50 {
+            if v == 0 || (2..=50).contains(&v) {
                 defaults.loop_limit = v;
             } else {
                 warnings.push(format!(
-                    "defaults.loop_limit = {v} is over 50; using 3 (0 turns the guard off)"
+                    "defaults.loop_limit = {v} is not 2 to 50; using 3 (0 turns the guard off)"
                 ));
             }
         }

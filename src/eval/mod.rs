@@ -159,7 +159,7 @@ pub fn stored(state_dir: &Path, endpoint: &str, served_id: &str) -> Option<EvalR
     let bytes = crate::paths::read_capped(&p, 4 * 1024 * 1024).ok()?;
     serde_json::from_slice::<EvalReport>(&bytes)
         .ok()
-        .filter(|r| r.served_id == served_id)
+        .filter(|r| r.served_id == served_id && r.endpoint == endpoint)
 }
 
 fn store(state_dir: &Path, r: &EvalReport) -> Result<PathBuf, EvalError> {
@@ -449,6 +449,55 @@ fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResu
     }
 }
 
+/// `f`, unless `cancelled` turns true first (polled five times a second).
+async fn or_cancelled<F: std::future::Future>(
+    f: F,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Option<F::Output> {
+    tokio::pin!(f);
+    loop {
+        tokio::select! {
+            out = &mut f => return Some(out),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                if cancelled() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The report of an eval stopped during its probe (nothing is stored).
+fn cancelled_report(
+    target: &crate::registry::Target,
+    served: &str,
+    endpoint: &str,
+    file: Option<ModelFile>,
+    args: &EvalArgs,
+    started: Instant,
+) -> EvalReport {
+    EvalReport {
+        endpoint: endpoint.into(),
+        served_id: served.into(),
+        file,
+        suite: if args.probe_only {
+            "probe".into()
+        } else {
+            args.suite.as_str().into()
+        },
+        finished: crate::shim::log::now_ts(),
+        passed: 0,
+        total: 0,
+        probe: probe::Capabilities {
+            window: target.resolved.context,
+            ..Default::default()
+        },
+        tasks: Vec::new(),
+        elapsed_s: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        cancelled: Some("cancelled during the capability probe".into()),
+    }
+}
+
 /// Run an eval. `progress` is called as it goes; `cancelled` is polled
 /// (once a second at least): when it turns true the running job is
 /// cancelled and the eval ends without storing anything.
@@ -489,7 +538,12 @@ pub async fn run(
         name: "probe".into(),
         line: format!("probing {served} on `{endpoint}`"),
     });
-    let caps = probe::run(&target, &work.path().join("probe")).await;
+    let Some(caps) = or_cancelled(probe::run(&target, &work.path().join("probe")), cancelled).await
+    else {
+        return Ok(cancelled_report(
+            &target, &served, &endpoint, file, args, started,
+        ));
+    };
     let manager = Manager::new(ctx.clone());
     let mut results = Vec::new();
     let mut stop = None;
@@ -503,26 +557,32 @@ pub async fn run(
             dir: work.path().to_path_buf(),
             why: e.to_string(),
         })?;
-        let rec = manager
-            .start(RunArgs {
+        let started_job = or_cancelled(
+            manager.start(RunArgs {
                 task: t.prompt(),
                 model: Some(served.clone()),
                 endpoint: Some(endpoint.clone()),
                 cwd: Some(repo.clone()),
                 isolation: Some(Isolation::Worktree),
                 acceptance: Some(format!(
-                    "python3 {}",
+                    "python3 -B {}",
                     crate::session_env::sh_quote(&check.display().to_string())
                 )),
                 fix_rounds: Some(1),
                 force: args.force,
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| EvalError::Start {
-                task: t.name.into(),
-                why: e.to_string(),
-            })?;
+            }),
+            cancelled,
+        )
+        .await;
+        let Some(started_job) = started_job else {
+            stop = Some(format!("cancelled before task {} started", t.name));
+            break;
+        };
+        let rec = started_job.map_err(|e| EvalError::Start {
+            task: t.name.into(),
+            why: e.to_string(),
+        })?;
         let id = rec.id.clone();
         let mut prog = manager.progress(&id);
         let rec = loop {

@@ -83,6 +83,8 @@ impl Task {
     pub fn materialize(&self, dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
         let repo = dir.join(format!("repo-{}", self.name));
         std::fs::create_dir_all(&repo)?;
+        // Python's caches are not the model's work.
+        std::fs::write(repo.join(".gitignore"), "__pycache__/\n*.pyc\n")?;
         for (path, content) in self.files {
             let p = repo.join(path);
             if let Some(parent) = p.parent() {
@@ -131,6 +133,11 @@ fn commit_all(repo: &Path) -> Result<(), git2::Error> {
 /// What every check script starts with.
 const PRELUDE: &str = r#"# localagents eval check: runs in the job's tree; exit 0 only if the task is done.
 import ast, json, os, shutil, subprocess, sys, tempfile
+
+# No __pycache__ in the job's tree: the check must not change what the
+# model changed (a model that only talks stays "text only").
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+sys.dont_write_bytecode = True
 
 
 def fail(check, detail=""):

@@ -364,7 +364,9 @@ impl Manager {
                     result: fix.result.or(keep),
                     ..fix
                 };
-                if end.stop.is_some() {
+                // A fix session that ended on a failure no retry can mend
+                // (stuck, a template or grammar): no more rounds.
+                if end.stop.is_some() || reg.route.guard.fatal().is_some() {
                     break;
                 }
             }
@@ -432,8 +434,11 @@ impl Manager {
                 .equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
         rec.reference_model = Some(job.target.config.defaults.reference_model.clone());
         rec.first_turn = m.first_turn;
-        let outcome =
-            faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), result.is_some());
+        // "Answered": the session ended with its own report, not with a
+        // failure of the server or of the shim's guard.
+        let fatal = reg.route.guard.fatal();
+        let answered = result.as_ref().is_some_and(|r| r.success) && fatal.is_none();
+        let outcome = faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), answered);
         rec.model_faults = Some(m.faults);
         rec.model_note = faults::note(&m.faults, &outcome);
         rec.outcome = Some(outcome);
@@ -441,8 +446,11 @@ impl Manager {
         // A failure no retry could mend (a template or grammar the server
         // cannot build, a model stuck in a loop): its sentence is the
         // job's error, not Claude Code's echo of it.
+        // A passed acceptance command still decides.
+        let accepted = rec.acceptance.as_ref().is_some_and(|a| a.passed);
         if stop.is_none()
-            && let Some(why) = reg.route.guard.fatal()
+            && !accepted
+            && let Some(why) = fatal
         {
             status = Status::Failed;
             error = Some(why);

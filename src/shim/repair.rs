@@ -209,6 +209,22 @@ pub fn opens_call(trimmed: &str) -> bool {
 
 /// Look for calls in one text block.
 pub fn find(text: &str, tools: &ToolSet) -> Found {
+    // A whole-text JSON object first: a marker inside one of its strings
+    // ("see <tool_call> tags") is content, not markup.
+    let t = text.trim();
+    if t.starts_with('{')
+        && t.ends_with('}')
+        && let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(t)
+        && obj.get("name").is_some_and(Value::is_string)
+    {
+        return match call_of(&obj) {
+            Some(c) => check(String::new(), vec![c], Form::BareJson, tools),
+            None => Found::Unparsed {
+                form: Form::BareJson,
+                why: "a JSON object with a name but no arguments object".into(),
+            },
+        };
+    }
     if let Some(p) = marker_at(text) {
         return match parse_calls(&text[p..]) {
             Ok((calls, form)) => check(text[..p].to_string(), calls, form, tools),
@@ -249,7 +265,13 @@ fn attempt(from_marker: &str) -> bool {
             !name.trim().is_empty() && !name.contains(char::is_whitespace)
         });
     }
-    let r = rest.trim_start();
+    let mut r = rest.trim_start();
+    // A code fence around the call is the same attempt.
+    if let Some(f) = r.strip_prefix("```") {
+        r = f
+            .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
+            .trim_start();
+    }
     if r.starts_with('{') || r.starts_with("<function=") {
         return true;
     }
@@ -405,11 +427,12 @@ fn xml_functions(mut s: &str) -> Result<(Vec<Call>, &str), String> {
             let gt = p.find('>').ok_or("an unclosed <parameter=")?;
             let key = p[..gt].trim().to_string();
             let v = &p[gt + 1..];
-            // A value ends at </parameter>, or where the next parameter or
-            // the function's end begins on a line of its own (models drop
-            // the closing tag).
+            // A value ends at </parameter>; where a model dropped that tag,
+            // at </function> or at a next parameter on a line of its own
+            // (vLLM's qwen3coder regex). A value never runs to the end of
+            // the text: an unclosed value is no call.
             let close = v.find("</parameter>");
-            let next = [v.find("\n<parameter="), v.find("\n</function>")]
+            let next = [v.find("\n<parameter="), v.find("</function>")]
                 .into_iter()
                 .flatten()
                 .min();
@@ -417,8 +440,11 @@ fn xml_functions(mut s: &str) -> Result<(Vec<Call>, &str), String> {
                 (Some(c), Some(n)) if n < c => (n, 0),
                 (Some(c), _) => (c, "</parameter>".len()),
                 (None, Some(n)) => (n, 0),
-                (None, None) => (v.len(), 0),
+                (None, None) => return Err(format!("the value of `{key}` never ends")),
             };
+            if input.contains_key(&key) {
+                return Err(format!("`{key}` is given twice"));
+            }
             let mut value = &v[..end];
             // vLLM's qwen3coder parser: one newline after `>` and one
             // before `</parameter>` belong to the markup.
@@ -670,7 +696,35 @@ pub struct StreamRepair {
     /// Blocks added before this point (later indexes move up).
     shift: u64,
     pub report: Report,
+    /// A repaired block waiting for the next event: a `message_delta` that
+    /// says `max_tokens` means the call was cut off, and it goes out as the
+    /// text it was.
+    pending: Option<Pending>,
+    /// Events held since the last `ping` went out.
+    held_since_ping: u32,
 }
+
+/// A repair that is decided but not yet sent.
+#[derive(Debug)]
+struct Pending {
+    calls: Vec<Bytes>,
+    as_text: Vec<Bytes>,
+    shift: u64,
+    form: Form,
+    n: usize,
+}
+
+/// An Anthropic `ping`: what the shim sends while it holds text back, so
+/// Claude Code's stream watchdog sees the stream alive (the SDK ignores it).
+fn ping() -> Bytes {
+    Bytes::from_static(b"event: ping\ndata: {\"type\":\"ping\"}\n\n")
+}
+
+/// A ping goes out after this many held events.
+const PING_EVERY: u32 = 32;
+
+/// At most this many events are held for one block.
+const MAX_HELD_EVENTS: usize = 65_536;
 
 /// What to do with one event.
 #[derive(Debug, PartialEq)]
@@ -749,6 +803,8 @@ impl StreamRepair {
             st: St::Idle,
             shift: 0,
             report: Report::default(),
+            pending: None,
+            held_since_ping: 0,
         }
     }
 
@@ -771,6 +827,46 @@ impl StreamRepair {
 
     /// Feed one event (`name`, its joined `data`, the raw bytes).
     pub fn feed(&mut self, name: &str, data: &str, raw: &Bytes) -> Emit {
+        // A ping ends nothing: it passes, and whatever is held stays held.
+        if name == "ping" {
+            return Emit::Pass;
+        }
+        let Some(p) = self.pending.take() else {
+            return self.feed_now(name, data, raw);
+        };
+        let cut = name == "message_delta"
+            && serde_json::from_str::<Value>(data).is_ok_and(|v| {
+                v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("max_tokens")
+            });
+        let mut out = if cut {
+            self.report
+                .unparsed
+                .get_or_insert((p.form, "the call was cut off by max_tokens".into()));
+            p.as_text
+        } else {
+            self.shift = p.shift;
+            self.report.repaired.push((p.form, p.n));
+            p.calls
+        };
+        match self.feed_now(name, data, raw) {
+            Emit::Pass => out.push(raw.clone()),
+            Emit::Out(mut v) => out.append(&mut v),
+        }
+        Emit::Out(out)
+    }
+
+    /// Count one held event; a ping to send when it is time.
+    fn held(&mut self) -> Vec<Bytes> {
+        self.held_since_ping += 1;
+        if self.held_since_ping >= PING_EVERY {
+            self.held_since_ping = 0;
+            vec![ping()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn feed_now(&mut self, name: &str, data: &str, raw: &Bytes) -> Emit {
         match name {
             "content_block_start" => self.on_start(name, data, raw),
             "content_block_delta" => self.on_delta(name, data, raw),
@@ -879,9 +975,12 @@ impl StreamRepair {
                     _ => text_delta(out_index, &piece),
                 };
                 held.push(ev);
+                if text.len() > MAX_HELD || held.len() > MAX_HELD_EVENTS {
+                    return Emit::Out(self.give_up());
+                }
                 let trimmed = text.trim_start();
                 if trimmed.is_empty() {
-                    return Emit::Out(Vec::new());
+                    return Emit::Out(self.held());
                 }
                 if opens_call(trimmed) || (trimmed.len() < 12 && could_open(trimmed)) {
                     if opens_call(trimmed) {
@@ -893,7 +992,7 @@ impl StreamRepair {
                             text,
                         };
                     }
-                    return Emit::Out(Vec::new());
+                    return Emit::Out(self.held());
                 }
                 // Prose: let it go, and watch the rest for a marker.
                 let held = std::mem::take(held);
@@ -921,10 +1020,12 @@ impl StreamRepair {
                         _ => text_delta(out_index, &piece),
                     });
                 }
-                if text.len() > MAX_HELD {
+                if text.len() > MAX_HELD
+                    || whole.as_ref().is_some_and(|h| h.len() > MAX_HELD_EVENTS)
+                {
                     return Emit::Out(self.give_up());
                 }
-                Emit::Out(Vec::new())
+                Emit::Out(self.held())
             }
             St::Idle => Emit::Pass,
         }
@@ -1026,10 +1127,22 @@ impl StreamRepair {
                             out.extend(tool_use_events(next, c));
                             next += 1;
                         }
-                        // Later upstream blocks move past the new ones.
-                        self.shift = next - 1 - index;
-                        self.report.repaired.push((form, calls.len()));
-                        Emit::Out(out)
+                        // Sent with the next event, unless that says the
+                        // answer was cut off: then it is the text it was.
+                        let mut as_text = match whole {
+                            Some(h) => h,
+                            None => vec![text_delta(out_index, &text)],
+                        };
+                        as_text.push(block_stop(out_index));
+                        self.pending = Some(Pending {
+                            calls: out,
+                            as_text,
+                            // Later upstream blocks move past the new ones.
+                            shift: next - 1 - index,
+                            form,
+                            n: calls.len(),
+                        });
+                        Emit::Out(Vec::new())
                     }
                     other => {
                         if let Found::Unparsed { form, why } = other {
@@ -1085,7 +1198,13 @@ impl StreamRepair {
     /// Before any event that is not part of the current text block (and at
     /// the end of the stream): release what is held.
     pub fn flush(&mut self) -> Vec<Bytes> {
-        let out = self.give_up();
+        let mut out = match self.pending.take() {
+            // The stream ends before its stop reason: no call is made of
+            // an answer that may be cut.
+            Some(p) => p.as_text,
+            None => Vec::new(),
+        };
+        out.extend(self.give_up());
         self.st = St::Idle;
         out
     }
@@ -1207,6 +1326,39 @@ mod tests {
                 &t
             ),
             Found::Unparsed { .. }
+        ));
+    }
+
+    #[test]
+    fn xml_closers_end_values_and_a_key_given_twice_is_no_call() {
+        let (_, c, _) = calls(find(
+            "<tool_call><function=Bash><parameter=command>ls -la</function></tool_call>",
+            &tools(),
+        ));
+        assert_eq!(c[0].input, json!({"command": "ls -la"}));
+        assert!(matches!(
+            find(
+                "<tool_call>\n<function=Bash>\n<parameter=command>\nls\n</parameter>\n<parameter=command>\nrm -rf /tmp/x\n</parameter>\n</function>\n</tool_call>",
+                &tools()
+            ),
+            Found::Unparsed { .. }
+        ));
+        // A Write whose content holds a parameter of its own: refused, not
+        // sent to another path.
+        assert!(matches!(
+            find(
+                "<function=Edit>\n<parameter=file_path>\na\n</parameter>\n<parameter=old_string>\nx\n</parameter>\n<parameter=new_string>\nline1\n<parameter=file_path>\n/etc/evil\n</parameter>\n</function>",
+                &tools()
+            ),
+            Found::Unparsed { .. }
+        ));
+        // An unclosed value is no call.
+        assert!(!matches!(
+            find(
+                "<tool_call>\n<function=Bash>\n<parameter=command>\nls",
+                &tools()
+            ),
+            Found::Calls { .. }
         ));
     }
 

@@ -720,6 +720,69 @@ mod tests {
     }
 
     #[test]
+    fn a_call_cut_off_by_max_tokens_stays_text_and_a_ping_does_not_break_a_repair() {
+        let cut = text_stream(XML_EDIT, 4, false).replace(
+            "\"stop_reason\":\"end_turn\"",
+            "\"stop_reason\":\"max_tokens\"",
+        );
+        let (out, report) = repaired(&cut, 29);
+        let (blocks, stop) = assemble(&out);
+        assert_eq!(blocks.len(), 1, "{blocks:?}");
+        assert_eq!(blocks[0]["type"], "text");
+        assert_eq!(blocks[0]["text"], XML_EDIT, "the text as it came");
+        assert_eq!(stop.as_deref(), Some("max_tokens"));
+        assert_eq!(report.calls(), 0);
+        assert!(
+            report
+                .unparsed_note()
+                .unwrap()
+                .contains("cut off by max_tokens")
+        );
+
+        let input = text_stream(XML_EDIT, 4, false);
+        let third = input
+            .match_indices("event: content_block_delta")
+            .nth(3)
+            .unwrap()
+            .0;
+        let with_ping = format!(
+            "{}event: ping\ndata: {{\"type\":\"ping\"}}\n\n{}",
+            &input[..third],
+            &input[third..]
+        );
+        let (out, report) = repaired(&with_ping, 31);
+        let (blocks, _) = assemble(&out);
+        assert_eq!(report.calls(), 1, "{blocks:?}");
+        assert_eq!(blocks[0]["type"], "tool_use");
+    }
+
+    #[test]
+    fn held_text_sends_pings_and_white_space_is_bounded() {
+        let mut r = relay_new().with_repair(tools());
+        let mut out = Vec::new();
+        out.extend_from_slice(
+            &r.push(Bytes::from(
+                text_stream("", 1, false)
+                    .split("event: content_block_stop")
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            )),
+        );
+        for _ in 0..200 {
+            let d = serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\n"}});
+            out.extend_from_slice(&r.push(Bytes::from(format!(
+                "event: content_block_delta\ndata: {d}\n\n"
+            ))));
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.matches("event: ping").count() >= 5,
+            "pings while held: {text}"
+        );
+    }
+
+    #[test]
     fn prose_then_a_hermes_call_keeps_the_prose_and_moves_later_blocks() {
         let text = "I will read it first.\n<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"b.py\"}}\n</tool_call>";
         for step in [1, 2, 5, 200] {

@@ -241,6 +241,21 @@ async fn the_same_call_three_times_gets_a_note_and_six_times_stops_the_job() {
         1,
         "stuck once; Claude Code's retries were answered by the shim: {notes:?}"
     );
+    assert!(
+        notes.iter().any(|t| t == "fatal_repeat"),
+        "Claude Code's retries were answered by the shim: {notes:?}"
+    );
+    // The prompt stayed append-only around the note: each request's
+    // content (Claude Code's moving cache_control marks aside) begins with
+    // all of the one before it.
+    for w in bodies.windows(2) {
+        assert!(
+            localagents::shim::fold::is_content_prefix(&w[0], &w[1]),
+            "not append-only: {} then {}",
+            w[0]["messages"],
+            w[1]["messages"]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,6 +278,14 @@ async fn a_grammar_the_server_cannot_build_ends_the_job_at_the_first_request() {
     );
     assert_eq!(fake.statuses(), vec![400], "sent once, never retried");
     let r = requests(&rec);
+    assert!(
+        r.len() >= 2,
+        "Claude Code sends a refused request again: {r:?}"
+    );
+    assert_eq!(
+        rec["outcome"]["text_only"], false,
+        "a server fault is not the model talking: {rec}"
+    );
     assert!(
         r[1..]
             .iter()
@@ -386,11 +409,20 @@ async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
             );
         }
     }
-    let log = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap();
-    assert_eq!(
-        log.matches("\"repaired_tool_call\":\"hermes_json x1\"")
-            .count(),
-        2,
-        "{log}"
-    );
+    // A streamed request's line is written when its relay ends, on the
+    // server's side: wait for it.
+    let log_path = tmp.path().join("requests.jsonl");
+    let count = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .matches("\"repaired_tool_call\":\"hermes_json x1\"")
+            .count()
+    };
+    crate::support::until(
+        "both requests logged as repaired",
+        std::time::Duration::from_secs(10),
+        || count() >= 2,
+    )
+    .await;
+    assert_eq!(count(), 2);
 }

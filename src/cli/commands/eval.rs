@@ -25,6 +25,10 @@ pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
         if tokio::signal::ctrl_c().await.is_ok() {
             stop2.store(true, Ordering::SeqCst);
         }
+        // A second Ctrl-C does not wait for the cancel to finish.
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(130);
+        }
     });
     let b = bar.clone();
     let result = eval::run(
