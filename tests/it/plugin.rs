@@ -228,6 +228,35 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     // 1. $LOCALAGENTS_BIN
     let o = run(&[("LOCALAGENTS_BIN", BIN.into())], bare_path, &empty_root);
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "));
+    // 1b. The prebuilt binary npm put into the plugin: the package's own
+    // file is run; a link out of the package, or a launcher copy, is not.
+    let npm_root = tmp.path().join("npm-root");
+    let pkg_bin = npm_root.join("node_modules/@localagents/cli-linux-x64/bin");
+    std::fs::create_dir_all(&pkg_bin).unwrap();
+    std::os::unix::fs::symlink(BIN, pkg_bin.join("localagents")).unwrap();
+    let o = run(&[], bare_path, &npm_root);
+    assert!(
+        !o.status.success(),
+        "a link out of the package is not the package's binary"
+    );
+    std::fs::remove_file(pkg_bin.join("localagents")).unwrap();
+    std::fs::copy(
+        Path::new(ROOT).join("plugin/localagents"),
+        pkg_bin.join("localagents"),
+    )
+    .unwrap();
+    let o = run(&[], bare_path, &npm_root);
+    assert!(!o.status.success(), "a launcher copy is never run");
+    std::fs::remove_file(pkg_bin.join("localagents")).unwrap();
+    if std::fs::hard_link(BIN, pkg_bin.join("localagents")).is_err() {
+        std::fs::copy(BIN, pkg_bin.join("localagents")).unwrap();
+    }
+    let o = run(&[], bare_path, &npm_root);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // 2. PATH
     let pathdir = tmp.path().join("pathbin");
     std::fs::create_dir_all(&pathdir).unwrap();
