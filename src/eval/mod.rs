@@ -467,37 +467,6 @@ async fn or_cancelled<F: std::future::Future>(
     }
 }
 
-/// The report of an eval stopped during its probe (nothing is stored).
-fn cancelled_report(
-    target: &crate::registry::Target,
-    served: &str,
-    endpoint: &str,
-    file: Option<ModelFile>,
-    args: &EvalArgs,
-    started: Instant,
-) -> EvalReport {
-    EvalReport {
-        endpoint: endpoint.into(),
-        served_id: served.into(),
-        file,
-        suite: if args.probe_only {
-            "probe".into()
-        } else {
-            args.suite.as_str().into()
-        },
-        finished: crate::shim::log::now_ts(),
-        passed: 0,
-        total: 0,
-        probe: probe::Capabilities {
-            window: target.resolved.context,
-            ..Default::default()
-        },
-        tasks: Vec::new(),
-        elapsed_s: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-        cancelled: Some("cancelled during the capability probe".into()),
-    }
-}
-
 /// Run an eval. `progress` is called as it goes; `cancelled` is polled
 /// (once a second at least): when it turns true the running job is
 /// cancelled and the eval ends without storing anything.
@@ -538,16 +507,23 @@ pub async fn run(
         name: "probe".into(),
         line: format!("probing {served} on `{endpoint}`"),
     });
-    let Some(caps) = or_cancelled(probe::run(&target, &work.path().join("probe")), cancelled).await
-    else {
-        return Ok(cancelled_report(
-            &target, &served, &endpoint, file, args, started,
-        ));
-    };
+    let (caps, mut stop) =
+        match or_cancelled(probe::run(&target, &work.path().join("probe")), cancelled).await {
+            Some(caps) => (caps, None),
+            None => (
+                probe::Capabilities {
+                    window: target.resolved.context,
+                    ..Default::default()
+                },
+                Some("cancelled during the capability probe".to_string()),
+            ),
+        };
     let manager = Manager::new(ctx.clone());
     let mut results = Vec::new();
-    let mut stop = None;
     for (i, t) in list.iter().enumerate() {
+        if stop.is_some() {
+            break;
+        }
         if cancelled() {
             stop = Some("cancelled".to_string());
             break;

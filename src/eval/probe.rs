@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::probe::metrics::{Counters, first};
+use crate::probe::metrics::{Counters, delta};
 use crate::registry::Target;
 use crate::shim::{self, Route};
 
@@ -78,10 +78,6 @@ async fn counters(target: &Target) -> Option<Counters> {
     let text = resp.text().await.ok()?;
     let c = crate::probe::metrics::parse(&text);
     (!c.is_empty()).then_some(c)
-}
-
-fn delta(before: &Counters, after: &Counters, names: &[&str]) -> Option<f64> {
-    Some(first(after, names)? - first(before, names).unwrap_or(0.0))
 }
 
 /// Tokens and seconds of one kind of work between two scrapes.
@@ -261,10 +257,7 @@ pub async fn run(target: &Target, log_dir: &std::path::Path) -> Capabilities {
 
 /// How many calls the shim repaired so far on this log.
 fn repaired_so_far(dir: &std::path::Path) -> u64 {
-    std::fs::read_to_string(dir.join("requests.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| v["repaired_calls"].as_u64().unwrap_or(0))
-        .sum()
+    crate::jobs::metrics::from_log(dir)
+        .faults
+        .repaired_tool_calls
 }

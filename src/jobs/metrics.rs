@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::probe::Slots;
-use crate::probe::metrics::{Counters, first};
+use crate::probe::metrics::{Counters, delta};
 use crate::shim::sse::Usage;
 
 /// The `/metrics` delta over a job.
@@ -166,12 +166,6 @@ pub fn from_log(dir: &Path) -> JobMetrics {
         m.mean_ttft_ms = Some(ttfts.iter().sum::<f64>() / ttfts.len() as f64);
     }
     m
-}
-
-fn delta(before: &Counters, after: &Counters, names: &[&str]) -> Option<f64> {
-    let a = first(after, names)?;
-    let b = first(before, names).unwrap_or(0.0);
-    Some((a - b).max(0.0))
 }
 
 fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {

@@ -41,6 +41,14 @@ pub fn first(c: &Counters, names: &[&str]) -> Option<f64> {
     names.iter().find_map(|n| c.get(*n).copied())
 }
 
+/// How much the first of `names` that `after` has grew since `before`
+/// (a counter missing before counts from 0; a reset is no growth).
+pub fn delta(before: &Counters, after: &Counters, names: &[&str]) -> Option<f64> {
+    let a = first(after, names)?;
+    let b = first(before, names).unwrap_or(0.0);
+    Some((a - b).max(0.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,6 +62,15 @@ pub struct RequestRecord {
     pub empty: bool,
 }
 
+impl RequestRecord {
+    /// What the text-form repair did to this request's answer.
+    pub fn note_repair(&mut self, report: &super::repair::Report) {
+        self.repaired_tool_call = report.repaired_note();
+        self.repaired_calls = report.calls() as u64;
+        self.unparsed_tool_text = report.unparsed_note();
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

@@ -816,9 +816,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             }
             rec.bytes_out = tap.bytes_out;
             rec.empty = tap.empty();
-            rec.repaired_tool_call = report.repaired_note();
-            rec.repaired_calls = report.calls() as u64;
-            rec.unparsed_tool_text = report.unparsed_note();
+            rec.note_repair(report);
             if rec.error.is_none() {
                 rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
             }
@@ -855,9 +853,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             if report.calls() > 0 {
                 bytes = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
             }
-            rec.repaired_tool_call = report.repaired_note();
-            rec.repaired_calls = report.calls() as u64;
-            rec.unparsed_tool_text = report.unparsed_note();
+            rec.note_repair(&report);
         }
         rec.empty = v
             .get("content")

@@ -209,8 +209,8 @@ pub fn opens_call(trimmed: &str) -> bool {
 
 /// Look for calls in one text block.
 pub fn find(text: &str, tools: &ToolSet) -> Found {
-    // A whole-text JSON object first: a marker inside one of its strings
-    // ("see <tool_call> tags") is content, not markup.
+    // A whole-text JSON object shaped like a call, first: a marker inside
+    // one of its strings ("see <tool_call> tags") is content, not markup.
     let t = text.trim();
     if t.starts_with('{')
         && t.ends_with('}')
@@ -233,23 +233,7 @@ pub fn find(text: &str, tools: &ToolSet) -> Found {
             Err(_) => Found::Nothing,
         };
     }
-    let t = text.trim();
-    if t.starts_with('{') && t.ends_with('}') {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(t) else {
-            return Found::Nothing;
-        };
-        // Only an object shaped like a call is an attempt at one.
-        if !obj.get("name").is_some_and(Value::is_string) {
-            return Found::Nothing;
-        }
-        return match call_of(&obj) {
-            Some(c) => check(String::new(), vec![c], Form::BareJson, tools),
-            None => Found::Unparsed {
-                form: Form::BareJson,
-                why: "a JSON object with a name but no arguments object".into(),
-            },
-        };
-    }
+    // Any other text, a JSON object not shaped like a call included.
     Found::Nothing
 }
 
@@ -882,22 +866,9 @@ impl StreamRepair {
                     out.push(sse(name, &v));
                     return Emit::Out(out);
                 }
-                if out.is_empty() {
-                    return Emit::Pass;
-                }
-                out.push(raw.clone());
-                Emit::Out(out)
+                held_then(out, raw)
             }
-            _ => {
-                let out = self.flush();
-                if out.is_empty() {
-                    Emit::Pass
-                } else {
-                    let mut out = out;
-                    out.push(raw.clone());
-                    Emit::Out(out)
-                }
-            }
+            _ => held_then(self.flush(), raw),
         }
     }
 
@@ -1208,6 +1179,15 @@ impl StreamRepair {
         self.st = St::Idle;
         out
     }
+}
+
+/// What was held, then `raw` as it came (an event without an index).
+fn held_then(mut out: Vec<Bytes>, raw: &Bytes) -> Emit {
+    if out.is_empty() {
+        return Emit::Pass;
+    }
+    out.push(raw.clone());
+    Emit::Out(out)
 }
 
 /// A short start that may still grow into a marker (`<tool_c`, `[TOOL`).
