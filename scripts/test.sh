@@ -21,6 +21,14 @@ if [ "${LOCALAGENTS_SKIP_E2E:-0}" = "1" ]; then
   # Said first, so that the runner's summary stays the last line.
   echo "scripts/test.sh: LOCALAGENTS_SKIP_E2E=1: the real llama-server tier (scripts/e2e-real.sh) will be SKIPPED; these results do not cover it" >&2
 fi
+# The npm tests (tests/it/npm.rs) pack the release binary, the one
+# .ci/run's bench smoke has built already (a no-op build then).
+cargo build --locked --release --bin localagents >&2
+case ${CARGO_TARGET_DIR:-target} in
+  /*) LOCALAGENTS_PACK_BIN=${CARGO_TARGET_DIR}/release/localagents ;;
+  *) LOCALAGENTS_PACK_BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/localagents ;;
+esac
+export LOCALAGENTS_PACK_BIN
 cargo nextest run --locked "$@"
 if [ "${LOCALAGENTS_SKIP_E2E:-0}" != "1" ]; then
   scripts/e2e-real.sh

@@ -292,7 +292,7 @@ impl Drop for StandIn {
 }
 
 /// The plugin MCP server's status in the run's init event.
-fn mcp_status(run: &claude::Run) -> String {
+pub(crate) fn mcp_status(run: &claude::Run) -> String {
     let init = run
         .events
         .iter()

@@ -15,6 +15,7 @@ mod layering;
 mod lean;
 mod ledger;
 mod mcp_stdio;
+mod npm;
 mod oneshot;
 mod plugin;
 mod probe;

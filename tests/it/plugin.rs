@@ -230,9 +230,16 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "));
     // 1b. The prebuilt binary npm put into the plugin: the package's own
     // file is run; a link out of the package, or a launcher copy, is not.
+    // Its --version must be the plugin's (plugin.json).
     let npm_root = tmp.path().join("npm-root");
     let pkg_bin = npm_root.join("node_modules/@localagents/cli-linux-x64/bin");
     std::fs::create_dir_all(&pkg_bin).unwrap();
+    std::fs::create_dir_all(npm_root.join(".claude-plugin")).unwrap();
+    std::fs::copy(
+        Path::new(ROOT).join(".claude-plugin/plugin.json"),
+        npm_root.join(".claude-plugin/plugin.json"),
+    )
+    .unwrap();
     std::os::unix::fs::symlink(BIN, pkg_bin.join("localagents")).unwrap();
     let o = run(&[], bare_path, &npm_root);
     assert!(
@@ -277,6 +284,16 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
         &empty_root,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // 3b. ~/.cargo/bin (cargo install's default root)
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+    std::os::unix::fs::symlink(BIN, home.join(".cargo/bin/localagents")).unwrap();
+    let o = run(
+        &[("HOME", home.display().to_string())],
+        bare_path,
+        &empty_root,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // 4. ${CLAUDE_PLUGIN_ROOT}/target/release
     let built_root = tmp.path().join("built");
     std::fs::create_dir_all(built_root.join("target/release")).unwrap();
@@ -298,10 +315,15 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     );
 }
 
-/// A copy of the plugin's launcher scripts in `dest` (no binary, no build).
-fn launcher_copy(dest: &Path) {
+/// A copy of the plugin's launcher scripts and plugin.json (the version a
+/// prebuilt binary must say) in `dest` (no binary, no build).
+pub(crate) fn launcher_copy(dest: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    for rel in ["plugin/localagents", "bin/localagents"] {
+    for rel in [
+        "plugin/localagents",
+        "bin/localagents",
+        ".claude-plugin/plugin.json",
+    ] {
         let to = dest.join(rel);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(Path::new(ROOT).join(rel), &to).unwrap();

@@ -1,0 +1,54 @@
+#!/usr/bin/env node
+// @localagents/cli: runs the localagents binary that npm installed for this
+// platform (the optional dependency @localagents/cli-<os>-<cpu>), with the
+// same arguments, stdio and exit status. `npx -y @localagents/cli serve`
+// is the MCP server for a client outside Claude Code: stdout stays the
+// binary's own (this script never writes there).
+"use strict";
+
+const { spawn } = require("node:child_process");
+
+const PLATFORMS = {
+  "linux x64": "linux-x64",
+  "linux arm64": "linux-arm64",
+  "darwin x64": "darwin-x64",
+  "darwin arm64": "darwin-arm64",
+};
+
+function fail(line) {
+  process.stderr.write(`localagents: ${line}\n`);
+  process.exit(1);
+}
+
+const key = PLATFORMS[`${process.platform} ${process.arch}`];
+if (key === undefined) {
+  fail(
+    `no prebuilt binary for ${process.platform}-${process.arch}; build it from source: ` +
+      "cargo install --locked --git https://github.com/localagents/localagents",
+  );
+}
+const pkg = `@localagents/cli-${key}`;
+let bin;
+try {
+  bin = require.resolve(`${pkg}/bin/localagents`);
+} catch {
+  fail(
+    `the package ${pkg} is not installed (optional dependencies were left out: ` +
+      "--omit=optional or --no-optional?); install it again with: npm install -g @localagents/cli",
+  );
+}
+
+const child = spawn(bin, process.argv.slice(2), { stdio: "inherit" });
+// A signal to this process goes to the binary; it decides how to end.
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(sig, () => child.kill(sig));
+}
+child.on("error", (e) => fail(`cannot run ${bin}: ${e.message}`));
+child.on("exit", (code, signal) => {
+  if (signal !== null) {
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
+    return;
+  }
+  process.exit(code === null ? 1 : code);
+});

@@ -1,0 +1,870 @@
+//! The prebuilt binary through npm (issue 22): the packages
+//! `scripts/npm-pack.sh` packs, the plugin's lockfile
+//! `scripts/npm-lock.mjs` generates from them, and what the real Claude
+//! Code CLI does with both at `claude plugin install`, with no Rust and no
+//! localagents on PATH. Nothing is published: the npm cache is seeded with
+//! `npm cache add`, or a local registry serves the tarball.
+//!
+//! The marketplace is added the way a user adds it,
+//! `claude plugin marketplace add localagents/localagents`: git, told by the
+//! temporary HOME's `.gitconfig` (`url.<file>.insteadOf
+//! https://github.com/`), clones a local bare repository instead. (A
+//! marketplace in a local folder would not do: Claude Code runs such a
+//! plugin from the folder itself, while its npm install goes to the cache
+//! copy, so node_modules is never where the plugin runs.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::Value;
+
+use crate::first_contact::mcp_status;
+use crate::plugin::{claude_cmd, clean_checkout};
+use crate::support::{claude, fake_llama, script};
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const PLATFORMS: [&str; 4] = ["linux-x64", "linux-arm64", "darwin-x64", "darwin-arm64"];
+
+/// The binary to pack: the release build scripts/test.sh names
+/// (`LOCALAGENTS_PACK_BIN`, the one .ci/run builds), else this build's.
+fn pack_bin() -> PathBuf {
+    std::env::var_os("LOCALAGENTS_PACK_BIN")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(BIN))
+}
+
+fn check(o: &std::process::Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A PATH of symlinks to every program in /usr/bin and /bin but those
+/// named in `without` (and never cargo, rustup or localagents).
+fn path_without(dir: &Path, without: &[&str]) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for sys in ["/usr/bin", "/bin"] {
+        let Ok(rd) = std::fs::read_dir(sys) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if without.contains(&name.as_str())
+                || ["cargo", "rustup", "rustc", "localagents"].contains(&name.as_str())
+            {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(e.path(), dir.join(&name));
+        }
+    }
+    dir.display().to_string()
+}
+
+/// The tarballs of one pack: the linux-x64 package and the meta package.
+struct Packed {
+    platform: PathBuf,
+    meta: PathBuf,
+}
+
+fn pack(out: &Path, bin: &Path) -> Packed {
+    let o = Command::new(format!("{ROOT}/scripts/npm-pack.sh"))
+        .arg(out)
+        .arg(format!("linux-x64={}", bin.display()))
+        .output()
+        .unwrap();
+    check(&o, "npm-pack.sh");
+    let platform = out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
+    let meta = out.join(format!("localagents-cli-{VERSION}.tgz"));
+    assert!(platform.is_file() && meta.is_file(), "{}", text(&o));
+    Packed { platform, meta }
+}
+
+/// `scripts/npm-lock.mjs TARBALLS OUT [--registry URL]`.
+fn lock(tarballs: &Path, out: &Path, registry: Option<&str>) -> std::process::Output {
+    let mut c = Command::new("node");
+    c.arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg(tarballs)
+        .arg(out);
+    if let Some(r) = registry {
+        c.args(["--registry", r]);
+    }
+    c.output().unwrap()
+}
+
+fn npm_cache_add(cache: &Path, tgz: &Path) {
+    let o = Command::new("npm")
+        .args(["cache", "add"])
+        .arg(tgz)
+        .env("npm_config_cache", cache)
+        .output()
+        .unwrap();
+    check(&o, "npm cache add");
+}
+
+/// A plugin checkout with the generated package files, published as the
+/// bare repository `gh/localagents/localagents.git` that `home`'s git
+/// config puts in place of GitHub's.
+struct Market {
+    tmp: tempfile::TempDir,
+    dir: PathBuf,
+    home: PathBuf,
+    cache: PathBuf,
+    data: PathBuf,
+    /// The registry the lockfile's URLs are on, when not npm's own: npm's
+    /// config names it (Claude Code takes an http link only on the
+    /// configured registry's host).
+    registry: Option<String>,
+}
+
+fn market(tarballs: &Path, registry: Option<&str>) -> Market {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap();
+    let (src, home, cache) = (dir.join("src"), dir.join("home"), dir.join("npm-cache"));
+    std::fs::create_dir_all(&home).unwrap();
+    clean_checkout(&src);
+    assert!(!src.join("target").exists() && !src.join("node_modules").exists());
+    let o = lock(tarballs, &src, registry);
+    check(&o, "npm-lock.mjs");
+    let git = |args: &[&str], cwd: &Path| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t.invalid",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(cwd)
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        check(&o, &format!("git {args:?}"));
+    };
+    git(&["init", "-q"], &src);
+    git(&["add", "-A"], &src);
+    git(&["commit", "-q", "-m", "plugin"], &src);
+    let gh = dir.join("gh/localagents");
+    std::fs::create_dir_all(&gh).unwrap();
+    git(
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            src.to_str().unwrap(),
+            "localagents.git",
+        ],
+        &gh,
+    );
+    std::fs::write(
+        home.join(".gitconfig"),
+        format!(
+            "[url \"file://{}/gh/\"]\n\tinsteadOf = https://github.com/\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let data = home.join(".claude/plugins/data/localagents-localagents");
+    Market {
+        tmp,
+        dir,
+        home,
+        cache,
+        data,
+        registry: registry.map(str::to_string),
+    }
+}
+
+impl Market {
+    fn claude(&self, path: &str) -> Command {
+        let mut c = claude_cmd(&self.home);
+        c.env("PATH", path).env("npm_config_cache", &self.cache);
+        if let Some(r) = &self.registry {
+            // npm retries a download that fails its integrity check after
+            // 10 s, then 60 s: once is enough here.
+            c.env("npm_config_registry", r)
+                .env("npm_config_fetch_retries", "0");
+        }
+        c
+    }
+
+    /// `claude plugin marketplace add localagents/localagents` + `claude
+    /// plugin install localagents@localagents`: the two outputs, the time
+    /// both took, and the plugin's install path.
+    fn install(&self, path: &str) -> (String, Duration, PathBuf) {
+        let t = Instant::now();
+        let add = self
+            .claude(path)
+            .args(["plugin", "marketplace", "add", "localagents/localagents"])
+            .output()
+            .unwrap();
+        check(&add, "marketplace add");
+        let inst = self
+            .claude(path)
+            .args(["plugin", "install", "localagents@localagents"])
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        check(&inst, "plugin install");
+        let list = self
+            .claude(path)
+            .args(["plugin", "list", "--json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&list.stdout).unwrap();
+        let entry = v
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["id"] == "localagents@localagents"))
+            .cloned()
+            .unwrap_or_else(|| panic!("not installed: {v}"));
+        assert!(
+            entry.get("readFromFolder").is_none_or(Value::is_null),
+            "a git marketplace runs from the cache copy: {entry}"
+        );
+        let root = PathBuf::from(entry["installPath"].as_str().unwrap());
+        (format!("{}{}", text(&add), text(&inst)), took, root)
+    }
+
+    /// The launcher as Claude Code runs it for the installed plugin.
+    fn launcher(&self, root: &Path, path: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(root.join("plugin/localagents"));
+        c.args(args)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.home)
+            .env("CLAUDE_PLUGIN_ROOT", root)
+            .env("CLAUDE_PLUGIN_DATA", &self.data)
+            .env("npm_config_cache", &self.cache)
+            .env("LOCALAGENTS_STATE_DIR", self.dir.join("state"))
+            .current_dir(&self.dir);
+        if let Some(r) = &self.registry {
+            // npm retries a download that fails its integrity check after
+            // 10 s, then 60 s: once is enough here.
+            c.env("npm_config_registry", r)
+                .env("npm_config_fetch_retries", "0");
+        }
+        c
+    }
+
+    /// `tools/list` through the launcher's `serve`, by rmcp's client: the
+    /// tool names and the time from spawn to the answer.
+    async fn tools(&self, root: &Path, path: &str, cfg: &Path) -> (Vec<String>, Duration) {
+        let std = self.launcher(root, path, &["serve"]);
+        let mut cmd = tokio::process::Command::from(std);
+        cmd.env("LOCALAGENTS_CONFIG", cfg);
+        let t = Instant::now();
+        let transport = TokioChildProcess::new(cmd.configure(|_| {})).expect("spawn the launcher");
+        let client = ().serve(transport).await.expect("initialize");
+        let mut names: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        let took = t.elapsed();
+        names.sort();
+        let _ = client.cancel().await;
+        (names, took)
+    }
+}
+
+fn installed_platforms(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("node_modules/@localagents"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn endpoint_config(dir: &Path, url: &str) -> PathBuf {
+    let cfg = dir.join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {url}\n    backend: llama.cpp\n"),
+    )
+    .unwrap();
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_installs_its_prebuilt_binary_with_no_rust() {
+    let packs = tempfile::tempdir().unwrap();
+    let packed = pack(packs.path(), &pack_bin());
+    let m = market(packs.path(), None);
+    npm_cache_add(&m.cache, &packed.platform);
+    let path = path_without(&m.dir.join("path"), &[]);
+
+    let (said, took, root) = m.install(&path);
+    eprintln!(
+        "figure: marketplace add + plugin install with the seeded cache: {:.2} s (package {} bytes)",
+        took.as_secs_f64(),
+        std::fs::metadata(&packed.platform).unwrap().len()
+    );
+    assert!(!said.contains("warning"), "{said}");
+    // Only this platform's package, the packed bytes.
+    assert_eq!(installed_platforms(&root), ["cli-linux-x64"]);
+    let bin = root.join("node_modules/@localagents/cli-linux-x64/bin/localagents");
+    assert_eq!(
+        std::fs::read(&bin).unwrap(),
+        std::fs::read(pack_bin()).unwrap()
+    );
+
+    let top = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "top-model".into(),
+        ..Default::default()
+    })
+    .await;
+    top.set_script(script::text("ok"));
+    let cfg = endpoint_config(&m.dir, top.url());
+    // The MCP server answers tools/list through the launcher.
+    let (names, first) = m.tools(&root, &path, &cfg).await;
+    eprintln!(
+        "figure: the first tools/list through the launcher: {:.0} ms",
+        first.as_secs_f64() * 1000.0
+    );
+    assert!(names.iter().any(|n| n == "run_agent"), "{names:?}");
+    // The SessionStart hook says nothing about building or installing.
+    let hook = m
+        .launcher(&root, &path, &["hook", "session-start"])
+        .env("LOCALAGENTS_CONFIG", &cfg)
+        .output()
+        .unwrap();
+    check(&hook, "hook session-start");
+    assert_eq!(String::from_utf8_lossy(&hook.stdout), "", "{}", text(&hook));
+    assert!(!m.data.join("build.log").exists() && !m.data.join("npm.log").exists());
+
+    // And a real session: Claude Code starts the MCP server through the
+    // launcher, and its SessionStart hook prints nothing.
+    let work = m.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let env: Vec<(String, String)> = vec![
+        ("PATH".into(), path.clone()),
+        ("ANTHROPIC_BASE_URL".into(), top.url().to_string()),
+        ("LOCALAGENTS_CONFIG".into(), cfg.display().to_string()),
+        (
+            "LOCALAGENTS_STATE_DIR".into(),
+            m.dir.join("state").display().to_string(),
+        ),
+        ("MCP_TIMEOUT".into(), "10000".into()),
+    ];
+    let run = claude::run(
+        claude::command(
+            &m.home,
+            &work,
+            &env,
+            &["--model", "top-model", "--include-hook-events"],
+            "hi",
+        ),
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(mcp_status(&run), "connected", "{}", run.stderr);
+    let hook_out: Vec<String> = run
+        .events
+        .iter()
+        .filter(|e| e["subtype"] == "hook_response" && e["hook_event"] == "SessionStart")
+        .map(|e| format!("{}{}", e["stdout"], e["output"]))
+        .collect();
+    assert_eq!(hook_out.len(), 1, "{:?}", run.events);
+    assert!(
+        !hook_out[0].contains("build") && !hook_out[0].contains("install"),
+        "{hook_out:?}"
+    );
+    drop(m.tmp);
+}
+
+/// A registry on loopback that serves `body` for every path, counting the
+/// requests.
+async fn registry(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let body = Arc::new(body);
+    let app = axum::Router::new().fallback(move || {
+        let (h, body) = (h.clone(), body.clone());
+        async move {
+            h.fetch_add(1, Ordering::SeqCst);
+            (
+                [("content-type", "application/octet-stream")],
+                body.as_ref().clone(),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, hits)
+}
+
+/// The linux-x64 package again, its binary replaced by a script.
+fn tampered(out: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = out.join("stage");
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let good = out
+        .parent()
+        .unwrap()
+        .join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
+    let pj = Command::new("tar")
+        .arg("-xzOf")
+        .arg(&good)
+        .arg("package/package.json")
+        .output()
+        .unwrap();
+    check(&pj, "tar");
+    std::fs::write(dir.join("package.json"), &pj.stdout).unwrap();
+    let exe = dir.join("bin/localagents");
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\necho 'localagents {VERSION}'\necho tampered >&2\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(out)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    check(&o, "npm pack");
+    out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_tarball_is_refused_and_the_launcher_says_so() {
+    let packs = tempfile::tempdir().unwrap();
+    let packed = pack(packs.path(), &pack_bin());
+    let bad_dir = packs.path().join("tampered");
+    std::fs::create_dir_all(&bad_dir).unwrap();
+    let bad = tampered(&bad_dir);
+    assert_ne!(
+        std::fs::read(&bad).unwrap(),
+        std::fs::read(&packed.platform).unwrap()
+    );
+    // The registry serves the tampered bytes at the lockfile's URL; the
+    // lockfile pins the packed ones.
+    let (url, hits) = registry(std::fs::read(&bad).unwrap()).await;
+    let m = market(packs.path(), Some(&url));
+    let path = path_without(&m.dir.join("path"), &[]);
+    let (said, _, root) = m.install(&path);
+    assert!(
+        hits.load(Ordering::SeqCst) >= 1,
+        "npm asked the registry: {said}"
+    );
+    // Refused: no package in the plugin (npm leaves an empty scope folder).
+    assert!(installed_platforms(&root).is_empty(), "{said}");
+    // serve: nothing to run; first contact tries npm again, which refuses
+    // the same bytes, and the launcher says so with its line.
+    let serve = m.launcher(&root, &path, &["serve"]).output().unwrap();
+    assert_eq!(serve.status.code(), Some(127), "{}", text(&serve));
+    let err = String::from_utf8_lossy(&serve.stderr);
+    assert!(
+        err.contains("the localagents binary is not installed") && err.contains("npm: see "),
+        "{err}"
+    );
+    let status = m.data.join("npm.status");
+    let t = Instant::now();
+    while !status.exists() {
+        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(m.data.join("npm.log")).unwrap();
+    // npm's own words for a download that is not the lockfile's sha512.
+    assert!(
+        log.contains("seems to be corrupted")
+            && log.contains("npm installed no localagents binary"),
+        "{log}"
+    );
+    assert_ne!(
+        std::fs::read_to_string(m.data.join("npm.status"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    let hook = m
+        .launcher(&root, &path, &["hook", "session-start"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&hook.stdout);
+    assert!(
+        line.contains("npm could not install the prebuilt binary")
+            && line.contains("cargo is not on PATH"),
+        "{line}"
+    );
+    assert!(!m.data.join("npm/node_modules").exists());
+
+    // The check bypassed: a lockfile that pins the tampered bytes installs
+    // them, and the launcher runs them.
+    let (url2, _) = registry(std::fs::read(&bad).unwrap()).await;
+    let m2 = market(&bad_dir, Some(&url2));
+    let (_, _, root2) = m2.install(&path);
+    assert_eq!(installed_platforms(&root2), ["cli-linux-x64"]);
+    let ran = m2.launcher(&root2, &path, &["--version"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&ran.stderr).contains("tampered"),
+        "{}",
+        text(&ran)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_npm_at_install_the_first_session_installs_it_into_plugin_data() {
+    let packs = tempfile::tempdir().unwrap();
+    let packed = pack(packs.path(), &pack_bin());
+    let m = market(packs.path(), None);
+    npm_cache_add(&m.cache, &packed.platform);
+    let no_npm = path_without(&m.dir.join("path-no-npm"), &["npm", "npx"]);
+    let (said, _, root) = m.install(&no_npm);
+    assert!(!root.join("node_modules").exists(), "{said}");
+    // Later npm is there: the first session start installs into
+    // ${CLAUDE_PLUGIN_DATA}/npm, in the background, and says so.
+    let path = path_without(&m.dir.join("path"), &[]);
+    let hook = m
+        .launcher(&root, &path, &["hook", "session-start"])
+        .output()
+        .unwrap();
+    check(&hook, "hook");
+    let line = String::from_utf8_lossy(&hook.stdout);
+    assert!(
+        line.contains("installing the prebuilt localagents binary with npm in the background"),
+        "{line}"
+    );
+    let status = m.data.join("npm.status");
+    let t = Instant::now();
+    while !status.exists() {
+        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(m.data.join("npm.log")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&status).unwrap().trim(),
+        "0",
+        "{log}"
+    );
+    let bin = m
+        .data
+        .join("npm/node_modules/@localagents/cli-linux-x64/bin/localagents");
+    assert!(bin.is_file(), "{log}");
+    // The MCP server now runs it, still with no cargo on PATH.
+    let cfg = endpoint_config(&m.dir, "http://127.0.0.1:9");
+    let (names, _) = m.tools(&root, &no_npm, &cfg).await;
+    assert!(names.iter().any(|n| n == "run_agent"), "{names:?}");
+    let v = m.launcher(&root, &no_npm, &["--version"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("localagents {VERSION}")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_waits_for_the_npm_install_it_starts() {
+    // No session start ran: the MCP server itself installs the binary and
+    // answers, within one start.
+    let packs = tempfile::tempdir().unwrap();
+    let packed = pack(packs.path(), &pack_bin());
+    let m = market(packs.path(), None);
+    npm_cache_add(&m.cache, &packed.platform);
+    let no_npm = path_without(&m.dir.join("path-no-npm"), &["npm", "npx"]);
+    let (_, _, root) = m.install(&no_npm);
+    assert!(!root.join("node_modules").exists());
+    let path = path_without(&m.dir.join("path"), &[]);
+    let cfg = endpoint_config(&m.dir, "http://127.0.0.1:9");
+    let (names, _) = m.tools(&root, &path, &cfg).await;
+    assert!(names.iter().any(|n| n == "run_agent"), "{names:?}");
+    assert_eq!(
+        std::fs::read_to_string(m.data.join("npm.status"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}
+
+#[test]
+fn a_global_install_gives_a_working_localagents() {
+    // What `npm install -g @localagents/cli` (and `npx -y`) give, from the
+    // packed tarballs, offline: the platform package and the meta package
+    // named together (the registry would resolve the meta's optional
+    // dependency itself).
+    let packs = tempfile::tempdir().unwrap();
+    let packed = pack(packs.path(), &pack_bin());
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, prefix) = (tmp.path().join("cache"), tmp.path().join("global"));
+    npm_cache_add(&cache, &packed.platform);
+    npm_cache_add(&cache, &packed.meta);
+    let o = Command::new("npm")
+        .args(["install", "-g", "--offline", "--no-audit", "--no-fund"])
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg(&packed.platform)
+        .arg(&packed.meta)
+        .env("npm_config_cache", &cache)
+        .output()
+        .unwrap();
+    check(&o, "npm install -g");
+    let exe = prefix.join("bin/localagents");
+    let v = Command::new(&exe).arg("--version").output().unwrap();
+    check(&v, "localagents --version");
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("localagents {VERSION}")
+    );
+    // The exit status comes through.
+    let bad = Command::new(&exe).arg("--no-such-flag").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    let mods = prefix.join("lib/node_modules/@localagents");
+    let mut got: Vec<String> = std::fs::read_dir(&mods)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["cli", "cli-linux-x64"]);
+}
+
+/// What a plugin package.json / package-lock.json pair must say for the
+/// crate `version`: the platform packages at that version, each lock entry
+/// at its registry URL with a sha512 integrity and its os/cpu.
+fn pins(pkg: &Value, lock: Option<&Value>, version: &str) -> Result<(), String> {
+    if pkg["private"] != true || pkg["version"] != version {
+        return Err(format!("package.json is not private at {version}: {pkg}"));
+    }
+    let deps = pkg["optionalDependencies"]
+        .as_object()
+        .ok_or("package.json has no optionalDependencies")?;
+    for (name, v) in deps {
+        let plat = name
+            .strip_prefix("@localagents/cli-")
+            .filter(|p| PLATFORMS.contains(p))
+            .ok_or(format!("{name} is not a platform package"))?;
+        if v != version {
+            return Err(format!("{name} is pinned at {v}, not {version}"));
+        }
+        let Some(lock) = lock else { continue };
+        if lock["version"] != version
+            || lock["packages"][""]["optionalDependencies"] != pkg["optionalDependencies"]
+        {
+            return Err(format!(
+                "package-lock.json's root is not package.json's at {version}"
+            ));
+        }
+        let e = &lock["packages"][format!("node_modules/{name}")];
+        let url = format!("https://registry.npmjs.org/{name}/-/cli-{plat}-{version}.tgz");
+        let (os, cpu) = plat.split_once('-').unwrap();
+        if e["version"] != version
+            || e["resolved"] != url.as_str()
+            || !e["integrity"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("sha512-"))
+            || e["os"] != serde_json::json!([os])
+            || e["cpu"] != serde_json::json!([cpu])
+            || e["optional"] != true
+        {
+            return Err(format!(
+                "the lock entry of {name} is not {url} with a sha512 integrity: {e}"
+            ));
+        }
+    }
+    if let Some(lock) = lock {
+        let n = lock["packages"].as_object().map_or(0, |p| p.len());
+        if n != deps.len() + 1 {
+            return Err(format!(
+                "package-lock.json has {n} entries for {} packages",
+                deps.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_committed_package_files_pin_the_crate_version() {
+    let read = |f: &str| -> Option<Value> {
+        std::fs::read(Path::new(ROOT).join(f))
+            .ok()
+            .map(|b| serde_json::from_slice(&b).unwrap_or_else(|e| panic!("{f}: {e}")))
+    };
+    let pkg = read("package.json").expect("the plugin's package.json");
+    // All four platforms, at the crate's version.
+    let mut names: Vec<&String> = pkg["optionalDependencies"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = PLATFORMS
+        .iter()
+        .map(|p| format!("@localagents/cli-{p}"))
+        .collect();
+    want.sort();
+    assert_eq!(names, want.iter().collect::<Vec<_>>());
+    // The lockfile comes with the first release (the release workflow
+    // commits it); when it is there, it pins this version.
+    let lock = read("package-lock.json");
+    pins(&pkg, lock.as_ref(), VERSION).unwrap();
+    // package.json is the generator's, byte for byte.
+    let generated = tempfile::tempdir().unwrap();
+    let o = Command::new("node")
+        .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg("--package-json")
+        .arg(generated.path())
+        .output()
+        .unwrap();
+    check(&o, "npm-lock.mjs --package-json");
+    assert_eq!(
+        std::fs::read_to_string(generated.path().join("package.json")).unwrap(),
+        std::fs::read_to_string(Path::new(ROOT).join("package.json")).unwrap(),
+        "package.json is not what `node scripts/npm-lock.mjs --package-json .` writes"
+    );
+    let ignored = Command::new("git")
+        .args(["check-ignore", "-q", "node_modules"])
+        .current_dir(ROOT)
+        .status()
+        .unwrap();
+    assert!(ignored.success(), "node_modules is in .gitignore");
+}
+
+#[test]
+fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
+    let packs = tempfile::tempdir().unwrap();
+    pack(packs.path(), &pack_bin());
+    let out = tempfile::tempdir().unwrap();
+    check(&lock(packs.path(), out.path(), None), "npm-lock.mjs");
+    let read = |f: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(out.path().join(f)).unwrap()).unwrap()
+    };
+    let (pkg, lockv) = (read("package.json"), read("package-lock.json"));
+    pins(&pkg, Some(&lockv), VERSION).unwrap();
+    // The integrity is the tarball's sha512.
+    let integrity = lockv["packages"]["node_modules/@localagents/cli-linux-x64"]["integrity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sha = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl dgst -sha512 -binary '{}' | base64 -w0",
+            packs
+                .path()
+                .join(format!("localagents-cli-linux-x64-{VERSION}.tgz"))
+                .display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        integrity,
+        format!("sha512-{}", String::from_utf8_lossy(&sha.stdout))
+    );
+    // A crate version bump with this lockfile: refused, naming it.
+    let err = pins(&pkg, Some(&lockv), "9.9.9").unwrap_err();
+    assert!(err.contains("9.9.9"), "{err}");
+    // --check: the files match their tarballs, and not once one changed.
+    let ok = Command::new("node")
+        .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg(packs.path())
+        .arg(out.path())
+        .arg("--check")
+        .output()
+        .unwrap();
+    check(&ok, "--check");
+    let mut l = lockv.clone();
+    l["packages"]["node_modules/@localagents/cli-linux-x64"]["integrity"] = "sha512-AAAA".into();
+    std::fs::write(out.path().join("package-lock.json"), l.to_string()).unwrap();
+    let bad = Command::new("node")
+        .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg(packs.path())
+        .arg(out.path())
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("the committed lockfile sha512-AAAA"),
+        "{}",
+        text(&bad)
+    );
+    // --all wants every platform.
+    let all = Command::new("node")
+        .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg(packs.path())
+        .arg(out.path())
+        .arg("--all")
+        .output()
+        .unwrap();
+    assert!(!all.status.success() && text(&all).contains("no tarball for linux-arm64"));
+}
+
+#[test]
+fn a_prebuilt_binary_of_another_version_is_passed_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap().join("plugin-root");
+    crate::plugin::launcher_copy(&root);
+    let exe = root.join("node_modules/@localagents/cli-linux-x64/bin/localagents");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    std::fs::write(
+        &exe,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'localagents 0.0.1'; exit 0; }\necho ran-the-old-one\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(root.join("plugin/localagents"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("CLAUDE_PLUGIN_ROOT", &root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran-the-old-one"));
+    assert!(
+        err.contains(&format!(
+            "Passed over: {} says 'localagents 0.0.1' to --version, not 'localagents {VERSION}'",
+            exe.display()
+        )),
+        "{err}"
+    );
+    // At the plugin's version it runs.
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'localagents {VERSION}'; exit 0; }}\necho ran-it\n"),
+    )
+    .unwrap();
+    let out = Command::new(root.join("plugin/localagents"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("CLAUDE_PLUGIN_ROOT", &root)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ran-it",
+        "{}",
+        text(&out)
+    );
+}
