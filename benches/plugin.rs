@@ -2,7 +2,8 @@
 //! jobs in the state dir, and `claude plugin install` time. Issue 12: the
 //! SessionStart hook's run time with the binary present, with a fresh cache
 //! (an endpoint found up minutes ago: no probe) and without one (a probe of
-//! a local fake llama.cpp that is up).
+//! a local fake llama.cpp that is up). Issue 22: the install with the
+//! prebuilt binary through npm, and the first `tools/list` after it.
 //!
 //! Run: `cargo bench --bench plugin`. Prints a Markdown table; `-- --markdown`
 //! prints only the README's table (scripts/bench-readme.sh pastes it between
@@ -296,6 +297,45 @@ fn main() {
     println!(
         "| `claude plugin install localagents@localagents` | {:.2} s | |",
         install_s
+    );
+    // Issue 22: the install a user without Rust gets. The release binary
+    // packed as the linux-x64 npm package, the plugin's lockfile generated
+    // from it, the npm cache seeded; `claude plugin marketplace add
+    // localagents/localagents` (git clones a local repository in place of
+    // GitHub's) + `install` with no cargo on PATH, then the first
+    // `tools/list` through the launcher. Fresh HOME each run.
+    let npm_runs = 3;
+    let packs = tmp.path().join("npm-packs");
+    let packed = support::plugin_install::pack(&packs, &support::plugin_install::pack_bin());
+    let size = std::fs::metadata(&packed.platform).unwrap().len();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut installs, mut lists) = (Vec::new(), Vec::new());
+    for _ in 0..npm_runs {
+        let m = support::plugin_install::market(&packs, None);
+        support::plugin_install::npm_cache_add(&m.cache, &packed.platform);
+        let path = support::plugin_install::path_without(&m.dir.join("path"), &[]);
+        let (_, took, root) = m.install(&path);
+        assert!(
+            root.join("node_modules/@localagents/cli-linux-x64/bin/localagents")
+                .is_file()
+        );
+        let cfg = support::plugin_install::endpoint_config(&m.dir, "http://127.0.0.1:9");
+        let (names, first) = rt.block_on(m.tools(&root, &path, &cfg));
+        assert!(names.iter().any(|n| n == "run_agent"));
+        installs.push(took.as_secs_f64());
+        lists.push(first.as_secs_f64() * 1000.0);
+    }
+    installs.sort_by(f64::total_cmp);
+    lists.sort_by(f64::total_cmp);
+    println!(
+        "| no Rust: `marketplace add localagents/localagents` + `install`, prebuilt binary from a seeded npm cache (linux-x64 package {:.1} MB), median of {npm_runs} | {:.2} s (max {:.2} s) | < 10 s |",
+        size as f64 / 1e6,
+        installs[npm_runs / 2],
+        installs[npm_runs - 1]
+    );
+    println!(
+        "| then the first `tools/list` through the launcher, median of {npm_runs} | {:.0} ms | |",
+        lists[npm_runs / 2]
     );
     if mode == Mode::Full {
         println!("\n{reported} jobs reported by the hook in all, 5 a prompt at most");

@@ -97,12 +97,8 @@ async fn installed() -> Installed {
         .args(["plugin", "list", "--json"])
         .output()
         .unwrap();
-    let v: Value = serde_json::from_slice(&list.stdout).unwrap();
-    let entry = v
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["id"] == "localagents@localagents"))
-        .cloned()
-        .unwrap_or_else(|| panic!("not installed: {v}"));
+    let entry = crate::support::plugin_install::installed_entry(&list.stdout)
+        .unwrap_or_else(|| panic!("not installed: {}", String::from_utf8_lossy(&list.stdout)));
     let plugin_root = PathBuf::from(
         entry["readFromFolder"]
             .as_str()

@@ -9,22 +9,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub(crate) use crate::support::plugin_install::{claude_cmd, clean_checkout};
 use crate::support::script::{self, Reply};
 use crate::support::{claude, fake_llama};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const TOOL: &str = "mcp__plugin_localagents_localagents__";
-
-pub(crate) fn claude_cmd(home: &Path) -> Command {
-    let mut c = Command::new(claude::binary());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
-    c
-}
 
 #[test]
 fn plugin_validates_strictly_and_versions_match() {
@@ -50,29 +41,6 @@ fn plugin_validates_strictly_and_versions_match() {
         "plugin.json and Cargo.toml versions"
     );
     assert_eq!(manifest["name"], "localagents");
-}
-
-/// A checkout as a fresh clone has it: the files git knows, no `target/`.
-pub(crate) fn clean_checkout(dest: &Path) {
-    let out = Command::new("git")
-        .args([
-            "ls-files",
-            "-z",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-        ])
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    for rel in out.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let rel = std::str::from_utf8(rel).unwrap();
-        let (from, to) = (Path::new(ROOT).join(rel), dest.join(rel));
-        if from.is_file() {
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::copy(&from, &to).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -146,16 +114,8 @@ fn setup_writes_config_and_registers_the_plugin_idempotently() {
         .args(["plugin", "list", "--json"])
         .output()
         .unwrap();
-    let v: Value = serde_json::from_slice(&list.stdout).unwrap();
-    let entry = v
-        .as_array()
-        .and_then(|a| {
-            a.iter()
-                .find(|p| p.to_string().contains("localagents@localagents"))
-        })
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(entry["enabled"], true, "{v}");
+    let entry = crate::support::plugin_install::installed_entry(&list.stdout).unwrap_or_default();
+    assert_eq!(entry["enabled"], true, "{entry}");
     eprintln!("localagents setup (config + marketplace add + install) took {took:?}");
 }
 

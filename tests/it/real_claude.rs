@@ -61,13 +61,7 @@ fn start_shim(cfg: &Path, state: &Path, model: &str) -> ShimProc {
 }
 
 fn config_for(dir: &Path, url: &str) -> std::path::PathBuf {
-    let cfg = dir.join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  box:\n    base_url: {url}\n    backend: llama.cpp\n"),
-    )
-    .unwrap();
-    cfg
+    crate::support::plugin_install::endpoint_config(dir, url)
 }
 
 fn session_env(url: &str, served: &str, window: u64) -> Vec<(String, String)> {

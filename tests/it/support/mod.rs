@@ -10,6 +10,7 @@ pub mod fake_swap;
 pub mod fake_vllm;
 pub mod git;
 pub mod net;
+pub mod plugin_install;
 pub mod route;
 pub mod script;
 pub mod stats;

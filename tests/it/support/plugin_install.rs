@@ -1,0 +1,343 @@
+//! Installing the plugin as a user does, with the real Claude Code CLI in a
+//! temporary HOME (issue 22): a clean copy of the checkout, the npm
+//! packages `scripts/npm-pack.sh` packs, the lockfile
+//! `scripts/npm-lock.mjs` generates, and a marketplace added the way a user
+//! adds it, `claude plugin marketplace add localagents/localagents`: git,
+//! told by the temporary HOME's `.gitconfig` (`url.<file>.insteadOf
+//! https://github.com/`), clones a local bare repository instead. (A
+//! marketplace in a local folder would not do: Claude Code runs such a
+//! plugin from the folder itself, while its npm install goes to the cache
+//! copy, so node_modules is never where the plugin runs.) Nothing is
+//! published: the npm cache is seeded with `npm cache add`, or a local
+//! registry serves the tarball. Shared by tests/it/npm.rs and the plugin
+//! bench.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub fn claude_cmd(home: &Path) -> Command {
+    let mut c = Command::new(super::claude::binary());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    c
+}
+
+/// A checkout as a fresh clone has it: the files git knows, no `target/`.
+pub fn clean_checkout(dest: &Path) {
+    let out = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    for rel in out.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let rel = std::str::from_utf8(rel).unwrap();
+        let (from, to) = (Path::new(ROOT).join(rel), dest.join(rel));
+        if from.is_file() {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+}
+
+/// The binary to pack: the release build scripts/test.sh names
+/// (`LOCALAGENTS_PACK_BIN`, the one .ci/run builds), else this build's.
+pub fn pack_bin() -> PathBuf {
+    std::env::var_os("LOCALAGENTS_PACK_BIN")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(BIN))
+}
+
+pub fn check(o: &std::process::Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A PATH of symlinks to every program in /usr/bin and /bin but those
+/// named in `without` (and never cargo, rustup or localagents).
+pub fn path_without(dir: &Path, without: &[&str]) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for sys in ["/usr/bin", "/bin"] {
+        let Ok(rd) = std::fs::read_dir(sys) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if without.contains(&name.as_str())
+                || ["cargo", "rustup", "rustc", "localagents"].contains(&name.as_str())
+            {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(e.path(), dir.join(&name));
+        }
+    }
+    dir.display().to_string()
+}
+
+/// The tarballs of one pack: the linux-x64 package and the meta package.
+pub struct Packed {
+    pub platform: PathBuf,
+    pub meta: PathBuf,
+}
+
+pub fn pack(out: &Path, bin: &Path) -> Packed {
+    let o = Command::new(format!("{ROOT}/scripts/npm-pack.sh"))
+        .arg(out)
+        .arg(format!("linux-x64={}", bin.display()))
+        .output()
+        .unwrap();
+    check(&o, "npm-pack.sh");
+    let platform = out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
+    let meta = out.join(format!("localagents-cli-{VERSION}.tgz"));
+    assert!(platform.is_file() && meta.is_file(), "{}", text(&o));
+    Packed { platform, meta }
+}
+
+/// `scripts/npm-lock.mjs TARBALLS OUT [--registry URL]`.
+pub fn lock(tarballs: &Path, out: &Path, registry: Option<&str>) -> std::process::Output {
+    let mut c = Command::new("node");
+    c.arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+        .arg(tarballs)
+        .arg(out);
+    if let Some(r) = registry {
+        c.args(["--registry", r]);
+    }
+    c.output().unwrap()
+}
+
+pub fn npm_cache_add(cache: &Path, tgz: &Path) {
+    let o = Command::new("npm")
+        .args(["cache", "add"])
+        .arg(tgz)
+        .env("npm_config_cache", cache)
+        .output()
+        .unwrap();
+    check(&o, "npm cache add");
+}
+
+/// A plugin checkout with the generated package files, published as the
+/// bare repository `gh/localagents/localagents.git` that `home`'s git
+/// config puts in place of GitHub's.
+pub struct Market {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub cache: PathBuf,
+    pub data: PathBuf,
+    /// The registry the lockfile's URLs are on, when not npm's own: npm's
+    /// config names it (Claude Code takes an http link only on the
+    /// configured registry's host).
+    pub registry: Option<String>,
+}
+
+pub fn market(tarballs: &Path, registry: Option<&str>) -> Market {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap();
+    let (src, home, cache) = (dir.join("src"), dir.join("home"), dir.join("npm-cache"));
+    std::fs::create_dir_all(&home).unwrap();
+    clean_checkout(&src);
+    assert!(!src.join("target").exists() && !src.join("node_modules").exists());
+    let o = lock(tarballs, &src, registry);
+    check(&o, "npm-lock.mjs");
+    let git = |args: &[&str], cwd: &Path| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t.invalid",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(cwd)
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        check(&o, &format!("git {args:?}"));
+    };
+    git(&["init", "-q"], &src);
+    git(&["add", "-A"], &src);
+    git(&["commit", "-q", "-m", "plugin"], &src);
+    let gh = dir.join("gh/localagents");
+    std::fs::create_dir_all(&gh).unwrap();
+    git(
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            src.to_str().unwrap(),
+            "localagents.git",
+        ],
+        &gh,
+    );
+    std::fs::write(
+        home.join(".gitconfig"),
+        format!(
+            "[url \"file://{}/gh/\"]\n\tinsteadOf = https://github.com/\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let data = home.join(".claude/plugins/data/localagents-localagents");
+    Market {
+        tmp,
+        dir,
+        home,
+        cache,
+        data,
+        registry: registry.map(str::to_string),
+    }
+}
+
+impl Market {
+    pub fn claude(&self, path: &str) -> Command {
+        let mut c = claude_cmd(&self.home);
+        c.env("PATH", path).env("npm_config_cache", &self.cache);
+        if let Some(r) = &self.registry {
+            // npm retries a download that fails its integrity check after
+            // 10 s, then 60 s: once is enough here.
+            c.env("npm_config_registry", r)
+                .env("npm_config_fetch_retries", "0");
+        }
+        c
+    }
+
+    /// `claude plugin marketplace add localagents/localagents` + `claude
+    /// plugin install localagents@localagents`: the two outputs, the time
+    /// both took, and the plugin's install path.
+    pub fn install(&self, path: &str) -> (String, Duration, PathBuf) {
+        let t = Instant::now();
+        let add = self
+            .claude(path)
+            .args(["plugin", "marketplace", "add", "localagents/localagents"])
+            .output()
+            .unwrap();
+        check(&add, "marketplace add");
+        let inst = self
+            .claude(path)
+            .args(["plugin", "install", "localagents@localagents"])
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        check(&inst, "plugin install");
+        let list = self
+            .claude(path)
+            .args(["plugin", "list", "--json"])
+            .output()
+            .unwrap();
+        let entry = installed_entry(&list.stdout)
+            .unwrap_or_else(|| panic!("not installed: {}", text(&list)));
+        assert!(
+            entry.get("readFromFolder").is_none_or(Value::is_null),
+            "a git marketplace runs from the cache copy: {entry}"
+        );
+        let root = PathBuf::from(entry["installPath"].as_str().unwrap());
+        (format!("{}{}", text(&add), text(&inst)), took, root)
+    }
+
+    /// The launcher as Claude Code runs it for the installed plugin.
+    pub fn launcher(&self, root: &Path, path: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(root.join("plugin/localagents"));
+        c.args(args)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.home)
+            .env("CLAUDE_PLUGIN_ROOT", root)
+            .env("CLAUDE_PLUGIN_DATA", &self.data)
+            .env("npm_config_cache", &self.cache)
+            .env("LOCALAGENTS_STATE_DIR", self.dir.join("state"))
+            .current_dir(&self.dir);
+        if let Some(r) = &self.registry {
+            // npm retries a download that fails its integrity check after
+            // 10 s, then 60 s: once is enough here.
+            c.env("npm_config_registry", r)
+                .env("npm_config_fetch_retries", "0");
+        }
+        c
+    }
+
+    /// `tools/list` through the launcher's `serve`, by rmcp's client: the
+    /// tool names and the time from spawn to the answer.
+    pub async fn tools(&self, root: &Path, path: &str, cfg: &Path) -> (Vec<String>, Duration) {
+        let std = self.launcher(root, path, &["serve"]);
+        let mut cmd = tokio::process::Command::from(std);
+        cmd.env("LOCALAGENTS_CONFIG", cfg);
+        let t = Instant::now();
+        let transport = TokioChildProcess::new(cmd.configure(|_| {})).expect("spawn the launcher");
+        let client = ().serve(transport).await.expect("initialize");
+        let mut names: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        let took = t.elapsed();
+        names.sort();
+        let _ = client.cancel().await;
+        (names, took)
+    }
+}
+
+pub fn installed_platforms(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("node_modules/@localagents"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The `localagents@localagents` entry of `claude plugin list --json`.
+pub fn installed_entry(list_json: &[u8]) -> Option<Value> {
+    let v: Value = serde_json::from_slice(list_json).ok()?;
+    v.as_array()?
+        .iter()
+        .find(|p| p["id"] == "localagents@localagents")
+        .cloned()
+}
+
+/// A models.yaml with one llama.cpp endpoint `box` at `url`.
+pub fn endpoint_config(dir: &Path, url: &str) -> PathBuf {
+    let cfg = dir.join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {url}\n    backend: llama.cpp\n"),
+    )
+    .unwrap();
+    cfg
+}
