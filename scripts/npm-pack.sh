@@ -10,9 +10,11 @@
 # must say `localagents VERSION` to --version. Prints the tarballs' paths.
 # npm pack writes fixed mtimes, so the same binary packs to the same bytes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/npm-pack.sh OUT_DIR PLATFORM=BINARY ...}
+here=$PWD
+abs() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$here/$1" ;; esac; }
+out=$(abs "${1:?usage: scripts/npm-pack.sh OUT_DIR PLATFORM=BINARY ...}")
 shift
+cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "npm-pack: name at least one PLATFORM=BINARY" >&2; exit 2; }
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' Cargo.toml | head -n 1)
 [ -n "$version" ] || { echo "npm-pack: no version in Cargo.toml" >&2; exit 1; }
@@ -34,7 +36,7 @@ pack() {
 
 for arg in "$@"; do
   plat=${arg%%=*}
-  bin=${arg#*=}
+  bin=$(abs "${arg#*=}")
   case $plat in
     linux-x64) os=linux cpu=x64 what="Linux x64 (static, musl)" ;;
     linux-arm64) os=linux cpu=arm64 what="Linux arm64 (static, musl)" ;;

@@ -7,6 +7,7 @@
 "use strict";
 
 const { spawn } = require("node:child_process");
+const os = require("node:os");
 
 const PLATFORMS = {
   "linux x64": "linux-x64",
@@ -39,16 +40,24 @@ try {
 }
 
 const child = spawn(bin, process.argv.slice(2), { stdio: "inherit" });
-// A signal to this process goes to the binary; it decides how to end.
-for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+// Ctrl-C in a terminal reaches the whole process group, the binary too:
+// this process only keeps living until the binary decides how to end
+// (forwarding it would make one Ctrl-C two). SIGTERM and SIGHUP, sent to
+// this process alone, are passed on.
+process.on("SIGINT", () => {});
+for (const sig of ["SIGTERM", "SIGHUP"]) {
   process.on(sig, () => child.kill(sig));
 }
 child.on("error", (e) => fail(`cannot run ${bin}: ${e.message}`));
 child.on("exit", (code, signal) => {
   if (signal !== null) {
+    // End the way the binary ended; where node will not die of that
+    // signal, the shell's convention: 128 + its number.
     process.removeAllListeners(signal);
-    process.kill(process.pid, signal);
-    return;
+    try {
+      process.kill(process.pid, signal);
+    } catch {}
+    process.exit(128 + (os.constants.signals[signal] ?? 0));
   }
   process.exit(code === null ? 1 : code);
 });

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::first_contact::mcp_status;
 use crate::support::plugin_install::{
     check, endpoint_config, installed_platforms, lock, market, npm_cache_add, pack, pack_bin,
-    path_without, text,
+    pack_with, path_without, text,
 };
 use crate::support::{claude, fake_llama, script};
 
@@ -25,8 +25,9 @@ const PLATFORMS: [&str; 4] = ["linux-x64", "linux-arm64", "darwin-x64", "darwin-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_installs_its_prebuilt_binary_with_no_rust() {
+    // A lockfile that pins all four platforms, as a release's does.
     let packs = tempfile::tempdir().unwrap();
-    let packed = pack(packs.path(), &pack_bin());
+    let packed = pack_with(packs.path(), &pack_bin(), true);
     let m = market(packs.path(), None);
     npm_cache_add(&m.cache, &packed.platform);
     let path = path_without(&m.dir.join("path"), &[]);
@@ -38,7 +39,15 @@ async fn the_plugin_installs_its_prebuilt_binary_with_no_rust() {
         std::fs::metadata(&packed.platform).unwrap().len()
     );
     assert!(!said.contains("warning"), "{said}");
-    // Only this platform's package, the packed bytes.
+    // The lockfile pins four; only this platform's package is installed,
+    // the packed bytes.
+    let pinned = std::fs::read_to_string(root.join("package-lock.json")).unwrap();
+    for p in PLATFORMS {
+        assert!(
+            pinned.contains(&format!("node_modules/@localagents/cli-{p}\"")),
+            "{pinned}"
+        );
+    }
     assert_eq!(installed_platforms(&root), ["cli-linux-x64"]);
     let bin = root.join("node_modules/@localagents/cli-linux-x64/bin/localagents");
     assert_eq!(
@@ -228,6 +237,26 @@ async fn a_tampered_tarball_is_refused_and_the_launcher_says_so() {
         "{line}"
     );
     assert!(!m.data.join("npm/node_modules").exists());
+    // A failure counts for the lockfile it tried: a plugin update with
+    // another lockfile is tried again.
+    let lockfile = root.join("package-lock.json");
+    let mut changed = std::fs::read_to_string(&lockfile).unwrap();
+    changed.push('\n');
+    std::fs::write(&lockfile, changed).unwrap();
+    let again = m
+        .launcher(&root, &path, &["hook", "session-start"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        line.contains("installing the prebuilt localagents binary with npm in the background"),
+        "{line}"
+    );
+    let t = Instant::now();
+    while m.data.join("npm.lock").exists() || !status.exists() {
+        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // The check bypassed: a lockfile that pins the tampered bytes installs
     // them, and the launcher runs them.
@@ -478,7 +507,7 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
     let sha = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "openssl dgst -sha512 -binary '{}' | base64 -w0",
+            "set -e; openssl dgst -sha512 -binary '{}' | openssl base64 -A",
             packs
                 .path()
                 .join(format!("localagents-cli-linux-x64-{VERSION}.tgz"))
@@ -486,6 +515,7 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
         ))
         .output()
         .unwrap();
+    check(&sha, "openssl");
     assert_eq!(
         integrity,
         format!("sha512-{}", String::from_utf8_lossy(&sha.stdout))

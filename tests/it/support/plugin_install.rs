@@ -34,7 +34,11 @@ pub fn claude_cmd(home: &Path) -> Command {
     c
 }
 
-/// A checkout as a fresh clone has it: the files git knows, no `target/`.
+/// A checkout as a fresh clone has it: the files git knows, no `target/`,
+/// but never `package-lock.json`: a released one pins packages on the real
+/// registry, which a test must not fetch (and with it, every first-contact
+/// test would take the npm route). The npm tests write their own
+/// (`market`).
 pub fn clean_checkout(dest: &Path) {
     let out = Command::new("git")
         .args([
@@ -49,6 +53,9 @@ pub fn clean_checkout(dest: &Path) {
         .unwrap();
     for rel in out.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let rel = std::str::from_utf8(rel).unwrap();
+        if rel == "package-lock.json" {
+            continue;
+        }
         let (from, to) = (Path::new(ROOT).join(rel), dest.join(rel));
         if from.is_file() {
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -111,11 +118,30 @@ pub struct Packed {
 }
 
 pub fn pack(out: &Path, bin: &Path) -> Packed {
-    let o = Command::new(format!("{ROOT}/scripts/npm-pack.sh"))
-        .arg(out)
-        .arg(format!("linux-x64={}", bin.display()))
-        .output()
-        .unwrap();
+    pack_with(out, bin, false)
+}
+
+/// `pack`, and with `all`, the other three platforms too, each with a
+/// stand-in binary (a script; npm-pack.sh runs only this host's binary),
+/// so the lockfile pins four packages as a release's does.
+pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Command::new(format!("{ROOT}/scripts/npm-pack.sh"));
+    c.arg(out).arg(format!("linux-x64={}", bin.display()));
+    if all {
+        std::fs::create_dir_all(out).unwrap();
+        for p in ["linux-arm64", "darwin-x64", "darwin-arm64"] {
+            let stub = out.join(format!("stub-{p}"));
+            std::fs::write(
+                &stub,
+                format!("#!/bin/sh\necho 'not for this machine: {p}'\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+            c.arg(format!("{p}={}", stub.display()));
+        }
+    }
+    let o = c.output().unwrap();
     check(&o, "npm-pack.sh");
     let platform = out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
     let meta = out.join(format!("localagents-cli-{VERSION}.tgz"));
@@ -223,7 +249,9 @@ pub fn market(tarballs: &Path, registry: Option<&str>) -> Market {
 impl Market {
     pub fn claude(&self, path: &str) -> Command {
         let mut c = claude_cmd(&self.home);
-        c.env("PATH", path).env("npm_config_cache", &self.cache);
+        c.env("PATH", path)
+            .env("npm_config_cache", &self.cache)
+            .env("npm_config_update_notifier", "false");
         if let Some(r) = &self.registry {
             // npm retries a download that fails its integrity check after
             // 10 s, then 60 s: once is enough here.
@@ -276,6 +304,7 @@ impl Market {
             .env("CLAUDE_PLUGIN_ROOT", root)
             .env("CLAUDE_PLUGIN_DATA", &self.data)
             .env("npm_config_cache", &self.cache)
+            .env("npm_config_update_notifier", "false")
             .env("LOCALAGENTS_STATE_DIR", self.dir.join("state"))
             .current_dir(&self.dir);
         if let Some(r) = &self.registry {
