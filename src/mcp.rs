@@ -68,7 +68,7 @@ pub struct RunAgentParams {
     /// Project directory to work in (default: the current project).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// `none` (work in the tree) or `worktree` (a fresh git worktree on branch local-agent/<job>, kept only if it changed).
+    /// `none` (work in the tree) or `worktree` (a fresh git worktree on branch `local-agent/<job>`, kept only if it changed).
     #[serde(default)]
     #[schemars(with = "Option<Isolation>")]
     pub isolation: Option<String>,

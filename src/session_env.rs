@@ -1,9 +1,8 @@
 //! The environment that points a Claude Code session at a shim.
 //!
-//! Shared by the standalone shim (which prints it) and, later, the job
-//! runner (which sets it on the delegate). Each variable is in
-//! shared/reference/claude-code.md; the reasons are repeated here because
-//! every one of them was learned from a failure.
+//! Shared by the standalone shim (which prints it) and the job runner
+//! (which sets it on the delegate). Each variable's reason is given beside
+//! it, because every one of them was learned from a failure.
 
 /// Below this window Claude Code needs a smaller output budget: its
 /// auto-compact threshold is window minus max output, which would otherwise

@@ -612,8 +612,7 @@ pub async fn bringup(
         .stdin(Stdio::null())
         .stdout(f)
         .stderr(f2);
-    #[cfg(unix)]
-    c.process_group(0);
+    crate::process::new_group(&mut c);
     let mut child = c.spawn()?;
     writeln!(
         out,

@@ -141,7 +141,7 @@ pub struct RunCmd {
     /// Project directory (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
-    /// Work in a fresh git worktree on branch local-agent/<job>.
+    /// Work in a fresh git worktree on branch `local-agent/<job>`.
     #[arg(long)]
     pub worktree: bool,
     /// Turn limit.
@@ -304,7 +304,7 @@ pub struct ShimArgs {
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// Serve at the bare URL, without the unguessable /j/<token> prefix (for a fixed local setup).
+    /// Serve at the bare URL, without the unguessable `/j/<token>` prefix (for a fixed local setup).
     #[arg(long)]
     pub no_token: bool,
     /// Write the `claude --settings` JSON to stdout and exit (needs --port and --no-token, so the URL stays valid).

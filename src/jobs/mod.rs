@@ -572,6 +572,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_job_summary_key_set_is_pinned() {
+        // A job that has just been queued: every key a client may rely on
+        // is there (null when unknown); the rest appear only when they say
+        // something (kind beside agent, a load, acceptance, a batch, a
+        // review, model faults, an outcome, a model note). The README's
+        // "MCP tools" section says the same.
+        let rec: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": "20261201-000000-00000000", "task": "t", "model": "m",
+            "served_id": "m", "endpoint": "box", "base_url": "http://127.0.0.1:9",
+            "cwd": "/tmp", "origin_cwd": "/tmp", "isolation": "none",
+            "status": "queued", "created": "2026-12-01T00:00:00Z", "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [], "files_changed": [], "log_dir": "/tmp/l",
+            "permission_mode": "acceptEdits", "max_turns": 10, "timeout_s": 60,
+            "allowed_tools": [], "disallowed_tools": [], "owner_pid": 1
+        }))
+        .unwrap();
+        let v = serde_json::to_value(rec.summary()).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "id",
+                "status",
+                "model",
+                "endpoint",
+                "isolation",
+                "cwd",
+                "elapsed_s",
+                "num_turns",
+                "tool_calls",
+                "files_changed",
+                "files_touched",
+                "last_activity",
+                "result",
+                "error",
+                "log_dir",
+                "worktree",
+                "queued",
+                "metrics",
+                "first_turn",
+                "usage_local",
+                "equivalent_usd",
+                "reference_model",
+            ]
+        );
+    }
+
+    #[test]
     fn ids_are_sortable_and_validated() {
         let a = new_id().unwrap();
         assert!(valid_id(&a), "{a}");

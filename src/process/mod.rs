@@ -12,6 +12,7 @@
 //! [`Identity::is_current`] compares both before any signal. Liveness
 //! checks are signal 0 or `/proc`; reading a record never signals anything.
 
+#![allow(clippy::disallowed_methods)] // this module owns groups and signals
 use std::time::Duration;
 
 pub mod guard;
@@ -44,6 +45,15 @@ impl std::ops::DerefMut for Guarded {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut *self.child
     }
+}
+
+/// Make `cmd`'s process the leader of a new process group, detached from
+/// ours (a Ctrl-C at our terminal does not reach it). For a program that
+/// is meant to outlive the command that started it: a `bring_up` command
+/// the user configured.
+pub fn new_group(cmd: &mut tokio::process::Command) {
+    #[cfg(unix)]
+    cmd.process_group(0);
 }
 
 /// Spawn `program args` under a job guard that leads a new process group.

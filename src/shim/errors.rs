@@ -334,7 +334,7 @@ pub fn translate(
 
 /// A server that is loading the model right now: llama.cpp's 503
 /// "Loading model" (a router without autoload, or an instance still
-/// starting) and llama-swap's 503 "[id] process is not ready". The shim
+/// starting) and llama-swap's 503 "\[id\] process is not ready". The shim
 /// waits such an answer out instead of passing it on.
 pub fn loading(status: u16, body: &Value) -> bool {
     if status != 503 {

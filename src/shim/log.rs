@@ -107,10 +107,6 @@ impl RequestLog {
         &self.dir
     }
 
-    pub fn dumps(&self) -> bool {
-        self.dump
-    }
-
     fn write_line(&self, which: usize, name: &str, line: &[u8]) {
         let Ok(mut files) = self.files.lock() else {
             return;

@@ -266,15 +266,35 @@ async fn register_endpoint_takes_no_key_and_nothing_is_sent() {
             "{text}"
         );
     }
-    c.cancel().await.unwrap();
-    let seen = seen.lock().unwrap().join("\n");
-    assert!(
-        !seen.contains("the-secret-value") && !seen.to_lowercase().contains("authorization"),
-        "{seen}"
-    );
     assert!(
         !tmp.path().join("models.local.yaml").exists(),
         "nothing was written"
+    );
+    assert!(seen.lock().unwrap().is_empty(), "nothing was sent");
+    // The positive control: the same listener does see what a register
+    // sends (so the checks below could fail), and what it sees carries no
+    // key.
+    let r = c
+        .call_tool(
+            CallToolRequestParams::new("register_endpoint").with_arguments(
+                json!({"name": "plain", "base_url": url})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{:?}", r.content);
+    c.cancel().await.unwrap();
+    let seen = seen.lock().unwrap().join("\n");
+    assert!(
+        seen.contains("GET /"),
+        "the listener saw the register's probe: {seen:?}"
+    );
+    assert!(
+        !seen.contains("the-secret-value") && !seen.to_lowercase().contains("authorization"),
+        "{seen}"
     );
 }
 
