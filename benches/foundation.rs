@@ -2,7 +2,7 @@
 //! endpoint; MCP cold start to the `tools/list` answer; idle RSS of `serve`.
 //!
 //! Run: `cargo bench --bench foundation`. Prints a Markdown table;
-//! `-- --markdown` prints only the README's table (scripts/bench-readme.sh
+//! `-- --markdown` prints only the docs/benchmarks.md table (scripts/bench-readme.sh
 //! pastes it between the `<!-- bench:foundation -->` markers).
 //!
 //! `-- --smoke` (run by `.ci/run`): only the cold start, 10 runs; fails on a

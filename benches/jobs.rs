@@ -4,7 +4,7 @@
 //! (scripts/install-claude.sh, or LOCALAGENTS_CLAUDE).
 //!
 //! Run: `cargo bench --bench jobs`. Prints a Markdown table; `-- --markdown`
-//! prints only the README's table (scripts/bench-readme.sh pastes it between
+//! prints only the docs/benchmarks.md table (scripts/bench-readme.sh pastes it between
 //! the `<!-- bench:jobs -->` markers). No smoke mode: it needs Claude Code.
 
 #[path = "../tests/it/support/mod.rs"]

@@ -6,7 +6,7 @@
 //! prebuilt binary through npm, and the first `tools/list` after it.
 //!
 //! Run: `cargo bench --bench plugin`. Prints a Markdown table; `-- --markdown`
-//! prints only the README's table (scripts/bench-readme.sh pastes it between
+//! prints only the docs/benchmarks.md table (scripts/bench-readme.sh pastes it between
 //! the `<!-- bench:plugin -->` markers).
 //!
 //! `-- --smoke` (run by `.ci/run`): only the hook, 20 runs, no Claude Code

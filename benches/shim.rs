@@ -3,7 +3,7 @@
 //! peak memory per in-flight request of a `localagents shim` process.
 //!
 //! Run: `cargo bench --bench shim`. Prints a Markdown table; `-- --markdown`
-//! prints only the README's table (scripts/bench-readme.sh pastes it between
+//! prints only the docs/benchmarks.md table (scripts/bench-readme.sh pastes it between
 //! the `<!-- bench:shim -->` markers).
 //!
 //! `-- --smoke` (run by `.ci/run`): only the non-streaming request, 200 runs,

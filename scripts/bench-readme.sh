@@ -1,19 +1,21 @@
 #!/usr/bin/env sh
-# Regenerate the README's Performance tables from the benches, in one step:
-# runs `cargo bench --bench NAME -- --markdown` for each NAME (default:
-# foundation shim jobs plugin repair), then replaces what stands between
-# `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` in README.md with that
-# output. README.md is only written once every bench has run. The jobs and
-# plugin benches run the pinned Claude Code CLI (installed here if needed).
+# Regenerate the benchmark tables of docs/benchmarks.md from the benches, in
+# one step: runs `cargo bench --bench NAME -- --markdown` for each NAME
+# (default: foundation shim jobs plugin repair), then replaces what stands
+# between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` in
+# docs/benchmarks.md with that output. The file is only written once every
+# bench has run. The jobs and plugin benches run the pinned Claude Code CLI
+# (installed here if needed).
 #
-#   scripts/bench-readme.sh              # all four (a few minutes)
+#   scripts/bench-readme.sh              # all five (a few minutes)
 #   scripts/bench-readme.sh shim         # just the shim table
 set -eu
 cd "$(dirname "$0")/.."
+doc=docs/benchmarks.md
 [ "$#" -gt 0 ] || set -- foundation shim jobs plugin repair
 for name in "$@"; do
-  grep -qx "<!-- bench:$name -->" README.md && grep -qx "<!-- /bench:$name -->" README.md ||
-    { echo "bench-readme: README.md has no <!-- bench:$name --> ... <!-- /bench:$name --> block" >&2; exit 1; }
+  grep -qx "<!-- bench:$name -->" "$doc" && grep -qx "<!-- /bench:$name -->" "$doc" ||
+    { echo "bench-readme: $doc has no <!-- bench:$name --> ... <!-- /bench:$name --> block" >&2; exit 1; }
 done
 LOCALAGENTS_CLAUDE="${LOCALAGENTS_CLAUDE:-$(scripts/install-claude.sh)}"
 export LOCALAGENTS_CLAUDE
@@ -27,7 +29,7 @@ for name in "$@"; do
   cat "$tmp/$name.md"
 done
 
-cp README.md "$tmp/README.md"
+cp "$doc" "$tmp/doc.md"
 for name in "$@"; do
   awk -v name="$name" -v file="$tmp/$name.md" '
     $0 == "<!-- bench:" name " -->" {
@@ -37,8 +39,8 @@ for name in "$@"; do
     }
     $0 == "<!-- /bench:" name " -->" { skip = 0 }
     !skip { print }
-  ' "$tmp/README.md" >"$tmp/README.next"
-  mv "$tmp/README.next" "$tmp/README.md"
+  ' "$tmp/doc.md" >"$tmp/doc.next"
+  mv "$tmp/doc.next" "$tmp/doc.md"
 done
-cp "$tmp/README.md" README.md
-echo "bench-readme: README.md updated ($*); review with git diff README.md" >&2
+cp "$tmp/doc.md" "$doc"
+echo "bench-readme: $doc updated ($*); review with git diff $doc" >&2

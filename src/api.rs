@@ -870,8 +870,13 @@ pub async fn local_review(
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let r = review::parse(&c, cut);
-    if let Some(dir) = &dir {
-        let _ = r.save(dir);
+    if let Some(dir) = &dir
+        && let Err(e) = r.save(dir)
+    {
+        tracing::error!(
+            "cannot keep the review with its job in {}: {e}",
+            dir.display()
+        );
     }
     Ok(r)
 }

@@ -559,6 +559,12 @@ impl Server {
     }
 }
 
+/// Every tool this server offers, as `tools/list` lists them (sorted by
+/// name). docs/reference/mcp-tools.md is generated from it.
+pub fn tools() -> Vec<rmcp::model::Tool> {
+    Server::tool_router().list_all()
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {

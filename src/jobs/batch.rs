@@ -177,7 +177,7 @@ impl Manager {
         let out = rec.clone();
         tokio::spawn(async move {
             let rec = me.run_batch(rec, targets, args, cancel, progress).await;
-            let _ = me.store.save(&rec);
+            me.store.save_or_log(&rec);
             me.untrack(&rec.id, &done);
         });
         Ok(out)

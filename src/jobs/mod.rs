@@ -477,6 +477,24 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::save`] where the job goes on whatever happens (a progress
+    /// note, a step of a running job): a failed write is not dropped but
+    /// logged, with the record's path and the reason (a full disk, a
+    /// read-only state dir), and false is returned for the caller to keep.
+    pub fn save_or_log(&self, rec: &JobRecord) -> bool {
+        match self.save(rec) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    "cannot write the record of job {} ({}/job.json): {e}; the job goes on, but what it did may be missing from its record",
+                    rec.id,
+                    self.root.join(&rec.id).display()
+                );
+                false
+            }
+        }
+    }
+
     /// Load a record as stored, without the lost check.
     pub fn load_raw(&self, id: &str) -> Result<JobRecord, JobError> {
         let dir = self.dir(id)?;
@@ -507,7 +525,7 @@ impl Store {
                 rec.owner_pid,
             ));
             rec.finished.get_or_insert_with(crate::shim::log::now_ts);
-            let _ = self.save(&rec);
+            self.save_or_log(&rec);
         }
         Ok(rec)
     }
@@ -532,7 +550,7 @@ impl Store {
                 reaped.push(id.clone());
             }
             rec.reaped = true;
-            let _ = self.save(&rec);
+            self.save_or_log(&rec);
         }
         reaped
     }
@@ -576,8 +594,8 @@ mod tests {
         // A job that has just been queued: every key a client may rely on
         // is there (null when unknown); the rest appear only when they say
         // something (kind beside agent, a load, acceptance, a batch, a
-        // review, model faults, an outcome, a model note). The README's
-        // "MCP tools" section says the same.
+        // review, model faults, an outcome, a model note). docs/guide.md's
+        // MCP tools section says the same.
         let rec: JobRecord = serde_json::from_value(serde_json::json!({
             "id": "20261201-000000-00000000", "task": "t", "model": "m",
             "served_id": "m", "endpoint": "box", "base_url": "http://127.0.0.1:9",

@@ -5,7 +5,7 @@
 //! sentence), so it is tested without a `claude` process.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -112,7 +112,27 @@ pub fn outcome(
     }
 }
 
+/// The job's end: its status, its error (when there is one), when it
+/// finished and how long it took since `started`.
+fn finish(rec: &mut JobRecord, status: Status, error: Option<String>, started: Instant) {
+    rec.status = status;
+    if error.is_some() {
+        rec.error = error;
+    }
+    rec.finished = Some(now_ts());
+    rec.elapsed_s = Some(started.elapsed().as_secs_f64());
+}
+
 impl Manager {
+    /// A job that fails before its session starts (a load, the shim):
+    /// finished as failed with `why`, saved, and no longer active on its
+    /// endpoint.
+    fn fail_before_session(&self, rec: &mut JobRecord, why: String, started: Instant) {
+        finish(rec, Status::Failed, Some(why), started);
+        self.store.save_or_log(rec);
+        self.unmark_active(&rec.endpoint, &rec.id);
+    }
+
     pub(super) async fn run(
         &self,
         job: Job,
@@ -123,106 +143,14 @@ impl Manager {
         let dir = rec.log_dir.clone();
         let started = Instant::now();
         let shared = self.mark_active(&rec.endpoint, &rec.id);
-        let finish = |rec: &mut JobRecord, status: Status, error: Option<String>| {
-            rec.status = status;
-            if error.is_some() {
-                rec.error = error;
-            }
-            rec.finished = Some(now_ts());
-            rec.elapsed_s = Some(started.elapsed().as_secs_f64());
-        };
 
-        // A model that a router has not loaded (or a sleeping server): load
-        // or wake it first, then take the real window from the instance.
-        let state = job
-            .target
-            .probe
-            .models
-            .iter()
-            .find(|m| m.id == rec.served_id)
-            .and_then(|m| m.state.clone());
-        if let Some(need) = probe::load::need(job.target.probe.kind.as_deref(), state.as_deref()) {
-            let verb = match need {
-                probe::load::Need::Load => "loading",
-                probe::load::Need::Wake => "waking the server for",
-            };
-            rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
-            let _ = self.store.save(&rec);
-            let swap = job.target.probe.kind.as_deref() == Some("llama-swap");
-            match probe::load::ready(
-                &job.target.endpoint,
-                &rec.served_id,
-                need,
-                swap,
-                job.load_timeout,
-            )
-            .await
-            {
-                Ok(took) => {
-                    rec.load_note = Some(match need {
-                        probe::load::Need::Load => {
-                            format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
-                        }
-                        probe::load::Need::Wake => {
-                            format!("woke the server in {:.1} s", took.as_secs_f64())
-                        }
-                    });
-                    probe::invalidate();
-                    let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
-                    if let Some(c) = now
-                        .models
-                        .iter()
-                        .find(|m| m.id == rec.served_id)
-                        .and_then(|m| m.context)
-                    {
-                        rec.context = Some(c);
-                    }
-                    let _ = self.store.save(&rec);
-                }
-                Err(e) => {
-                    finish(&mut rec, Status::Failed, Some(e));
-                    let _ = self.store.save(&rec);
-                    self.unmark_active(&rec.endpoint, &rec.id);
-                    return;
-                }
-            }
+        if let Err(e) = self.load_model(&job, &mut rec).await {
+            return self.fail_before_session(&mut rec, e, started);
         }
 
-        let shim = match self.shim().await {
-            Ok(s) => s,
-            Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!("cannot start the shim on 127.0.0.1 ({e})")),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
-            }
-        };
-        let reg = match shim.register(Route {
-            label: rec.id.clone(),
-            endpoint: job.target.endpoint.clone(),
-            backend: job.target.backend,
-            served_id: rec.served_id.clone(),
-            window: rec.context,
-            log: RequestLog::new(&dir, job.dump),
-            idle_timeout: job.idle,
-            first_byte_timeout: crate::shim::first_byte_timeout(job.first_byte_s, rec.context),
-            guard: crate::shim::Guard::new(job.policy),
-        }) {
+        let reg = match self.open_route(&job, &rec).await {
             Ok(r) => r,
-            Err(e) => {
-                finish(
-                    &mut rec,
-                    Status::Failed,
-                    Some(format!("cannot register the job with the shim ({e})")),
-                );
-                let _ = self.store.save(&rec);
-                self.unmark_active(&rec.endpoint, &rec.id);
-                return;
-            }
+            Err(e) => return self.fail_before_session(&mut rec, e, started),
         };
 
         // Server state before: the probe that resolved the model (at most a
@@ -270,108 +198,45 @@ impl Manager {
             && end.result.is_some()
             && reg.route.guard.fatal().is_none()
         {
-            let (env, env_remove) = runner::over_clean_env(
-                vec![("LOCALAGENTS_JOB".into(), rec.id.clone())],
-                job.target.endpoint.api_key_env.as_deref(),
-            );
-            let mut round = 0;
-            loop {
-                round += 1;
-                rec.last_activity = Some(format!("acceptance round {round}: {command}"));
-                let _ = self.store.save(&rec);
-                let _ = progress.send(Progress {
-                    items: None,
-                    turns: reg.route.log.messages(),
-                    tool_calls: rec.tool_calls,
-                    last_activity: rec.last_activity.clone().unwrap_or_default(),
-                    tokens: reg.route.log.tokens(),
-                    acceptance_round: Some(round),
-                });
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let spec = accept::Spec {
-                    command: &command,
-                    cwd: &rec.cwd,
-                    output: dir.join("acceptance.txt"),
-                    env_remove: &env_remove,
-                    env: &env,
-                    timeout: job.acceptance_timeout.min(left),
-                    cancel_marker: dir.join("cancel_requested"),
-                };
-                let run = match accept::run_once(&spec, round, &mut cancel).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        end.refused = Some(format!(
-                            "cannot run the acceptance command `{command}` ({e})"
-                        ));
-                        end.stop = Some(Status::Failed);
-                        break;
-                    }
-                };
-                let job_deadline_hit = run.stopped == Some(accept::Stop::Timeout)
-                    && tokio::time::Instant::now() >= deadline;
-                rec.acceptance = Some(accept::Acceptance {
-                    command: command.clone(),
-                    passed: run.exit_code == Some(0),
-                    exit_code: run.exit_code,
-                    rounds: round,
-                    output_tail: run.output_tail,
-                    elapsed_s: run.elapsed.as_secs_f64(),
-                    stopped: run.stopped.map(|s| match s {
-                        accept::Stop::Timeout => format!(
-                            "timed out after {:.0} s (defaults.acceptance_timeout_s)",
-                            run.elapsed.as_secs_f64()
-                        ),
-                        accept::Stop::Cancelled => "cancelled".into(),
-                    }),
-                });
-                let _ = self.store.save(&rec);
-                match run.stopped {
-                    Some(accept::Stop::Cancelled) => {
-                        end.stop = Some(Status::Cancelled);
-                        break;
-                    }
-                    Some(accept::Stop::Timeout) if job_deadline_hit => {
-                        end.stop = Some(Status::Timeout);
-                        break;
-                    }
-                    _ => {}
-                }
-                let passed = rec.acceptance.as_ref().is_some_and(|a| a.passed);
-                if passed || round > job.fix_rounds || rec.session_id.is_none() {
-                    break;
-                }
-                let brief = rec
-                    .acceptance
-                    .as_ref()
-                    .map(accept::fix_brief)
-                    .unwrap_or_default();
-                let session = rec.session_id.clone();
-                let fix = self
-                    .session(
-                        &job,
-                        &mut rec,
-                        &reg,
-                        &brief,
-                        session,
-                        deadline,
-                        &mut cancel,
-                        &progress,
-                    )
-                    .await;
-                // Keep the first report if the fix round says nothing.
-                let keep = end.result.take();
-                end = SessionEnd {
-                    result: fix.result.or(keep),
-                    ..fix
-                };
-                // A fix session that ended on a failure no retry can mend
-                // (stuck, a template or grammar): no more rounds.
-                if end.stop.is_some() || reg.route.guard.fatal().is_some() {
-                    break;
-                }
-            }
+            end = self
+                .acceptance_rounds(
+                    &job,
+                    &mut rec,
+                    &reg,
+                    &command,
+                    end,
+                    deadline,
+                    &mut cancel,
+                    &progress,
+                )
+                .await;
         }
 
+        self.finalize(&job, &mut rec, &reg, end, snap_before, &shared, started)
+            .await;
+        self.store.save_or_log(&rec);
+        self.unmark_active(&rec.endpoint, &rec.id);
+        drop(reg);
+    }
+
+    /// The job's end: the outcome (the acceptance command decides over the
+    /// delegate's word, a fatal answer over both), what changed in the
+    /// tree, the figures from the request log and the server's counters,
+    /// then the record finished as that status.
+    #[allow(clippy::too_many_arguments)]
+    async fn finalize(
+        &self,
+        job: &Job,
+        rec: &mut JobRecord,
+        reg: &crate::shim::Registration,
+        end: SessionEnd,
+        snap_before: Option<worktree::Snapshot>,
+        shared: &AtomicBool,
+        started: Instant,
+    ) {
+        let dir = rec.log_dir.clone();
+        let before = &job.target.probe;
+        let slots_at_start = before.slots;
         // Outcome.
         let SessionEnd {
             stop,
@@ -455,15 +320,204 @@ impl Manager {
             status = Status::Failed;
             error = Some(why);
         }
-        finish(&mut rec, status, error);
+        finish(rec, status, error, started);
         rec.last_activity = Some(format!(
             "{} after {:.0}s",
             status.as_str(),
             started.elapsed().as_secs_f64()
         ));
-        let _ = self.store.save(&rec);
-        self.unmark_active(&rec.endpoint, &rec.id);
-        drop(reg);
+    }
+
+    /// A model that a router has not loaded (or a sleeping server): load
+    /// or wake it first, then take the real window from the instance. The
+    /// error is the job's.
+    async fn load_model(&self, job: &Job, rec: &mut JobRecord) -> Result<(), String> {
+        let state = job
+            .target
+            .probe
+            .models
+            .iter()
+            .find(|m| m.id == rec.served_id)
+            .and_then(|m| m.state.clone());
+        if let Some(need) = probe::load::need(job.target.probe.kind.as_deref(), state.as_deref()) {
+            let verb = match need {
+                probe::load::Need::Load => "loading",
+                probe::load::Need::Wake => "waking the server for",
+            };
+            rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
+            self.store.save_or_log(rec);
+            let swap = job.target.probe.kind.as_deref() == Some("llama-swap");
+            match probe::load::ready(
+                &job.target.endpoint,
+                &rec.served_id,
+                need,
+                swap,
+                job.load_timeout,
+            )
+            .await
+            {
+                Ok(took) => {
+                    rec.load_note = Some(match need {
+                        probe::load::Need::Load => {
+                            format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
+                        }
+                        probe::load::Need::Wake => {
+                            format!("woke the server in {:.1} s", took.as_secs_f64())
+                        }
+                    });
+                    probe::invalidate();
+                    let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
+                    if let Some(c) = now
+                        .models
+                        .iter()
+                        .find(|m| m.id == rec.served_id)
+                        .and_then(|m| m.context)
+                    {
+                        rec.context = Some(c);
+                    }
+                    self.store.save_or_log(rec);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+
+        Ok(())
+    }
+
+    /// The job's route through the shim: its log, its timeouts and its
+    /// guard. The error is the job's.
+    async fn open_route(
+        &self,
+        job: &Job,
+        rec: &JobRecord,
+    ) -> Result<crate::shim::Registration, String> {
+        let shim = self
+            .shim()
+            .await
+            .map_err(|e| format!("cannot start the shim on 127.0.0.1 ({e})"))?;
+        shim.register(Route {
+            label: rec.id.clone(),
+            endpoint: job.target.endpoint.clone(),
+            backend: job.target.backend,
+            served_id: rec.served_id.clone(),
+            window: rec.context,
+            log: RequestLog::new(&rec.log_dir, job.dump),
+            idle_timeout: job.idle,
+            first_byte_timeout: crate::shim::first_byte_timeout(job.first_byte_s, rec.context),
+            guard: crate::shim::Guard::new(job.policy),
+        })
+        .map_err(|e| format!("cannot register the job with the shim ({e})"))
+    }
+
+    /// The acceptance rounds: run the command; while it fails and rounds
+    /// remain, resume the session with a fix brief. Returns how the last
+    /// session ended (a stop, when the command was cancelled or hit the
+    /// job's deadline).
+    #[allow(clippy::too_many_arguments)]
+    async fn acceptance_rounds(
+        &self,
+        job: &Job,
+        rec: &mut JobRecord,
+        reg: &crate::shim::Registration,
+        command: &str,
+        mut end: SessionEnd,
+        deadline: tokio::time::Instant,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> SessionEnd {
+        let dir = rec.log_dir.clone();
+        let (env, env_remove) = runner::over_clean_env(
+            vec![("LOCALAGENTS_JOB".into(), rec.id.clone())],
+            job.target.endpoint.api_key_env.as_deref(),
+        );
+        let mut round = 0;
+        loop {
+            round += 1;
+            rec.last_activity = Some(format!("acceptance round {round}: {command}"));
+            self.store.save_or_log(rec);
+            let _ = progress.send(Progress {
+                items: None,
+                turns: reg.route.log.messages(),
+                tool_calls: rec.tool_calls,
+                last_activity: rec.last_activity.clone().unwrap_or_default(),
+                tokens: reg.route.log.tokens(),
+                acceptance_round: Some(round),
+            });
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let spec = accept::Spec {
+                command,
+                cwd: &rec.cwd,
+                output: dir.join("acceptance.txt"),
+                env_remove: &env_remove,
+                env: &env,
+                timeout: job.acceptance_timeout.min(left),
+                cancel_marker: dir.join("cancel_requested"),
+            };
+            let run = match accept::run_once(&spec, round, cancel).await {
+                Ok(r) => r,
+                Err(e) => {
+                    end.refused = Some(format!(
+                        "cannot run the acceptance command `{command}` ({e})"
+                    ));
+                    end.stop = Some(Status::Failed);
+                    break;
+                }
+            };
+            let job_deadline_hit = run.stopped == Some(accept::Stop::Timeout)
+                && tokio::time::Instant::now() >= deadline;
+            rec.acceptance = Some(accept::Acceptance {
+                command: command.to_string(),
+                passed: run.exit_code == Some(0),
+                exit_code: run.exit_code,
+                rounds: round,
+                output_tail: run.output_tail,
+                elapsed_s: run.elapsed.as_secs_f64(),
+                stopped: run.stopped.map(|s| match s {
+                    accept::Stop::Timeout => format!(
+                        "timed out after {:.0} s (defaults.acceptance_timeout_s)",
+                        run.elapsed.as_secs_f64()
+                    ),
+                    accept::Stop::Cancelled => "cancelled".into(),
+                }),
+            });
+            self.store.save_or_log(rec);
+            match run.stopped {
+                Some(accept::Stop::Cancelled) => {
+                    end.stop = Some(Status::Cancelled);
+                    break;
+                }
+                Some(accept::Stop::Timeout) if job_deadline_hit => {
+                    end.stop = Some(Status::Timeout);
+                    break;
+                }
+                _ => {}
+            }
+            let passed = rec.acceptance.as_ref().is_some_and(|a| a.passed);
+            if passed || round > job.fix_rounds || rec.session_id.is_none() {
+                break;
+            }
+            let brief = rec
+                .acceptance
+                .as_ref()
+                .map(accept::fix_brief)
+                .unwrap_or_default();
+            let session = rec.session_id.clone();
+            let fix = self
+                .session(job, rec, reg, &brief, session, deadline, cancel, progress)
+                .await;
+            // Keep the first report if the fix round says nothing.
+            let keep = end.result.take();
+            end = SessionEnd {
+                result: fix.result.or(keep),
+                ..fix
+            };
+            // A fix session that ended on a failure no retry can mend
+            // (stuck, a template or grammar): no more rounds.
+            if end.stop.is_some() || reg.route.guard.fatal().is_some() {
+                break;
+            }
+        }
+        end
     }
 
     /// One delegate session: start claude (fresh, or resuming `resume`)
@@ -532,7 +586,7 @@ impl Manager {
         rec.status = Status::Running;
         rec.started.get_or_insert_with(now_ts);
         rec.last_activity = Some("starting claude".into());
-        let _ = self.store.save(rec);
+        self.store.save_or_log(rec);
 
         let stdout = child.stdout().take();
         let stderr = child.stderr().take();
@@ -615,7 +669,7 @@ impl Manager {
                         break;
                     }
                     if dirty {
-                        let _ = self.store.save(rec);
+                        self.store.save_or_log(rec);
                         dirty = false;
                     }
                 }

@@ -22,7 +22,7 @@
 //!
 //! On macOS there is no subreaper: the guard still ends the delegate's
 //! process group on lifeline EOF, but a command that left its group is
-//! found only while it is still a descendant (documented in the README).
+//! found only while it is still a descendant (documented in docs/guide.md).
 //!
 //! The guard runs before any runtime or logging is set up (see `main`), so
 //! it stays a single thread that only polls, reaps and signals.

@@ -56,6 +56,21 @@ pub fn new_group(cmd: &mut tokio::process::Command) {
     cmd.process_group(0);
 }
 
+/// This program, to start again as a job's guard. A `cargo install` (or
+/// a plugin update) while `serve` runs replaces the file: its path then
+/// names nothing, or another version. On Linux `/proc/self/exe` is still
+/// the running binary, so the guard is always this version.
+fn self_exe() -> std::io::Result<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        let proc_exe = std::path::Path::new("/proc/self/exe");
+        if proc_exe.exists() {
+            return Ok(proc_exe.to_path_buf());
+        }
+    }
+    std::env::current_exe()
+}
+
 /// Spawn `program args` under a job guard that leads a new process group.
 /// The guard's stdin is the lifeline: keep the returned value for as long
 /// as the job runs. `configure` sets cwd, env (inherited by the program)
@@ -65,7 +80,7 @@ pub fn spawn_guarded(
     args: &[String],
     configure: impl FnOnce(&mut tokio::process::Command),
 ) -> std::io::Result<Guarded> {
-    let exe = std::env::current_exe()?;
+    let exe = self_exe()?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg(guard::ARG).arg(program).args(args);
     configure(&mut cmd);

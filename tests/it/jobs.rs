@@ -990,3 +990,39 @@ async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
     }
     assert_eq!(status, "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
+    // `cargo install` (or a plugin update) while `serve` runs replaces the
+    // binary's file. The job guard is this binary started again: it must
+    // still start, as the running version.
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::text("done"));
+    let e = env_for(fake.url());
+    git_init(&e.work);
+    let copy = e.home.join("bin/localagents");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_localagents"), &copy).unwrap();
+    let cmd = tokio::process::Command::new(&copy).configure(|c| {
+        c.arg("--config")
+            .arg(&e.cfg)
+            .arg("--state-dir")
+            .arg(&e.state)
+            .arg("serve")
+            .env("HOME", &e.home)
+            .env("LOCALAGENTS_CLAUDE", claude::binary())
+            .env_remove("XDG_CONFIG_HOME")
+            .current_dir(&e.work);
+    });
+    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say done.", "model": "gemma-3-270m", "wait_s": 60}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    c.cancel().await.unwrap();
+}

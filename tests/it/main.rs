@@ -6,6 +6,7 @@ mod accept;
 mod bad_input;
 mod cli;
 mod config;
+mod docs;
 mod eval;
 mod faults;
 mod first_contact;

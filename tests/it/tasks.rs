@@ -1,6 +1,6 @@
 //! Jobs as MCP tasks (issue 13), with the real Claude Code CLI 2.1.328 as
 //! the MCP client. What the CLI does (found with a probe server, see the
-//! README's client notes): only an interactive session on protocol
+//! docs/guide.md's client notes): only an interactive session on protocol
 //! 2026-07-28 offers the tasks extension; `-p` never does. So:
 //! - interactive: run_agent answers with a task, Claude Code polls
 //!   `tasks/get`, and the job's result reaches the top-level model as a
