@@ -112,6 +112,23 @@ pub fn outcome(
     }
 }
 
+/// What a running job's progress says now: its turns and tokens from the
+/// request log, its tool calls and last activity from the record.
+fn progress_of(
+    rec: &JobRecord,
+    reg: &crate::shim::Registration,
+    acceptance_round: Option<u32>,
+) -> Progress {
+    Progress {
+        items: None,
+        turns: reg.route.log.messages(),
+        tool_calls: rec.tool_calls,
+        last_activity: rec.last_activity.clone().unwrap_or_default(),
+        tokens: reg.route.log.tokens(),
+        acceptance_round,
+    }
+}
+
 /// The job's end: its status, its error (when there is one), when it
 /// finished and how long it took since `started`.
 fn finish(rec: &mut JobRecord, status: Status, error: Option<String>, started: Instant) {
@@ -435,14 +452,7 @@ impl Manager {
             round += 1;
             rec.last_activity = Some(format!("acceptance round {round}: {command}"));
             self.store.save_or_log(rec);
-            let _ = progress.send(Progress {
-                items: None,
-                turns: reg.route.log.messages(),
-                tool_calls: rec.tool_calls,
-                last_activity: rec.last_activity.clone().unwrap_or_default(),
-                tokens: reg.route.log.tokens(),
-                acceptance_round: Some(round),
-            });
+            let _ = progress.send(progress_of(rec, reg, Some(round)));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let spec = accept::Spec {
                 command,
@@ -646,14 +656,7 @@ impl Manager {
                     if let Some(a) = info.last_activity { rec.last_activity = Some(a); }
                     if let Some(r) = info.result { result = Some(r); }
                     dirty = true;
-                    let _ = progress.send(Progress {
-                    items: None,
-                        turns: reg.route.log.messages(),
-                        tool_calls: rec.tool_calls,
-                        last_activity: rec.last_activity.clone().unwrap_or_default(),
-                        tokens: reg.route.log.tokens(),
-                        acceptance_round: None,
-                    });
+                    let _ = progress.send(progress_of(rec, reg, None));
                 }
                 _ = cancel.changed() => {
                     stop = Some(Status::Cancelled);

@@ -135,10 +135,19 @@ pub(crate) async fn serve(
     e: &Env,
     claude_bin: Option<&Path>,
 ) -> RunningService<rmcp::RoleClient, ()> {
+    serve_from(e, Path::new(env!("CARGO_BIN_EXE_localagents")), claude_bin).await
+}
+
+/// `serve` started from the localagents binary `localagents`.
+pub(crate) async fn serve_from(
+    e: &Env,
+    localagents: &Path,
+    claude_bin: Option<&Path>,
+) -> RunningService<rmcp::RoleClient, ()> {
     let bin = claude_bin
         .map(Path::to_path_buf)
         .unwrap_or_else(claude::binary);
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
+    let cmd = tokio::process::Command::new(localagents).configure(|c| {
         c.arg("--config")
             .arg(&e.cfg)
             .arg("--state-dir")
@@ -1003,18 +1012,7 @@ async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
     let copy = e.home.join("bin/localagents");
     std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_localagents"), &copy).unwrap();
-    let cmd = tokio::process::Command::new(&copy).configure(|c| {
-        c.arg("--config")
-            .arg(&e.cfg)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("serve")
-            .env("HOME", &e.home)
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .env_remove("XDG_CONFIG_HOME")
-            .current_dir(&e.work);
-    });
-    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let c = serve_from(&e, &copy, None).await;
     std::fs::remove_file(&copy).unwrap();
     let (err, v) = call(
         &c,

@@ -23,6 +23,16 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const PLATFORMS: [&str; 4] = ["linux-x64", "linux-arm64", "darwin-x64", "darwin-arm64"];
 
+/// Wait until the launcher's npm install in the plugin data dir `data`
+/// has ended: its lock is gone and its status written (120 s at most).
+fn npm_ended(data: &Path) {
+    let t = Instant::now();
+    while data.join("npm.lock").exists() || !data.join("npm.status").exists() {
+        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_installs_its_prebuilt_binary_with_no_rust() {
     // A lockfile that pins all four platforms, as a release's does.
@@ -207,12 +217,7 @@ async fn a_tampered_tarball_is_refused_and_the_launcher_says_so() {
         err.contains("the localagents binary is not installed") && err.contains("npm: see "),
         "{err}"
     );
-    let status = m.data.join("npm.status");
-    let t = Instant::now();
-    while !status.exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    npm_ended(&m.data);
     let log = std::fs::read_to_string(m.data.join("npm.log")).unwrap();
     // npm's own words for a download that is not the lockfile's sha512.
     assert!(
@@ -252,11 +257,7 @@ async fn a_tampered_tarball_is_refused_and_the_launcher_says_so() {
         line.contains("installing the prebuilt localagents binary with npm in the background"),
         "{line}"
     );
-    let t = Instant::now();
-    while m.data.join("npm.lock").exists() || !status.exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    npm_ended(&m.data);
 
     // The check bypassed: a lockfile that pins the tampered bytes installs
     // them, and the launcher runs them.
@@ -295,11 +296,7 @@ async fn without_npm_at_install_the_first_session_installs_it_into_plugin_data()
         "{line}"
     );
     let status = m.data.join("npm.status");
-    let t = Instant::now();
-    while !status.exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    npm_ended(&m.data);
     let log = std::fs::read_to_string(m.data.join("npm.log")).unwrap();
     assert_eq!(
         std::fs::read_to_string(&status).unwrap().trim(),
