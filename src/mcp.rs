@@ -725,8 +725,7 @@ mod tests {
 
     /// The schema text of one tool (description and parameters).
     fn tool_text(name: &str) -> String {
-        let tool = Server::tool_router()
-            .list_all()
+        let tool = tools()
             .into_iter()
             .find(|t| t.name == name)
             .unwrap_or_else(|| panic!("no tool {name}"));

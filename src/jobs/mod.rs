@@ -480,18 +480,14 @@ impl Store {
     /// [`Store::save`] where the job goes on whatever happens (a progress
     /// note, a step of a running job): a failed write is not dropped but
     /// logged, with the record's path and the reason (a full disk, a
-    /// read-only state dir), and false is returned for the caller to keep.
-    pub fn save_or_log(&self, rec: &JobRecord) -> bool {
-        match self.save(rec) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(
-                    "cannot write the record of job {} ({}/job.json): {e}; the job goes on, but what it did may be missing from its record",
-                    rec.id,
-                    self.root.join(&rec.id).display()
-                );
-                false
-            }
+    /// read-only state dir).
+    pub fn save_or_log(&self, rec: &JobRecord) {
+        if let Err(e) = self.save(rec) {
+            tracing::error!(
+                "cannot write the record of job {} ({}/job.json): {e}; the job goes on, but what it did may be missing from its record",
+                rec.id,
+                self.root.join(&rec.id).display()
+            );
         }
     }
 

@@ -364,40 +364,34 @@ impl Manager {
             rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
             self.store.save_or_log(rec);
             let swap = job.target.probe.kind.as_deref() == Some("llama-swap");
-            match probe::load::ready(
+            let took = probe::load::ready(
                 &job.target.endpoint,
                 &rec.served_id,
                 need,
                 swap,
                 job.load_timeout,
             )
-            .await
-            {
-                Ok(took) => {
-                    rec.load_note = Some(match need {
-                        probe::load::Need::Load => {
-                            format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
-                        }
-                        probe::load::Need::Wake => {
-                            format!("woke the server in {:.1} s", took.as_secs_f64())
-                        }
-                    });
-                    probe::invalidate();
-                    let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
-                    if let Some(c) = now
-                        .models
-                        .iter()
-                        .find(|m| m.id == rec.served_id)
-                        .and_then(|m| m.context)
-                    {
-                        rec.context = Some(c);
-                    }
-                    self.store.save_or_log(rec);
+            .await?;
+            rec.load_note = Some(match need {
+                probe::load::Need::Load => {
+                    format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
                 }
-                Err(e) => return Err(e),
+                probe::load::Need::Wake => {
+                    format!("woke the server in {:.1} s", took.as_secs_f64())
+                }
+            });
+            probe::invalidate();
+            let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
+            if let Some(c) = now
+                .models
+                .iter()
+                .find(|m| m.id == rec.served_id)
+                .and_then(|m| m.context)
+            {
+                rec.context = Some(c);
             }
+            self.store.save_or_log(rec);
         }
-
         Ok(())
     }
 
