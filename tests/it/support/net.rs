@@ -3,11 +3,17 @@
 
 use std::net::SocketAddr;
 
-/// A loopback port with nothing listening (bound, then released).
+/// A loopback port with nothing listening: 9 (discard). A port bound and
+/// released again is handed out by the kernel as an ephemeral port soon
+/// after, and a test running beside this one may then listen there (seen:
+/// a 404 from another test's fake instead of a refusal). Port 9 is below
+/// the ephemeral range and no test listens on it.
 pub fn refused_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    drop(l);
+    let addr: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).is_err(),
+        "something listens on {addr}; these tests need it closed"
+    );
     addr
 }
 
