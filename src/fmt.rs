@@ -17,14 +17,30 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// The first `n` characters of `s` (a character is never split), without
+/// a mark: for a field whose whole text is elsewhere (a record's task).
+pub fn first_chars(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// The last `n` characters of `s` (the end of a log or an output).
+pub fn last_chars(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    s.chars().skip(count.saturating_sub(n)).collect()
+}
+
+/// `s` cut at `n` characters, with `…` when something was cut: the one way
+/// a sentence shows a long text in part.
+pub fn cut(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
 /// `s` on one line (white space folded), cut at `n` characters with `…`.
 pub fn one_line(s: &str, n: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > n {
-        format!("{}…", flat.chars().take(n).collect::<String>())
-    } else {
-        flat
-    }
+    cut(&s.split_whitespace().collect::<Vec<_>>().join(" "), n)
 }
 
 /// The salient argument of a tool call, for the transcript.
@@ -42,4 +58,21 @@ pub fn tool_arg(name: &str, input: &Value) -> String {
         .and_then(Value::as_str)
         .map(|s| one_line(s, 160))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutting_counts_characters_and_marks_only_a_real_cut() {
+        assert_eq!(cut("héllo", 5), "héllo");
+        assert_eq!(cut("héllo", 2), "hé…");
+        assert_eq!(cut("", 0), "");
+        assert_eq!(one_line(" a \n  b\tc ", 3), "a b…");
+        assert_eq!(one_line("a b", 3), "a b");
+        assert_eq!(first_chars("ümlaut", 2), "üm");
+        assert_eq!(last_chars("ümlaut", 3), "aut");
+        assert_eq!(last_chars("ab", 5), "ab");
+    }
 }

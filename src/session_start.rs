@@ -95,10 +95,7 @@ impl Finding {
     pub fn line(&self) -> String {
         match self {
             Finding::Config(e) => {
-                let mut e: String = e.split_whitespace().collect::<Vec<_>>().join(" ");
-                if e.chars().count() > MAX_ERROR_CHARS {
-                    e = e.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
-                }
+                let e = crate::fmt::one_line(e, MAX_ERROR_CHARS);
                 format!(
                     "localagents: the config does not load ({e}); `localagents config check` shows it."
                 )

@@ -171,7 +171,7 @@ pub fn render_jobs(out: &mut impl Write, list: &JobList) -> std::io::Result<()> 
             "{}  {:<9}  {:<20}  {:>5}s  {} files  {}",
             j.id,
             j.status.as_str(),
-            j.model.chars().take(20).collect::<String>(),
+            crate::fmt::first_chars(&j.model, 20),
             j.elapsed_s.unwrap_or(0.0),
             j.files_changed,
             j.task

@@ -425,7 +425,7 @@ fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResu
         };
         (
             Some(why),
-            acc.map(|a| crate::jobs::accept::tail_chars(&a.output_tail, 600)),
+            acc.map(|a| crate::fmt::last_chars(&a.output_tail, 600)),
         )
     };
     TaskResult {
@@ -581,7 +581,7 @@ pub async fn run(
                             "request {} · tool calls {} · {}",
                             p.turns,
                             rec.tool_calls.max(p.tool_calls),
-                            p.last_activity.chars().take(50).collect::<String>()
+                            crate::fmt::first_chars(&p.last_activity, 50)
                         ),
                     });
                 }

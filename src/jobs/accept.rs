@@ -71,12 +71,7 @@ impl Acceptance {
 }
 
 fn short(cmd: &str) -> String {
-    let flat: String = cmd.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > 80 {
-        format!("{}…", flat.chars().take(80).collect::<String>())
-    } else {
-        flat
-    }
+    crate::fmt::one_line(cmd, 80)
 }
 
 /// The brief for a fix round, sent into the same session.
@@ -85,20 +80,11 @@ pub fn fix_brief(a: &Acceptance) -> String {
         Some(c) => format!("exit code {c}"),
         None => a.stopped.clone().unwrap_or_else(|| "killed".into()),
     };
-    let tail = tail_chars(&a.output_tail, 2000);
+    let tail = crate::fmt::last_chars(&a.output_tail, 2000);
     format!(
         "The acceptance command `{}` failed ({code}). The end of its output:\n```\n{tail}\n```\nMake this command pass. Do not change the command, and do not weaken, skip or delete tests to make it pass. When it passes, report what you changed.",
         a.command
     )
-}
-
-/// The last `n` characters of `s`.
-pub fn tail_chars(s: &str, n: usize) -> String {
-    let count = s.chars().count();
-    if count <= n {
-        return s.to_string();
-    }
-    s.chars().skip(count - n).collect()
 }
 
 /// One run of the command.

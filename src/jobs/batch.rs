@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::manager::{Manager, Progress, StartError};
-use super::{Isolation, JobError, JobKind, JobRecord, Status};
+use super::{JobError, JobKind, JobRecord, Status};
 use crate::complete::{self, Ask, Completion, Options};
 use crate::registry::{self, Target};
 use crate::shim::log::now_ts;
@@ -88,62 +88,17 @@ pub fn lanes(t: &Target) -> usize {
     t.probe.slots.map(|s| s.free as usize).unwrap_or(1).max(1)
 }
 
+/// A batch's first record: running from the start, in `base`.
 fn record(id: &str, dir: &Path, t: &Target, args: &BatchArgs) -> JobRecord {
-    let d = &t.config.defaults;
-    JobRecord {
-        id: id.to_string(),
-        kind: JobKind::Batch,
-        task: format!("batch of {} items", args.items.len()),
-        model: args
-            .model
-            .clone()
-            .unwrap_or_else(|| t.resolved.requested.clone()),
-        served_id: t.resolved.served_id.clone(),
-        endpoint: t.resolved.endpoint.clone(),
-        base_url: t.resolved.base_url.clone(),
-        cwd: args.base.clone(),
-        origin_cwd: args.base.clone(),
-        isolation: Isolation::None,
-        status: Status::Running,
-        created: now_ts(),
-        started: Some(now_ts()),
-        finished: None,
-        elapsed_s: None,
-        session_id: None,
-        result: None,
-        error: None,
-        num_turns: None,
-        tool_calls: 0,
-        usage: Usage::default(),
-        files_touched: Vec::new(),
-        files_changed: Vec::new(),
-        worktree: None,
-        last_activity: Some(format!("0 of {} items", args.items.len())),
-        log_dir: dir.to_path_buf(),
-        context: t.resolved.context,
-        metrics: None,
-        first_turn: None,
-        queued_note: None,
-        load_note: None,
-        acceptance: None,
-        equivalent_usd: None,
-        reference_model: None,
-        model_faults: None,
-        outcome: None,
-        model_note: None,
-        permission_mode: d.permission_mode.clone(),
-        max_turns: 0,
-        timeout_s: d.timeout_s,
-        allowed_tools: Vec::new(),
-        disallowed_tools: Vec::new(),
-        system_prompt_append: None,
-        resumed_from: None,
-        pid: None,
-        guard: None,
-        owner_pid: std::process::id(),
-        owner: crate::process::Identity::of(std::process::id()),
-        reaped: false,
+    let mut rec = JobRecord::new(id, JobKind::Batch, dir, t, args.base.clone());
+    rec.task = format!("batch of {} items", args.items.len());
+    if let Some(m) = &args.model {
+        rec.model = m.clone();
     }
+    rec.status = Status::Running;
+    rec.started = Some(now_ts());
+    rec.last_activity = Some(format!("0 of {} items", args.items.len()));
+    rec
 }
 
 impl Manager {
@@ -193,13 +148,17 @@ impl Manager {
     ) -> JobRecord {
         let started = Instant::now();
         let total = args.items.len();
-        let log = Arc::new(rec.log_dir.clone());
-        let next = Arc::new(AtomicUsize::new(0));
-        let done = Arc::new(AtomicU64::new(0));
-        let tokens = Arc::new(AtomicU64::new(0));
-        let results: Arc<Mutex<Vec<Option<ItemResult>>>> = Arc::new(Mutex::new(vec![None; total]));
-        let items = Arc::new(args.items);
         let config = targets[0].config.clone();
+        let shared = Arc::new(Shared {
+            log: rec.log_dir.clone(),
+            base: args.base,
+            options: args.options,
+            next: AtomicUsize::new(0),
+            done: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            results: Mutex::new(vec![None; total]),
+            items: args.items,
+        });
         let mut lanes_used = Vec::new();
         let mut workers = Vec::new();
         for t in targets {
@@ -207,60 +166,93 @@ impl Manager {
             lanes_used.push(format!("{}×{n}", t.resolved.endpoint));
             let t = Arc::new(t);
             for _ in 0..n {
-                let (t, log, next, done, tokens, results, items) = (
-                    t.clone(),
-                    log.clone(),
-                    next.clone(),
-                    done.clone(),
-                    tokens.clone(),
-                    results.clone(),
-                    items.clone(),
-                );
-                let (base, options, progress, mut cancel) = (
-                    args.base.clone(),
-                    args.options,
-                    progress.clone(),
-                    cancel.clone(),
-                );
-                workers.push(tokio::spawn(async move {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        if i >= items.len() || *cancel.borrow() {
-                            break;
-                        }
-                        let ask = &items[i];
-                        let began = now_ts();
-                        let clock = Instant::now();
-                        let outcome = tokio::select! {
-                            r = one(&t, &log, ask, &base, &options) => r,
-                            _ = cancel.wait_for(|c| *c) => Err(complete::CompleteError::Invalid("cancelled".into())),
-                        };
-                        let r = item_result(i, outcome, began, clock, &t);
-                        tokens.fetch_add(
-                            r.usage.input + r.usage.cache_read + r.usage.output,
-                            Ordering::SeqCst,
-                        );
-                        if let Ok(mut all) = results.lock() {
-                            all[i] = Some(r);
-                        }
-                        let d = done.fetch_add(1, Ordering::SeqCst) + 1;
-                        let _ = progress.send(Progress {
-                            items: Some((d, items.len() as u64)),
-                            tokens: tokens.load(Ordering::SeqCst),
-                            ..Default::default()
-                        });
-                    }
-                }));
+                let w = worker(shared.clone(), t.clone(), progress.clone(), cancel.clone());
+                workers.push(tokio::spawn(w));
             }
         }
         for w in workers {
             let _ = w.await;
         }
         let cancelled = *cancel.borrow();
+        let elapsed = started.elapsed().as_secs_f64();
+        let results = shared.results.lock().map(|r| r.clone()).unwrap_or_default();
+        let report = BatchReport::of(results, elapsed, lanes_used);
+        match serde_json::to_vec_pretty(&report) {
+            Ok(bytes) => {
+                let path = rec.log_dir.join("batch.json");
+                if let Err(e) = crate::paths::write_private(&path, &bytes) {
+                    tracing::error!(
+                        "cannot write {} ({e}): the items' answers are lost",
+                        path.display()
+                    );
+                    rec.error = Some(format!(
+                        "cannot write {} ({e}): free space there and run the batch again",
+                        path.display()
+                    ));
+                }
+            }
+            Err(e) => tracing::error!("cannot encode the batch report ({e})"),
+        }
+        finish(&mut rec, &report, &config, cancelled, elapsed);
+        rec
+    }
+}
+
+/// What the workers of one batch share: the items, the next one to take,
+/// the counters and the results in input order.
+struct Shared {
+    log: PathBuf,
+    base: PathBuf,
+    options: Options,
+    items: Vec<Ask>,
+    next: AtomicUsize,
+    done: AtomicU64,
+    tokens: AtomicU64,
+    results: Mutex<Vec<Option<ItemResult>>>,
+}
+
+/// One lane of an endpoint: take the next item, answer it, until none is
+/// left or the batch is cancelled.
+async fn worker(
+    s: Arc<Shared>,
+    t: Arc<Target>,
+    progress: watch::Sender<Progress>,
+    mut cancel: watch::Receiver<bool>,
+) {
+    loop {
+        let i = s.next.fetch_add(1, Ordering::SeqCst);
+        if i >= s.items.len() || *cancel.borrow() {
+            break;
+        }
+        let began = now_ts();
+        let clock = Instant::now();
+        let outcome = tokio::select! {
+            r = one(&t, &s.log, &s.items[i], &s.base, &s.options) => r,
+            _ = cancel.wait_for(|c| *c) => Err(complete::CompleteError::Invalid("cancelled".into())),
+        };
+        let r = item_result(i, outcome, began, clock, &t);
+        s.tokens.fetch_add(
+            r.usage.input + r.usage.cache_read + r.usage.output,
+            Ordering::SeqCst,
+        );
+        if let Ok(mut all) = s.results.lock() {
+            all[i] = Some(r);
+        }
+        let d = s.done.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = progress.send(Progress {
+            items: Some((d, s.items.len() as u64)),
+            tokens: s.tokens.load(Ordering::SeqCst),
+            ..Default::default()
+        });
+    }
+}
+
+impl BatchReport {
+    /// The report of the results in input order (an item never sent was
+    /// cancelled before it was), over `elapsed` seconds.
+    fn of(results: Vec<Option<ItemResult>>, elapsed: f64, lanes: Vec<String>) -> BatchReport {
+        let total = results.len();
         let results: Vec<ItemResult> = results
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default()
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
@@ -278,9 +270,8 @@ impl Manager {
                 })
             })
             .collect();
-        let elapsed = started.elapsed().as_secs_f64();
         let succeeded = results.iter().filter(|r| r.ok).count();
-        let report = BatchReport {
+        BatchReport {
             total,
             succeeded,
             failed: total - succeeded,
@@ -290,46 +281,55 @@ impl Manager {
             } else {
                 0.0
             },
-            lanes: lanes_used,
+            lanes,
             results,
-        };
-        for r in &report.results {
-            rec.usage.input += r.usage.input;
-            rec.usage.cache_read += r.usage.cache_read;
-            rec.usage.output += r.usage.output;
         }
-        rec.equivalent_usd =
-            config.equivalent_usd(rec.usage.input, rec.usage.cache_read, rec.usage.output);
-        rec.reference_model = Some(config.defaults.reference_model.clone());
-        if let Ok(bytes) = serde_json::to_vec_pretty(&report) {
-            let _ = crate::paths::write_private(&rec.log_dir.join("batch.json"), &bytes);
-        }
-        rec.status = if cancelled {
-            Status::Cancelled
-        } else if succeeded == 0 {
-            Status::Failed
-        } else {
-            Status::Succeeded
-        };
-        rec.result = Some(format!(
-            "{total} items: {succeeded} answered, {} failed, in {:.1} s ({} items/s over {})",
-            total - succeeded,
-            elapsed,
-            report.items_per_s,
-            report.lanes.join(" + ")
-        ));
-        if succeeded == 0 {
-            rec.error = report
-                .results
-                .iter()
-                .find_map(|r| r.error.clone())
-                .map(|e| format!("every item failed; the first: {e}"));
-        }
-        rec.last_activity = Some(format!("{} of {total} items", report.results.len()));
-        rec.finished = Some(now_ts());
-        rec.elapsed_s = Some(elapsed);
-        rec
     }
+}
+
+/// The batch's end in its record: the summed usage and its price, the
+/// status (cancelled; failed when no item was answered), the one-line
+/// result and the first item error.
+fn finish(
+    rec: &mut JobRecord,
+    report: &BatchReport,
+    config: &crate::config::Config,
+    cancelled: bool,
+    elapsed: f64,
+) {
+    let (total, succeeded) = (report.total, report.succeeded);
+    for r in &report.results {
+        rec.usage.input += r.usage.input;
+        rec.usage.cache_read += r.usage.cache_read;
+        rec.usage.output += r.usage.output;
+    }
+    rec.equivalent_usd =
+        config.equivalent_usd(rec.usage.input, rec.usage.cache_read, rec.usage.output);
+    rec.reference_model = Some(config.defaults.reference_model.clone());
+    rec.status = if cancelled {
+        Status::Cancelled
+    } else if succeeded == 0 {
+        Status::Failed
+    } else {
+        Status::Succeeded
+    };
+    rec.result = Some(format!(
+        "{total} items: {succeeded} answered, {} failed, in {:.1} s ({} items/s over {})",
+        total - succeeded,
+        elapsed,
+        report.items_per_s,
+        report.lanes.join(" + ")
+    ));
+    if succeeded == 0 {
+        rec.error = report
+            .results
+            .iter()
+            .find_map(|r| r.error.clone())
+            .map(|e| format!("every item failed; the first: {e}"));
+    }
+    rec.last_activity = Some(format!("{} of {total} items", report.results.len()));
+    rec.finished = Some(now_ts());
+    rec.elapsed_s = Some(elapsed);
 }
 
 async fn one(

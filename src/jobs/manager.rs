@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{Isolation, JobError, JobRecord, Status, Store};
-use crate::config::ConfigError;
+use super::plan::JobPlan;
+use super::{Isolation, JobError, JobRecord, Store};
+use crate::config::{ConfigError, Defaults};
 use crate::context::Context;
 use crate::registry::Unavailable;
 use crate::registry::{self, ResolveError, Target};
@@ -175,114 +176,20 @@ impl Manager {
 
     /// Validate, resolve and start a job. Returns its first record at once.
     pub async fn start(self: &Arc<Self>, args: RunArgs) -> Result<JobRecord, StartError> {
-        let loaded_defaults = crate::config::load(&self.ctx.discovery())?.config;
-        let d = &loaded_defaults.defaults;
-        // A number too big for a duration is a sentence, not a panic.
-        if let Some(t) = args.timeout_s
-            && (t == 0 || t > MAX_TIMEOUT_S)
-        {
-            return Err(StartError::Invalid(format!(
-                "timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), not {t}"
-            )));
-        }
-        if args.task.trim().is_empty() && args.resume_job.is_none() {
-            return Err(StartError::Invalid(
-                "task is empty: give the delegate a self-contained brief".into(),
-            ));
-        }
-        let prior = match &args.resume_job {
-            Some(id) => {
-                let r = self.store.load(id)?;
-                if !r.status.terminal() {
-                    return Err(StartError::Invalid(format!(
-                        "job {id} is still {}: wait for it (wait_job) before resuming it",
-                        r.status.as_str()
-                    )));
-                }
-                if r.session_id.is_none() {
-                    return Err(StartError::Invalid(format!(
-                        "job {id} never started a session, so there is nothing to resume: run a new job"
-                    )));
-                }
-                if let Some(w) = &r.worktree
-                    && !w.path.exists()
-                {
-                    return Err(StartError::Invalid(format!(
-                        "the worktree of job {id} ({}) is gone (removed because nothing changed, or cleaned up): run a new job instead",
-                        w.path.display()
-                    )));
-                }
-                Some(r)
-            }
-            None => None,
-        };
-        let isolation = match &prior {
-            Some(p) => p.isolation,
-            None => args.isolation.unwrap_or(Isolation::None),
-        };
-        let origin_cwd = match (&prior, &args.cwd) {
-            (Some(p), _) => p.origin_cwd.clone(),
-            (None, Some(c)) => {
-                if !c.is_dir() {
-                    return Err(StartError::Invalid(format!(
-                        "cwd {} does not exist or is not a directory: pass an existing project directory",
-                        c.display()
-                    )));
-                }
-                c.canonicalize().unwrap_or(c.clone())
-            }
-            (None, None) => std::env::current_dir().map_err(|e| {
-                StartError::Invalid(format!("cannot read the current directory ({e}): pass cwd"))
-            })?,
-        };
-        if let Some(mode) = &args.permission_mode {
-            super::limits::permission_mode(mode, &args.caller, d).map_err(StartError::Invalid)?;
-        }
-        if let super::limits::Caller::Session { project } = &args.caller {
-            if prior.is_none() {
-                super::limits::cwd(&origin_cwd, project, d).map_err(StartError::Invalid)?;
-            }
-            if let Some(tools) = &args.allowed_tools {
-                super::limits::allowed_tools(tools, d).map_err(StartError::Invalid)?;
-            }
-        }
-        let acceptance = args
-            .acceptance
-            .as_deref()
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .map(str::to_string);
-        if let Some(cmd) = &acceptance {
-            if cmd.len() > 4096 {
-                return Err(StartError::Invalid(
-                    "acceptance is longer than 4096 bytes: put the steps in a script in the tree and name it".into(),
-                ));
-            }
-            if matches!(args.caller, super::limits::Caller::Session { .. }) {
-                super::limits::acceptance(d).map_err(StartError::Invalid)?;
-            }
-        }
-        let fix_rounds = args.fix_rounds.unwrap_or(d.fix_rounds);
-        if fix_rounds > super::accept::MAX_FIX_ROUNDS {
-            return Err(StartError::Invalid(format!(
-                "fix_rounds must be at most {}, not {fix_rounds}",
-                super::accept::MAX_FIX_ROUNDS
-            )));
-        }
-        let claude = runner::find_claude(&loaded_defaults).map_err(StartError::Invalid)?;
-        let mcp_config = d
+        let config = crate::config::load(&self.ctx.discovery())?.config;
+        let plan = JobPlan::resolve(&args, &config, |id| self.store.load(id))?;
+        let claude = runner::find_claude(&config).map_err(StartError::Invalid)?;
+        let mcp_config = config
+            .defaults
             .mcp_config
             .as_deref()
             .map(runner::mcp_config_path)
             .transpose()
             .map_err(StartError::Invalid)?;
-        let (model, endpoint) = match &prior {
-            Some(p) => (Some(p.served_id.clone()), Some(p.endpoint.clone())),
-            None => (args.model.clone(), args.endpoint.clone()),
-        };
         let target =
-            registry::resolve_target(&self.ctx, model.as_deref(), endpoint.as_deref()).await?;
-        if !args.force {
+            registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
+                .await?;
+        if !plan.force {
             super::evict::check_load(&self.store, &target.probe, &target.resolved.served_id)
                 .map_err(StartError::Invalid)?;
         }
@@ -290,155 +197,37 @@ impl Manager {
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
         crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-        let task = if args.task.trim().is_empty() {
-            "Continue where you left off.".to_string()
-        } else {
-            args.task.clone()
-        };
-        crate::paths::write_private(&dir.join("task.txt"), task.as_bytes())
+        crate::paths::write_private(&dir.join("task.txt"), plan.task.as_bytes())
             .map_err(JobError::from)?;
-
-        let (worktree, cwd) = match (&prior, isolation) {
+        let (worktree, cwd) = match (&plan.resumed, plan.isolation) {
             (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
             (None, Isolation::Worktree) => {
-                match worktree::create(&origin_cwd, &id, &self.ctx.state_dir.join("worktrees")) {
+                let root = self.ctx.state_dir.join("worktrees");
+                match worktree::create(&plan.origin_cwd, &id, &root) {
                     Ok((w, c)) => (Some(w), c),
                     Err(e) => {
-                        let _ = std::fs::remove_dir_all(&dir);
+                        if let Err(r) = std::fs::remove_dir_all(&dir) {
+                            tracing::warn!("cannot remove {} ({r})", dir.display());
+                        }
                         return Err(e.into());
                     }
                 }
             }
-            (None, Isolation::None) => (None, origin_cwd.clone()),
+            (None, Isolation::None) => (None, plan.origin_cwd.clone()),
         };
-        let pick =
-            |a: &Option<Vec<String>>, p: Option<&Vec<String>>, def: &Vec<String>| -> Vec<String> {
-                a.clone()
-                    .or_else(|| p.cloned())
-                    .unwrap_or_else(|| def.clone())
-            };
-        // A model the server has not loaded (or a sleeping server): the
-        // answer says the job loads it first.
-        let load_first = crate::probe::load::need(
-            target.probe.kind.as_deref(),
-            target
-                .probe
-                .models
-                .iter()
-                .find(|m| m.id == target.resolved.served_id)
-                .and_then(|m| m.state.as_deref()),
-        )
-        .map(|_| {
-            format!(
-                "{} is not loaded on `{}`: the job loads it first (up to defaults.load_timeout_s)",
-                target.resolved.served_id, target.resolved.endpoint
-            )
-        });
-        let rec = JobRecord {
-            id: id.clone(),
-            kind: super::JobKind::Agent,
-            task: task.chars().take(300).collect(),
-            model: args
-                .model
-                .clone()
-                .or(prior.as_ref().map(|p| p.model.clone()))
-                .unwrap_or_else(|| target.resolved.requested.clone()),
-            served_id: target.resolved.served_id.clone(),
-            endpoint: target.resolved.endpoint.clone(),
-            base_url: target.resolved.base_url.clone(),
-            cwd,
-            origin_cwd,
-            isolation,
-            status: Status::Queued,
-            created: now_ts(),
-            started: None,
-            finished: None,
-            elapsed_s: None,
-            session_id: prior.as_ref().and_then(|p| p.session_id.clone()),
-            result: None,
-            error: None,
-            num_turns: None,
-            tool_calls: 0,
-            usage: Default::default(),
-            files_touched: Vec::new(),
-            files_changed: Vec::new(),
-            worktree,
-            last_activity: Some(load_first.unwrap_or_else(|| "queued".into())),
-            log_dir: dir.clone(),
-            context: target.resolved.context,
-            metrics: None,
-            first_turn: None,
-            queued_note: target.resolved.queued_note.clone(),
-            acceptance: None,
-            load_note: None,
-            equivalent_usd: None,
-            reference_model: None,
-            model_faults: None,
-            outcome: None,
-            model_note: None,
-            permission_mode: args
-                .permission_mode
-                .clone()
-                .or(prior.as_ref().map(|p| p.permission_mode.clone()))
-                .unwrap_or_else(|| d.permission_mode.clone()),
-            max_turns: args
-                .max_turns
-                .or(prior.as_ref().map(|p| p.max_turns))
-                .unwrap_or(d.max_turns),
-            timeout_s: args
-                .timeout_s
-                .or(prior.as_ref().map(|p| p.timeout_s))
-                .unwrap_or(d.timeout_s)
-                .clamp(1, MAX_TIMEOUT_S),
-            allowed_tools: pick(
-                &args.allowed_tools,
-                prior.as_ref().map(|p| &p.allowed_tools),
-                &d.allowed_tools,
-            ),
-            disallowed_tools: pick(
-                &args.disallowed_tools,
-                prior.as_ref().map(|p| &p.disallowed_tools),
-                &d.disallowed_tools,
-            ),
-            system_prompt_append: args
-                .system_prompt_append
-                .clone()
-                .or(prior.as_ref().and_then(|p| p.system_prompt_append.clone())),
-            resumed_from: prior.as_ref().map(|p| p.id.clone()),
-            pid: None,
-            owner_pid: std::process::id(),
-            owner: crate::process::Identity::of(std::process::id()),
-            guard: None,
-            reaped: false,
-        };
+        let rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
         self.store.save(&rec)?;
 
         let (cancel_rx, done_tx, prog_tx) = self.track(&id);
         let me = self.clone();
-        let policy = crate::shim::Policy {
-            loop_limit: d.loop_limit,
-            thinking: d.thinking,
-            repair: true,
-            stop_on_fatal: true,
-        };
-        let job = Job {
-            rec: rec.clone(),
+        let job = Job::new(
+            rec.clone(),
             target,
             claude,
             mcp_config,
-            sandbox: d.sandbox,
-            acceptance,
-            fix_rounds,
-            acceptance_timeout: Duration::from_secs(d.acceptance_timeout_s),
-            load_timeout: Duration::from_secs(d.load_timeout_s),
-            setting_sources: d.setting_sources.clone(),
-            default_append: d.system_prompt_append.clone(),
-            dump: d.dump_requests || env_dump(),
-            idle: Duration::from_secs(d.stream_idle_timeout_s),
-            first_byte_s: d.first_byte_timeout_s,
-            probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
-            policy,
-        };
+            &plan,
+            &config.defaults,
+        );
         tokio::spawn(async move {
             let id = job.rec.id.clone();
             me.run(job, cancel_rx, prog_tx).await;
@@ -597,4 +386,41 @@ pub(super) struct Job {
     pub(super) probe_budget: Duration,
     /// The shim's guard for this job's model faults.
     pub(super) policy: crate::shim::Policy,
+}
+
+impl Job {
+    /// What the job's run needs beside its record: the plan's command and
+    /// rounds, and the config's timeouts and delegate settings.
+    fn new(
+        rec: JobRecord,
+        target: Target,
+        claude: PathBuf,
+        mcp_config: Option<PathBuf>,
+        plan: &JobPlan,
+        d: &Defaults,
+    ) -> Job {
+        Job {
+            rec,
+            target,
+            claude,
+            mcp_config,
+            sandbox: d.sandbox,
+            acceptance: plan.acceptance.clone(),
+            fix_rounds: plan.fix_rounds,
+            acceptance_timeout: Duration::from_secs(d.acceptance_timeout_s),
+            load_timeout: Duration::from_secs(d.load_timeout_s),
+            setting_sources: d.setting_sources.clone(),
+            default_append: d.system_prompt_append.clone(),
+            dump: d.dump_requests || env_dump(),
+            idle: Duration::from_secs(d.stream_idle_timeout_s),
+            first_byte_s: d.first_byte_timeout_s,
+            probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
+            policy: crate::shim::Policy {
+                loop_limit: d.loop_limit,
+                thinking: d.thinking,
+                repair: true,
+                stop_on_fatal: true,
+            },
+        }
+    }
 }

@@ -13,6 +13,7 @@ pub mod faults;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
+pub mod plan;
 pub mod review;
 pub mod run;
 
@@ -380,8 +381,7 @@ impl JobRecord {
         let cut = |s: &Option<String>, n: usize| {
             s.as_ref().map(|t| {
                 if t.chars().count() > n {
-                    let c: String = t.chars().take(n).collect();
-                    format!("{c}… (job_log {} for all)", self.id)
+                    format!("{} (job_log {} for all)", crate::fmt::cut(t, n), self.id)
                 } else {
                     t.clone()
                 }
@@ -420,7 +420,7 @@ impl JobRecord {
                 .acceptance
                 .as_ref()
                 .filter(|a| !a.passed)
-                .map(|a| accept::tail_chars(&a.output_tail, 800)),
+                .map(|a| crate::fmt::last_chars(&a.output_tail, 800)),
             usage_local: self.usage,
             equivalent_usd: self.equivalent_usd,
             reference_model: self.reference_model.clone(),
@@ -443,7 +443,7 @@ impl JobRecord {
             created: self.created.clone(),
             elapsed_s: self.elapsed_s.map(|e| e.round()),
             files_changed: self.files_changed.len(),
-            task: self.task.chars().take(80).collect(),
+            task: crate::fmt::first_chars(&self.task, 80),
             text_only: self.outcome.is_some_and(|o| o.text_only),
             model_note: self.model_note.clone(),
         }
@@ -465,7 +465,7 @@ impl Store {
 
     pub fn dir(&self, id: &str) -> Result<PathBuf, JobError> {
         if !valid_id(id) {
-            return Err(JobError::BadId(id.chars().take(64).collect()));
+            return Err(JobError::BadId(crate::fmt::first_chars(id, 64)));
         }
         Ok(self.root.join(id))
     }

@@ -99,7 +99,7 @@ pub fn parse(c: &Completion, diff_cut_to: Option<usize>) -> Review {
         return base(
             "unparsed",
             Vec::new(),
-            c.text.trim().chars().take(4000).collect(),
+            crate::fmt::first_chars(c.text.trim(), 4000),
         );
     };
     let verdict = v["verdict"].as_str().unwrap_or_default();
@@ -107,7 +107,7 @@ pub fn parse(c: &Completion, diff_cut_to: Option<usize>) -> Review {
         return base(
             "unparsed",
             Vec::new(),
-            c.text.trim().chars().take(4000).collect(),
+            crate::fmt::first_chars(c.text.trim(), 4000),
         );
     }
     let findings: Vec<Finding> = v["findings"]

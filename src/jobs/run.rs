@@ -19,14 +19,35 @@ use crate::shim::Route;
 use crate::shim::log::{RequestLog, now_ts};
 use crate::worktree;
 
+/// A stop we decided, over whatever the delegate says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// The job cannot go on: the sentence is its error (a tool Claude Code
+    /// does not have, a delegate that does not start, an acceptance command
+    /// that cannot run).
+    Refused(String),
+    Cancelled,
+    Timeout,
+}
+
 /// How one delegate session ended.
 struct SessionEnd {
-    /// A stop we decided (cancel, timeout, a refusal at start).
-    stop: Option<Status>,
-    refused: Option<String>,
+    stop: Option<Stop>,
     result: Option<runner::ResultEvent>,
     exit: Exit,
     stderr_tail: String,
+}
+
+impl SessionEnd {
+    /// A session that never started: `why` is the job's error.
+    fn refused(why: String) -> SessionEnd {
+        SessionEnd {
+            stop: Some(Stop::Refused(why)),
+            result: None,
+            exit: Exit::Unknown,
+            stderr_tail: String::new(),
+        }
+    }
 }
 
 /// How the delegate process ended.
@@ -51,12 +72,11 @@ pub fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String 
     )
 }
 
-/// The job's status and error from how it ended: a stop we decided
-/// (`stop` with `refused` for a refusal at start), the `result` event, or
-/// failing both, the exit code and the last lines of stderr.
+/// The job's status and error from how it ended: a stop we decided, the
+/// `result` event, or failing both, the exit code and the last lines of
+/// stderr.
 pub fn outcome(
-    stop: Option<Status>,
-    refused: Option<String>,
+    stop: Option<&Stop>,
     result: Option<&runner::ResultEvent>,
     exit: Exit,
     stderr_tail: &str,
@@ -64,12 +84,12 @@ pub fn outcome(
     events: &Path,
 ) -> (Status, Option<String>) {
     match (stop, result) {
-        (Some(Status::Failed), _) => (Status::Failed, refused),
-        (Some(Status::Cancelled), _) => (
+        (Some(Stop::Refused(why)), _) => (Status::Failed, Some(why.clone())),
+        (Some(Stop::Cancelled), _) => (
             Status::Cancelled,
             Some("cancelled; its process group was stopped".to_string()),
         ),
-        (Some(Status::Timeout), _) => (
+        (Some(Stop::Timeout), _) => (
             Status::Timeout,
             Some(format!(
                 "timed out after {timeout_s} s (timeout_s); its process group was stopped; raise timeout_s or split the task"
@@ -257,14 +277,12 @@ impl Manager {
         // Outcome.
         let SessionEnd {
             stop,
-            mut refused,
             result,
             exit: exit_code,
             stderr_tail,
         } = end;
         let (mut status, mut error) = outcome(
-            stop,
-            refused.take(),
+            stop.as_ref(),
             result.as_ref(),
             exit_code,
             &stderr_tail,
@@ -460,10 +478,9 @@ impl Manager {
             let run = match accept::run_once(&spec, round, cancel).await {
                 Ok(r) => r,
                 Err(e) => {
-                    end.refused = Some(format!(
+                    end.stop = Some(Stop::Refused(format!(
                         "cannot run the acceptance command `{command}` ({e})"
-                    ));
-                    end.stop = Some(Status::Failed);
+                    )));
                     break;
                 }
             };
@@ -487,11 +504,11 @@ impl Manager {
             self.store.save_or_log(rec);
             match run.stopped {
                 Some(accept::Stop::Cancelled) => {
-                    end.stop = Some(Status::Cancelled);
+                    end.stop = Some(Stop::Cancelled);
                     break;
                 }
                 Some(accept::Stop::Timeout) if job_deadline_hit => {
-                    end.stop = Some(Status::Timeout);
+                    end.stop = Some(Stop::Timeout);
                     break;
                 }
                 _ => {}
@@ -539,50 +556,9 @@ impl Manager {
         cancel: &mut watch::Receiver<bool>,
         progress: &watch::Sender<Progress>,
     ) -> SessionEnd {
-        let dir = rec.log_dir.clone();
-        let append = rec
-            .system_prompt_append
-            .clone()
-            .unwrap_or_else(|| job.default_append.clone());
-        let settings = runner::RunSettings {
-            served_id: &rec.served_id,
-            window: rec.context,
-            permission_mode: &rec.permission_mode,
-            allowed_tools: &rec.allowed_tools,
-            disallowed_tools: &rec.disallowed_tools,
-            max_turns: rec.max_turns,
-            setting_sources: &job.setting_sources,
-            system_prompt_append: &append,
-            resume_session: resume.as_deref(),
-            mcp_config: job.mcp_config.as_deref(),
-            sandbox: job.sandbox,
-            shim_silence: Some(reg.route.longest_silence()),
-        };
-        let offered = runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools);
-        let mut launch = runner::launch(
-            job.claude.clone(),
-            &rec.cwd,
-            &reg.base_url,
-            &job.target.endpoint,
-            &settings,
-            task,
-        );
-        // Every process of the job inherits it: a tag to find them by.
-        launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
-        let mut child = match runner::spawn(&launch) {
+        let mut child = match spawn_delegate(job, rec, reg, task, resume.as_deref()) {
             Ok(c) => c,
-            Err(e) => {
-                return SessionEnd {
-                    stop: Some(Status::Failed),
-                    refused: Some(format!(
-                        "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
-                        launch.claude.display()
-                    )),
-                    result: None,
-                    exit: Exit::Unknown,
-                    stderr_tail: String::new(),
-                };
-            }
+            Err(why) => return SessionEnd::refused(why),
         };
         let pgid = child.id().unwrap_or(0);
         rec.pid = Some(pgid);
@@ -592,86 +568,25 @@ impl Manager {
         rec.last_activity = Some("starting claude".into());
         self.store.save_or_log(rec);
 
-        let stdout = child.stdout().take();
         let stderr = child.stderr().take();
         let stderr_task = tokio::spawn(async move {
             let mut buf = Vec::new();
             if let Some(mut e) = stderr {
                 let _ = e.read_to_end(&mut buf).await;
             }
-            accept::tail_chars(&String::from_utf8_lossy(&buf), 2000)
+            crate::fmt::last_chars(&String::from_utf8_lossy(&buf), 2000)
         });
-        let open = |name: &str| {
-            crate::paths::append_private(&dir.join(name))
-                .ok()
-                .map(tokio::fs::File::from_std)
+        let mut follow = Follow {
+            offered: runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
+            events: open_log(&rec.log_dir, "events.jsonl"),
+            transcript: open_log(&rec.log_dir, "transcript.txt"),
+            result: None,
         };
-        let mut events = open("events.jsonl");
-        let mut transcript = open("transcript.txt");
-        let mut lines = stdout.map(|o| BufReader::new(o).lines());
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let mut result: Option<runner::ResultEvent> = None;
-        let mut stop: Option<Status> = None;
-        // Set when the session must not go on (a tool it was denied).
-        let mut refused: Option<String> = None;
-        let mut dirty = false;
-        let cancel_marker = dir.join("cancel_requested");
-        loop {
-            tokio::select! {
-                line = async {
-                    match lines.as_mut() {
-                        Some(l) => l.next_line().await,
-                        None => Ok(None),
-                    }
-                } => {
-                    let Ok(Some(line)) = line else { break };
-                    if let Some(f) = events.as_mut() {
-                        let _ = f.write_all(format!("{line}\n").as_bytes()).await;
-                    }
-                    let info = runner::parse_event(&line);
-                    if let Some(s) = info.session_id { rec.session_id = Some(s); }
-                    if let Some(tools) = &info.init_tools {
-                        let missing = runner::missing_tools(&offered, tools);
-                        if !missing.is_empty() {
-                            refused = Some(unknown_tools_error(&missing, info.claude_version.as_deref()));
-                            stop = Some(Status::Failed);
-                            break;
-                        }
-                    }
-                    if let Some(f) = transcript.as_mut() {
-                        for t in &info.transcript {
-                            let _ = f.write_all(format!("{t}\n").as_bytes()).await;
-                        }
-                    }
-                    rec.tool_calls += info.tool_calls;
-                    for p in info.files_touched {
-                        if !rec.files_touched.contains(&p) { rec.files_touched.push(p); }
-                    }
-                    if let Some(a) = info.last_activity { rec.last_activity = Some(a); }
-                    if let Some(r) = info.result { result = Some(r); }
-                    dirty = true;
-                    let _ = progress.send(progress_of(rec, reg, None));
-                }
-                _ = cancel.changed() => {
-                    stop = Some(Status::Cancelled);
-                    break;
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    stop = Some(Status::Timeout);
-                    break;
-                }
-                _ = tick.tick() => {
-                    if cancel_marker.exists() {
-                        stop = Some(Status::Cancelled);
-                        break;
-                    }
-                    if dirty {
-                        self.store.save_or_log(rec);
-                        dirty = false;
-                    }
-                }
-            }
-        }
+        let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
+        let cancel_marker = rec.log_dir.join("cancel_requested");
+        let mut stop = self
+            .follow(rec, reg, &mut follow, lines, deadline, cancel, progress)
+            .await;
         if stop.is_some() {
             crate::process::stop_group(pgid, crate::process::GRACE).await;
         }
@@ -683,20 +598,186 @@ impl Manager {
         }
         let _ = child.try_wait();
         let stderr_tail = stderr_task.await.unwrap_or_default();
+        let result = follow.result;
         if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
-            stop = Some(Status::Cancelled);
+            stop = Some(Stop::Cancelled);
         }
-
-        let exit = match &exit {
-            Ok(Ok(s)) => Exit::Code(s.code()),
-            _ => Exit::Unknown,
-        };
         SessionEnd {
             stop,
-            refused,
             result,
-            exit,
+            exit: match &exit {
+                Ok(Ok(s)) => Exit::Code(s.code()),
+                _ => Exit::Unknown,
+            },
             stderr_tail,
+        }
+    }
+
+    /// Follow the delegate's stdout until it closes, or until a stop: a
+    /// cancel (the channel, or another process's `cancel_requested`), the
+    /// deadline, or a refusal read from its events. The record is saved
+    /// at most every half second.
+    #[allow(clippy::too_many_arguments)]
+    async fn follow(
+        &self,
+        rec: &mut JobRecord,
+        reg: &crate::shim::Registration,
+        f: &mut Follow,
+        mut lines: Option<tokio::io::Lines<BufReader<tokio::process::ChildStdout>>>,
+        deadline: tokio::time::Instant,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> Option<Stop> {
+        let cancel_marker = rec.log_dir.join("cancel_requested");
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut dirty = false;
+        loop {
+            let next = async {
+                match lines.as_mut() {
+                    Some(l) => l.next_line().await,
+                    None => Ok(None),
+                }
+            };
+            tokio::select! {
+                line = next => {
+                    let Ok(Some(line)) = line else { return None };
+                    if let Some(refused) = f.line(rec, &line).await {
+                        return Some(refused);
+                    }
+                    dirty = true;
+                    let _ = progress.send(progress_of(rec, reg, None));
+                }
+                _ = cancel.changed() => return Some(Stop::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => return Some(Stop::Timeout),
+                _ = tick.tick() => {
+                    if cancel_marker.exists() {
+                        return Some(Stop::Cancelled);
+                    }
+                    if dirty {
+                        self.store.save_or_log(rec);
+                        dirty = false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Start the delegate for one session, through the job's route. `Err` is
+/// the job's error.
+fn spawn_delegate(
+    job: &Job,
+    rec: &JobRecord,
+    reg: &crate::shim::Registration,
+    task: &str,
+    resume: Option<&str>,
+) -> Result<crate::process::Guarded, String> {
+    let append = rec
+        .system_prompt_append
+        .clone()
+        .unwrap_or_else(|| job.default_append.clone());
+    let settings = runner::RunSettings {
+        served_id: &rec.served_id,
+        window: rec.context,
+        permission_mode: &rec.permission_mode,
+        allowed_tools: &rec.allowed_tools,
+        disallowed_tools: &rec.disallowed_tools,
+        max_turns: rec.max_turns,
+        setting_sources: &job.setting_sources,
+        system_prompt_append: &append,
+        resume_session: resume,
+        mcp_config: job.mcp_config.as_deref(),
+        sandbox: job.sandbox,
+        shim_silence: Some(reg.route.longest_silence()),
+    };
+    let mut launch = runner::launch(
+        job.claude.clone(),
+        &rec.cwd,
+        &reg.base_url,
+        &job.target.endpoint,
+        &settings,
+        task,
+    );
+    // Every process of the job inherits it: a tag to find them by.
+    launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
+    runner::spawn(&launch).map_err(|e| {
+        format!(
+            "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
+            launch.claude.display()
+        )
+    })
+}
+
+/// A log file of the job's dir, opened for appending; `None` (logged) when
+/// it cannot be: the job goes on without it.
+fn open_log(dir: &Path, name: &str) -> Option<tokio::fs::File> {
+    match crate::paths::append_private(&dir.join(name)) {
+        Ok(f) => Some(tokio::fs::File::from_std(f)),
+        Err(e) => {
+            tracing::error!(
+                "cannot open {} ({e}); the job goes on without it",
+                dir.join(name).display()
+            );
+            None
+        }
+    }
+}
+
+/// What a session's events are read into, besides the record.
+struct Follow {
+    /// The tools the session was offered (to check `system/init` against).
+    offered: Vec<String>,
+    events: Option<tokio::fs::File>,
+    transcript: Option<tokio::fs::File>,
+    result: Option<runner::ResultEvent>,
+}
+
+impl Follow {
+    /// One line of the delegate's stream-json: logged as it came, read into
+    /// the record and the transcript. `Some` when the session must stop (a
+    /// tool it was offered is missing).
+    async fn line(&mut self, rec: &mut JobRecord, line: &str) -> Option<Stop> {
+        append(&mut self.events, "events.jsonl", &[line]).await;
+        let info = runner::parse_event(line);
+        if let Some(s) = info.session_id {
+            rec.session_id = Some(s);
+        }
+        if let Some(tools) = &info.init_tools {
+            let missing = runner::missing_tools(&self.offered, tools);
+            if !missing.is_empty() {
+                return Some(Stop::Refused(unknown_tools_error(
+                    &missing,
+                    info.claude_version.as_deref(),
+                )));
+            }
+        }
+        append(&mut self.transcript, "transcript.txt", &info.transcript).await;
+        rec.tool_calls += info.tool_calls;
+        for p in info.files_touched {
+            if !rec.files_touched.contains(&p) {
+                rec.files_touched.push(p);
+            }
+        }
+        if let Some(a) = info.last_activity {
+            rec.last_activity = Some(a);
+        }
+        if let Some(r) = info.result {
+            self.result = Some(r);
+        }
+        None
+    }
+}
+
+/// Append lines to a job log. A failed write is logged and the file left
+/// alone from then on (a full disk): the job goes on, its record says the
+/// rest.
+async fn append<S: AsRef<str>>(file: &mut Option<tokio::fs::File>, name: &str, lines: &[S]) {
+    let Some(f) = file.as_mut() else { return };
+    for l in lines {
+        if let Err(e) = f.write_all(format!("{}\n", l.as_ref()).as_bytes()).await {
+            tracing::error!("cannot write {name} ({e}); the rest of it is not kept");
+            *file = None;
+            return;
         }
     }
 }
@@ -726,37 +807,20 @@ mod tests {
         let ev = Path::new("/j/events.jsonl");
         let ok = result(true, "done", None);
         assert_eq!(
-            outcome(None, None, Some(&ok), Exit::Code(Some(0)), "", 60, ev),
+            outcome(None, Some(&ok), Exit::Code(Some(0)), "", 60, ev),
             (Status::Succeeded, None)
         );
         // A stop we decided wins over whatever the delegate said.
-        let (s, e) = outcome(
-            Some(Status::Timeout),
-            None,
-            Some(&ok),
-            Exit::Unknown,
-            "",
-            60,
-            ev,
-        );
+        let (s, e) = outcome(Some(&Stop::Timeout), Some(&ok), Exit::Unknown, "", 60, ev);
         assert_eq!(s, Status::Timeout);
         assert!(e.unwrap().contains("timed out after 60 s"));
-        let (s, e) = outcome(
-            Some(Status::Cancelled),
-            None,
-            None,
-            Exit::Unknown,
-            "",
-            60,
-            ev,
-        );
+        let (s, e) = outcome(Some(&Stop::Cancelled), None, Exit::Unknown, "", 60, ev);
         assert_eq!(
             (s, e.unwrap().starts_with("cancelled")),
             (Status::Cancelled, true)
         );
         let (s, e) = outcome(
-            Some(Status::Failed),
-            Some("allowed_tools names `X`".into()),
+            Some(&Stop::Refused("allowed_tools names `X`".into())),
             None,
             Exit::Code(None),
             "",
@@ -768,23 +832,15 @@ mod tests {
             (Status::Failed, Some("allowed_tools names `X`"))
         );
         let bad = result(false, "Prompt is too long", Some("blocking_limit"));
-        let (s, e) = outcome(None, None, Some(&bad), Exit::Code(Some(1)), "", 60, ev);
+        let (s, e) = outcome(None, Some(&bad), Exit::Code(Some(1)), "", 60, ev);
         assert_eq!(s, Status::Failed);
         assert_eq!(
             e.unwrap(),
             "claude ended with error_max_turns: Prompt is too long (terminal_reason blocking_limit)"
         );
-        let (_, e) = outcome(
-            None,
-            None,
-            None,
-            Exit::Code(Some(2)),
-            "a\nb\nc\nd\n",
-            60,
-            ev,
-        );
+        let (_, e) = outcome(None, None, Exit::Code(Some(2)), "a\nb\nc\nd\n", 60, ev);
         assert_eq!(e.unwrap(), "claude exited (2) without a result: b | c | d");
-        let (_, e) = outcome(None, None, None, Exit::Code(None), "  ", 60, ev);
+        let (_, e) = outcome(None, None, Exit::Code(None), "  ", 60, ev);
         assert_eq!(
             e.unwrap(),
             "claude exited (a signal) without a result; see /j/events.jsonl"

@@ -60,7 +60,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
                             p.turns,
                             rec.tool_calls.max(p.tool_calls),
                             p.tokens,
-                            p.last_activity.chars().take(60).collect::<String>()
+                            crate::fmt::first_chars(&p.last_activity, 60)
                         ));
                     }
                     Err(e) => {

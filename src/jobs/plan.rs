@@ -1,0 +1,502 @@
+//! A job's plan: every merge and every check between what a call asks for,
+//! the user's config and the job it resumes, done before anything starts.
+//!
+//! This is ripgrep's lowargs → hiargs split. [`RunArgs`] is what the caller
+//! said (each field optional); a [`JobPlan`] is what the job will do (each
+//! field decided). [`JobPlan::resolve`] is the one place where a call's value,
+//! the resumed job's value and the config's default meet, and where every
+//! refusal of a call is worded, so the order of the checks, and so which
+//! sentence a doubly wrong call gets, is visible in one function.
+//!
+//! It reads no server and starts nothing: the caller hands it the lookup of
+//! a resumed job, so it is tested with a record made in the test. What needs
+//! the network (resolving the model) or makes files (the job dir, a
+//! worktree) comes after it, in [`super::manager::Manager::start`].
+
+use std::path::{Path, PathBuf};
+
+use super::limits::{self, Caller};
+use super::manager::{MAX_TIMEOUT_S, RunArgs, StartError};
+use super::{Isolation, JobError, JobKind, JobRecord, Status, WorktreeInfo};
+use crate::config::{Config, Defaults};
+use crate::registry::Target;
+
+/// The brief of a resume that brings no words of its own.
+pub const CONTINUE: &str = "Continue where you left off.";
+
+/// Longest acceptance command, in bytes.
+pub const MAX_ACCEPTANCE: usize = 4096;
+
+/// What a job will do, every value decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPlan {
+    /// The whole brief (`task.txt`).
+    pub task: String,
+    /// The name asked for (the call's, else the resumed job's).
+    pub requested: Option<String>,
+    /// What to resolve: the resumed job's served id and endpoint, else the
+    /// call's.
+    pub model: Option<String>,
+    pub endpoint: Option<String>,
+    pub isolation: Isolation,
+    /// The caller's directory.
+    pub origin_cwd: PathBuf,
+    /// The job this one resumes.
+    pub resumed: Option<Resumed>,
+    pub permission_mode: String,
+    pub max_turns: u32,
+    pub timeout_s: u64,
+    pub allowed_tools: Vec<String>,
+    pub disallowed_tools: Vec<String>,
+    pub system_prompt_append: Option<String>,
+    /// The command that decides the job, trimmed; `None` when empty.
+    pub acceptance: Option<String>,
+    pub fix_rounds: u32,
+    /// Load the model even if a running job uses another one.
+    pub force: bool,
+}
+
+/// What a resume keeps of the job it continues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    pub id: String,
+    pub session_id: Option<String>,
+    pub worktree: Option<WorktreeInfo>,
+    pub cwd: PathBuf,
+}
+
+impl JobPlan {
+    /// Merge and check a call: the call's value, else the resumed job's,
+    /// else the config's default. `prior` looks up the job `resume_job`
+    /// names. `Err` is the sentence for the caller.
+    pub fn resolve(
+        args: &RunArgs,
+        config: &Config,
+        prior: impl FnOnce(&str) -> Result<JobRecord, JobError>,
+    ) -> Result<JobPlan, StartError> {
+        let d = &config.defaults;
+        check_call(args)?;
+        let prior = match &args.resume_job {
+            Some(id) => Some(resumable(id, prior(id)?)?),
+            None => None,
+        };
+        let prior = prior.as_ref();
+        let isolation = match prior {
+            Some(p) => p.isolation,
+            None => args.isolation.unwrap_or(Isolation::None),
+        };
+        let origin_cwd = match prior {
+            Some(p) => p.origin_cwd.clone(),
+            None => origin_cwd(args.cwd.as_deref())?,
+        };
+        check_limits(args, d, &origin_cwd, prior.is_some())?;
+        let acceptance = acceptance(args, d)?;
+        let fix_rounds = args.fix_rounds.unwrap_or(d.fix_rounds);
+        if fix_rounds > super::accept::MAX_FIX_ROUNDS {
+            return Err(StartError::Invalid(format!(
+                "fix_rounds must be at most {}, not {fix_rounds}",
+                super::accept::MAX_FIX_ROUNDS
+            )));
+        }
+        let tools = |call: &Option<Vec<String>>, from: Option<&Vec<String>>, def: &Vec<String>| {
+            call.clone()
+                .or_else(|| from.cloned())
+                .unwrap_or_else(|| def.clone())
+        };
+        Ok(JobPlan {
+            task: if args.task.trim().is_empty() {
+                CONTINUE.to_string()
+            } else {
+                args.task.clone()
+            },
+            requested: args.model.clone().or(prior.map(|p| p.model.clone())),
+            model: match prior {
+                Some(p) => Some(p.served_id.clone()),
+                None => args.model.clone(),
+            },
+            endpoint: match prior {
+                Some(p) => Some(p.endpoint.clone()),
+                None => args.endpoint.clone(),
+            },
+            isolation,
+            origin_cwd,
+            resumed: prior.map(|p| Resumed {
+                id: p.id.clone(),
+                session_id: p.session_id.clone(),
+                worktree: p.worktree.clone(),
+                cwd: p.cwd.clone(),
+            }),
+            permission_mode: args
+                .permission_mode
+                .clone()
+                .or(prior.map(|p| p.permission_mode.clone()))
+                .unwrap_or_else(|| d.permission_mode.clone()),
+            max_turns: args
+                .max_turns
+                .or(prior.map(|p| p.max_turns))
+                .unwrap_or(d.max_turns),
+            timeout_s: args
+                .timeout_s
+                .or(prior.map(|p| p.timeout_s))
+                .unwrap_or(d.timeout_s)
+                .clamp(1, MAX_TIMEOUT_S),
+            allowed_tools: tools(
+                &args.allowed_tools,
+                prior.map(|p| &p.allowed_tools),
+                &d.allowed_tools,
+            ),
+            disallowed_tools: tools(
+                &args.disallowed_tools,
+                prior.map(|p| &p.disallowed_tools),
+                &d.disallowed_tools,
+            ),
+            system_prompt_append: args
+                .system_prompt_append
+                .clone()
+                .or(prior.and_then(|p| p.system_prompt_append.clone())),
+            acceptance,
+            fix_rounds,
+            force: args.force,
+        })
+    }
+}
+
+/// What a call gets wrong on its own: a timeout no duration holds, no task.
+fn check_call(args: &RunArgs) -> Result<(), StartError> {
+    // A number too big for a duration is a sentence, not a panic.
+    if let Some(t) = args.timeout_s
+        && (t == 0 || t > MAX_TIMEOUT_S)
+    {
+        return Err(StartError::Invalid(format!(
+            "timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), not {t}"
+        )));
+    }
+    if args.task.trim().is_empty() && args.resume_job.is_none() {
+        return Err(StartError::Invalid(
+            "task is empty: give the delegate a self-contained brief".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A job can be resumed when it has ended, had a session, and its worktree
+/// (if it had one) is still there.
+fn resumable(id: &str, r: JobRecord) -> Result<JobRecord, StartError> {
+    if !r.status.terminal() {
+        return Err(StartError::Invalid(format!(
+            "job {id} is still {}: wait for it (wait_job) before resuming it",
+            r.status.as_str()
+        )));
+    }
+    if r.session_id.is_none() {
+        return Err(StartError::Invalid(format!(
+            "job {id} never started a session, so there is nothing to resume: run a new job"
+        )));
+    }
+    if let Some(w) = &r.worktree
+        && !w.path.exists()
+    {
+        return Err(StartError::Invalid(format!(
+            "the worktree of job {id} ({}) is gone (removed because nothing changed, or cleaned up): run a new job instead",
+            w.path.display()
+        )));
+    }
+    Ok(r)
+}
+
+/// The directory a new job starts from: the call's (it must exist), else
+/// the current one.
+fn origin_cwd(cwd: Option<&Path>) -> Result<PathBuf, StartError> {
+    match cwd {
+        Some(c) => {
+            if !c.is_dir() {
+                return Err(StartError::Invalid(format!(
+                    "cwd {} does not exist or is not a directory: pass an existing project directory",
+                    c.display()
+                )));
+            }
+            Ok(c.canonicalize().unwrap_or(c.to_path_buf()))
+        }
+        None => std::env::current_dir().map_err(|e| {
+            StartError::Invalid(format!("cannot read the current directory ({e}): pass cwd"))
+        }),
+    }
+}
+
+/// What a session's call may ask for ([`limits`]): the permission mode for
+/// any caller; the directory (of a new job) and the tools for a session.
+fn check_limits(
+    args: &RunArgs,
+    d: &Defaults,
+    origin_cwd: &Path,
+    resuming: bool,
+) -> Result<(), StartError> {
+    if let Some(mode) = &args.permission_mode {
+        limits::permission_mode(mode, &args.caller, d).map_err(StartError::Invalid)?;
+    }
+    if let Caller::Session { project } = &args.caller {
+        if !resuming {
+            limits::cwd(origin_cwd, project, d).map_err(StartError::Invalid)?;
+        }
+        if let Some(tools) = &args.allowed_tools {
+            limits::allowed_tools(tools, d).map_err(StartError::Invalid)?;
+        }
+    }
+    Ok(())
+}
+
+/// The acceptance command, trimmed (`None` when empty); bounded, and for a
+/// session only where [`limits::acceptance`] allows one.
+fn acceptance(args: &RunArgs, d: &Defaults) -> Result<Option<String>, StartError> {
+    let Some(cmd) = args
+        .acceptance
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    else {
+        return Ok(None);
+    };
+    if cmd.len() > MAX_ACCEPTANCE {
+        return Err(StartError::Invalid(format!(
+            "acceptance is longer than {MAX_ACCEPTANCE} bytes: put the steps in a script in the tree and name it"
+        )));
+    }
+    if matches!(args.caller, Caller::Session { .. }) {
+        limits::acceptance(d).map_err(StartError::Invalid)?;
+    }
+    Ok(Some(cmd.to_string()))
+}
+
+impl JobRecord {
+    /// A new job's first record: who serves it, where its files go, nothing
+    /// done yet. The one place a record is written out field by field;
+    /// [`JobRecord::from_plan`] and a batch set what is theirs on top.
+    pub fn new(id: &str, kind: JobKind, dir: &Path, t: &Target, cwd: PathBuf) -> JobRecord {
+        let d = &t.config.defaults;
+        JobRecord {
+            id: id.to_string(),
+            kind,
+            task: String::new(),
+            model: t.resolved.requested.clone(),
+            served_id: t.resolved.served_id.clone(),
+            endpoint: t.resolved.endpoint.clone(),
+            base_url: t.resolved.base_url.clone(),
+            cwd: cwd.clone(),
+            origin_cwd: cwd,
+            isolation: Isolation::None,
+            status: Status::Queued,
+            created: crate::shim::log::now_ts(),
+            started: None,
+            finished: None,
+            elapsed_s: None,
+            session_id: None,
+            result: None,
+            error: None,
+            num_turns: None,
+            tool_calls: 0,
+            usage: Default::default(),
+            files_touched: Vec::new(),
+            files_changed: Vec::new(),
+            worktree: None,
+            last_activity: None,
+            log_dir: dir.to_path_buf(),
+            context: t.resolved.context,
+            metrics: None,
+            first_turn: None,
+            queued_note: None,
+            load_note: None,
+            acceptance: None,
+            equivalent_usd: None,
+            reference_model: None,
+            model_faults: None,
+            outcome: None,
+            model_note: None,
+            permission_mode: d.permission_mode.clone(),
+            max_turns: 0,
+            timeout_s: d.timeout_s,
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            system_prompt_append: None,
+            resumed_from: None,
+            pid: None,
+            guard: None,
+            owner_pid: std::process::id(),
+            owner: crate::process::Identity::of(std::process::id()),
+            reaped: false,
+        }
+    }
+
+    /// An agent job's first record, queued: the plan's values, the target
+    /// that serves it, and where it runs (`cwd`, inside `worktree` for a
+    /// worktree job).
+    pub fn from_plan(
+        plan: &JobPlan,
+        id: &str,
+        dir: &Path,
+        t: &Target,
+        worktree: Option<WorktreeInfo>,
+        cwd: PathBuf,
+    ) -> JobRecord {
+        let mut rec = JobRecord::new(id, JobKind::Agent, dir, t, cwd);
+        rec.task = crate::fmt::first_chars(&plan.task, TASK_CHARS);
+        if let Some(m) = &plan.requested {
+            rec.model = m.clone();
+        }
+        rec.origin_cwd = plan.origin_cwd.clone();
+        rec.isolation = plan.isolation;
+        rec.session_id = plan.resumed.as_ref().and_then(|p| p.session_id.clone());
+        rec.resumed_from = plan.resumed.as_ref().map(|p| p.id.clone());
+        rec.worktree = worktree;
+        rec.last_activity = Some(load_first(t).unwrap_or_else(|| "queued".into()));
+        rec.queued_note = t.resolved.queued_note.clone();
+        rec.permission_mode = plan.permission_mode.clone();
+        rec.max_turns = plan.max_turns;
+        rec.timeout_s = plan.timeout_s;
+        rec.allowed_tools = plan.allowed_tools.clone();
+        rec.disallowed_tools = plan.disallowed_tools.clone();
+        rec.system_prompt_append = plan.system_prompt_append.clone();
+        rec
+    }
+}
+
+/// How much of the task a record keeps (the whole task is in `task.txt`).
+pub const TASK_CHARS: usize = 300;
+
+/// A model the server has not loaded (or a sleeping server): the first
+/// record says the job loads it first.
+fn load_first(t: &Target) -> Option<String> {
+    let state = t
+        .probe
+        .models
+        .iter()
+        .find(|m| m.id == t.resolved.served_id)
+        .and_then(|m| m.state.as_deref());
+    crate::probe::load::need(t.probe.kind.as_deref(), state).map(|_| {
+        format!(
+            "{} is not loaded on `{}`: the job loads it first (up to defaults.load_timeout_s)",
+            t.resolved.served_id, t.resolved.endpoint
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::builtin()
+    }
+
+    fn ended(id: &str) -> JobRecord {
+        let mut r: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "task": "t", "model": "coder", "served_id": "qwen3-coder",
+            "endpoint": "local", "base_url": "http://127.0.0.1:8080", "cwd": "/tmp",
+            "origin_cwd": "/tmp", "isolation": "none", "status": "succeeded",
+            "created": "2026-01-01T00:00:00.000Z", "started": null, "finished": null,
+            "elapsed_s": null, "session_id": "s-1", "result": null, "error": null,
+            "num_turns": null, "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
+            "files_changed": [], "worktree": null, "last_activity": null,
+            "log_dir": "/tmp", "context": null, "metrics": null, "queued_note": null,
+            "permission_mode": "plan", "max_turns": 7, "timeout_s": 99,
+            "allowed_tools": ["Read"], "disallowed_tools": [],
+            "system_prompt_append": "be brief", "resumed_from": null, "pid": null,
+            "owner_pid": 1
+        }))
+        .expect("a record");
+        r.status = Status::Succeeded;
+        r
+    }
+
+    fn args(task: &str) -> RunArgs {
+        RunArgs {
+            task: task.into(),
+            cwd: Some(std::env::temp_dir()),
+            ..Default::default()
+        }
+    }
+
+    fn no_prior(_: &str) -> Result<JobRecord, JobError> {
+        panic!("no job is resumed here")
+    }
+
+    #[test]
+    fn a_call_value_wins_over_the_resumed_job_and_the_default() {
+        let cfg = config();
+        let mut a = args("");
+        a.resume_job = Some("j1".into());
+        a.max_turns = Some(3);
+        let plan = JobPlan::resolve(&a, &cfg, |id| Ok(ended(id))).unwrap();
+        assert_eq!(plan.max_turns, 3, "the call's");
+        assert_eq!(plan.permission_mode, "plan", "the resumed job's");
+        assert_eq!(plan.timeout_s, 99);
+        assert_eq!(plan.allowed_tools, vec!["Read".to_string()]);
+        assert_eq!(plan.system_prompt_append.as_deref(), Some("be brief"));
+        assert_eq!(plan.task, CONTINUE);
+        assert_eq!(plan.model.as_deref(), Some("qwen3-coder"));
+        assert_eq!(plan.requested.as_deref(), Some("coder"));
+        assert_eq!(plan.resumed.unwrap().session_id.as_deref(), Some("s-1"));
+
+        let plan = JobPlan::resolve(&args("fix it"), &cfg, no_prior).unwrap();
+        let d = &cfg.defaults;
+        assert_eq!(plan.permission_mode, d.permission_mode, "the default");
+        assert_eq!(plan.max_turns, d.max_turns);
+        assert_eq!(plan.allowed_tools, d.allowed_tools);
+        assert_eq!(plan.fix_rounds, d.fix_rounds);
+        assert!(plan.resumed.is_none());
+    }
+
+    #[test]
+    fn a_call_wrong_twice_gets_the_sentence_of_its_first_fault() {
+        let cfg = config();
+        let mut a = args("t");
+        a.timeout_s = Some(0);
+        a.resume_job = Some("j1".into());
+        // The lookup is not even made: the timeout is checked first.
+        let e = JobPlan::resolve(&a, &cfg, no_prior)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("timeout_s must be between 1 and"), "{e}");
+
+        let mut a = args("t");
+        a.resume_job = Some("j1".into());
+        let e = JobPlan::resolve(&a, &cfg, |id| {
+            let mut r = ended(id);
+            r.status = Status::Running;
+            Ok(r)
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "job j1 is still running: wait for it (wait_job) before resuming it"
+        );
+
+        let mut a = args("t");
+        a.acceptance = Some(format!("  {}  ", "x".repeat(MAX_ACCEPTANCE + 1)));
+        a.fix_rounds = Some(999);
+        let e = JobPlan::resolve(&a, &cfg, no_prior)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("acceptance is longer than 4096 bytes"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_acceptance_is_none_and_a_set_one_is_trimmed() {
+        let cfg = config();
+        let mut a = args("t");
+        a.acceptance = Some("   ".into());
+        assert_eq!(
+            JobPlan::resolve(&a, &cfg, no_prior).unwrap().acceptance,
+            None
+        );
+        a.acceptance = Some("  make test \n".into());
+        assert_eq!(
+            JobPlan::resolve(&a, &cfg, no_prior)
+                .unwrap()
+                .acceptance
+                .as_deref(),
+            Some("make test")
+        );
+    }
+}
