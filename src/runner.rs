@@ -375,58 +375,202 @@ pub struct ResultEvent {
 
 use crate::fmt::{one_line, tool_arg};
 
+/// Claude Code's stream-json events, as far as a job reads them. Every
+/// field is lenient: a field of another type reads as absent (as it did
+/// when these were `Value` lookups), so an odd event loses that field, not
+/// the event. Unknown event types and blocks are `Unknown`.
+mod events {
+    use serde::{Deserialize, Deserializer, de::DeserializeOwned};
+    use serde_json::Value;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Event {
+        System(System),
+        Assistant(Turn),
+        User(Turn),
+        Result(Finished),
+        #[serde(other)]
+        Unknown,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum SystemKind {
+        Init,
+        ApiRetry,
+        #[serde(other)]
+        Unknown,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct System {
+        #[serde(default, deserialize_with = "lenient")]
+        pub subtype: Option<SystemKind>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub session_id: Option<String>,
+        #[serde(default, deserialize_with = "strings")]
+        pub tools: Option<Vec<String>>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub claude_code_version: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub attempt: Option<u64>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub error_status: Option<u64>,
+    }
+
+    /// An assistant or user message.
+    #[derive(Debug, Deserialize)]
+    pub struct Turn {
+        #[serde(default, deserialize_with = "lenient")]
+        pub message: Option<Message>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Message {
+        #[serde(default, deserialize_with = "blocks")]
+        pub content: Vec<Block>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Block {
+        Text {
+            #[serde(default, deserialize_with = "lenient")]
+            text: Option<String>,
+        },
+        ToolUse {
+            #[serde(default, deserialize_with = "lenient")]
+            name: Option<String>,
+            /// A tool's input has the tool's own shape.
+            #[serde(default)]
+            input: Value,
+        },
+        ToolResult {
+            #[serde(default, deserialize_with = "lenient")]
+            is_error: Option<bool>,
+            /// A string, or a list of content blocks.
+            #[serde(default)]
+            content: Value,
+        },
+        #[serde(other)]
+        Unknown,
+    }
+
+    /// The input keys that name the file an editing tool writes.
+    #[derive(Debug, Deserialize)]
+    pub struct FileInput {
+        #[serde(default, deserialize_with = "lenient")]
+        pub file_path: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub notebook_path: Option<String>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Finished {
+        #[serde(default, deserialize_with = "lenient")]
+        pub subtype: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub is_error: Option<bool>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub result: Option<String>,
+        #[serde(default, deserialize_with = "strings")]
+        pub errors: Option<Vec<String>>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub num_turns: Option<u64>,
+        /// Kept as the CLI wrote it (`null` too), for the job's figures.
+        #[serde(default, deserialize_with = "present")]
+        pub usage: Option<Value>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub terminal_reason: Option<String>,
+    }
+
+    /// A field of the wrong type is absent.
+    fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Ok(serde_json::from_value(Value::deserialize(d)?).ok())
+    }
+
+    /// A list's strings (other entries skipped); not a list: absent.
+    fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Array(a) => Some(
+                a.into_iter()
+                    .filter_map(|v| match v {
+                        Value::String(s) => Some(s),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        })
+    }
+
+    /// A list of blocks; a block that does not read is `Unknown`.
+    fn blocks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Block>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Array(a) => a
+                .into_iter()
+                .map(|b| serde_json::from_value(b).unwrap_or(Block::Unknown))
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Present (even `null`) is `Some`.
+    fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+        Value::deserialize(d).map(Some)
+    }
+}
+
 /// Read one stream-json line.
 pub fn parse_event(line: &str) -> EventInfo {
+    use events::{Block, Event, SystemKind};
     let mut info = EventInfo::default();
-    let Ok(v) = serde_json::from_str::<Value>(line) else {
+    let Ok(event) = serde_json::from_str::<Event>(line) else {
         return info;
     };
-    match v["type"].as_str() {
-        Some("system") => {
-            if v["subtype"] == "init" {
-                info.session_id = v["session_id"].as_str().map(str::to_string);
-                info.init_tools = v["tools"].as_array().map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                });
-                info.claude_version = v["claude_code_version"].as_str().map(str::to_string);
+    match event {
+        Event::System(s) => match s.subtype {
+            Some(SystemKind::Init) => {
+                info.session_id = s.session_id;
+                info.init_tools = s.tools;
+                info.claude_version = s.claude_code_version;
                 info.last_activity = Some("session started".into());
-            } else if v["subtype"] == "api_retry" {
+            }
+            Some(SystemKind::ApiRetry) => {
                 let l = format!(
                     "[retry] attempt {} after HTTP {}",
-                    v["attempt"].as_u64().unwrap_or(0),
-                    v["error_status"]
-                        .as_u64()
+                    s.attempt.unwrap_or(0),
+                    s.error_status
                         .map(|s| s.to_string())
                         .unwrap_or_else(|| "?".into())
                 );
                 info.last_activity = Some(l.clone());
                 info.transcript.push(l);
             }
-        }
-        Some("assistant") => {
-            for b in v["message"]["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("text") => {
-                        let t = b["text"].as_str().unwrap_or("");
+            _ => {}
+        },
+        Event::Assistant(turn) => {
+            for b in turn.message.map(|m| m.content).unwrap_or_default() {
+                match b {
+                    Block::Text { text } => {
+                        let t = text.unwrap_or_default();
                         if !t.trim().is_empty() {
                             info.transcript.push(format!("[assistant] {}", t.trim()));
-                            info.last_activity = Some(format!("said: {}", one_line(t, 120)));
+                            info.last_activity = Some(format!("said: {}", one_line(&t, 120)));
                         }
                     }
-                    Some("tool_use") => {
-                        let name = b["name"].as_str().unwrap_or("?");
-                        let arg = tool_arg(name, &b["input"]);
+                    Block::ToolUse { name, input } => {
+                        let name = name.as_deref().unwrap_or("?");
+                        let arg = tool_arg(name, &input);
                         info.tool_calls += 1;
                         if matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit")
-                            && let Some(p) = b["input"]
-                                .get("file_path")
-                                .or_else(|| b["input"].get("notebook_path"))
-                                .and_then(Value::as_str)
+                            && let Ok(f) = serde_json::from_value::<events::FileInput>(input)
+                            && let Some(p) = f.file_path.or(f.notebook_path)
                         {
-                            info.files_touched.push(p.to_string());
+                            info.files_touched.push(p);
                         }
                         let l = format!("[tool] {name} {arg}").trim_end().to_string();
                         info.last_activity = Some(l.clone());
@@ -436,11 +580,15 @@ pub fn parse_event(line: &str) -> EventInfo {
                 }
             }
         }
-        Some("user") => {
-            for b in v["message"]["content"].as_array().into_iter().flatten() {
-                if b["type"] == "tool_result" && b["is_error"] == true {
-                    let c = match &b["content"] {
-                        Value::String(s) => s.clone(),
+        Event::User(turn) => {
+            for b in turn.message.map(|m| m.content).unwrap_or_default() {
+                if let Block::ToolResult {
+                    is_error: Some(true),
+                    content,
+                } = b
+                {
+                    let c = match content {
+                        Value::String(s) => s,
                         other => other.to_string(),
                     };
                     info.transcript
@@ -448,39 +596,29 @@ pub fn parse_event(line: &str) -> EventInfo {
                 }
             }
         }
-        Some("result") => {
-            let success = v["subtype"] == "success" && v["is_error"] != true;
+        Event::Result(r) => {
+            let finished = r.subtype.as_deref().unwrap_or("?").to_string();
+            let subtype = r.subtype.unwrap_or_default();
+            let success = subtype == "success" && r.is_error != Some(true);
             // A start-up failure (a sandbox that cannot start, …) has no
             // `result` text, only `errors`.
-            let errors: Vec<&str> = v["errors"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let text = v["result"]
-                .as_str()
-                .map(str::to_string)
+            let errors = r.errors.unwrap_or_default();
+            let text = r
+                .result
                 .or_else(|| (!errors.is_empty()).then(|| errors.join("; ")));
-            info.transcript.push(format!(
-                "[result] {}",
-                text.as_deref()
-                    .unwrap_or(v["subtype"].as_str().unwrap_or(""))
-            ));
-            info.last_activity = Some(format!(
-                "finished: {}",
-                v["subtype"].as_str().unwrap_or("?")
-            ));
+            info.transcript
+                .push(format!("[result] {}", text.as_deref().unwrap_or(&subtype)));
+            info.last_activity = Some(format!("finished: {finished}"));
             info.result = Some(ResultEvent {
                 success,
                 text,
-                num_turns: v["num_turns"].as_u64(),
-                usage: v.get("usage").cloned(),
-                subtype: v["subtype"].as_str().unwrap_or("").to_string(),
-                terminal_reason: v["terminal_reason"].as_str().map(str::to_string),
+                num_turns: r.num_turns,
+                usage: r.usage,
+                subtype,
+                terminal_reason: r.terminal_reason,
             });
         }
-        _ => {}
+        Event::Unknown => {}
     }
     info
 }
@@ -488,6 +626,37 @@ pub fn parse_event(line: &str) -> EventInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_odd_field_is_absent_and_an_unknown_event_is_nothing() {
+        // A field of another type loses that field, not the event.
+        let e = parse_event(
+            r#"{"type":"system","subtype":"init","session_id":7,"tools":["Read",3,"Edit"],"claude_code_version":"2.1.328"}"#,
+        );
+        assert_eq!(e.session_id, None);
+        assert_eq!(e.init_tools, Some(vec!["Read".into(), "Edit".into()]));
+        assert_eq!(e.claude_version.as_deref(), Some("2.1.328"));
+        let e = parse_event(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":5},{"type":"tool_use","name":"Edit","input":{"file_path":"a.rs"}},{"type":"thinking","thinking":"x"}]}}"#,
+        );
+        assert_eq!(e.tool_calls, 1);
+        assert_eq!(e.files_touched, ["a.rs"]);
+        assert_eq!(e.transcript, ["[tool] Edit a.rs"]);
+        let e = parse_event(
+            r#"{"type":"result","subtype":"success","is_error":"no","num_turns":-1,"usage":null}"#,
+        );
+        let r = e.result.expect("a result");
+        assert!(r.success, "is_error that is not true is not an error");
+        assert_eq!((r.num_turns, r.usage), (None, Some(Value::Null)));
+        for line in [
+            r#"{"type":"stream_event"}"#,
+            "[]",
+            "not json",
+            r#"{"type":1}"#,
+        ] {
+            assert_eq!(parse_event(line), EventInfo::default(), "{line}");
+        }
+    }
 
     #[test]
     fn events_become_transcript_lines() {

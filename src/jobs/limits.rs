@@ -19,8 +19,48 @@ use std::path::{Path, PathBuf};
 use crate::config::Defaults;
 use crate::runner::rule_tool;
 
-/// Claude Code's permission modes that a tool call may always ask for.
-pub const SAFE_MODES: &[&str] = &["default", "acceptEdits", "plan", "dontAsk"];
+/// Claude Code's permission modes (`--permission-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    Default,
+    AcceptEdits,
+    Plan,
+    DontAsk,
+    /// Only when the user's config allows it for a tool call.
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// Every mode, the ones a tool call may always ask for first.
+    pub const ALL: [PermissionMode; 5] = [
+        PermissionMode::Default,
+        PermissionMode::AcceptEdits,
+        PermissionMode::Plan,
+        PermissionMode::DontAsk,
+        PermissionMode::BypassPermissions,
+    ];
+
+    /// The name Claude Code takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::Plan => "plan",
+            PermissionMode::DontAsk => "dontAsk",
+            PermissionMode::BypassPermissions => "bypassPermissions",
+        }
+    }
+
+    /// The mode of that exact name (names are case-sensitive, as in Claude Code).
+    pub fn parse(s: &str) -> Option<PermissionMode> {
+        PermissionMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    /// A mode any tool call may ask for.
+    pub fn is_safe(self) -> bool {
+        self != PermissionMode::BypassPermissions
+    }
+}
 
 /// Who asks for a job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,19 +74,26 @@ pub enum Caller {
 
 /// Check a permission mode for any caller; `Err` is the sentence to return.
 pub fn permission_mode(mode: &str, caller: &Caller, d: &Defaults) -> Result<(), String> {
-    if mode == "bypassPermissions" {
-        if matches!(caller, Caller::Session { .. }) && !d.allow_bypass_permissions {
-            return Err("permission_mode bypassPermissions is not allowed for a delegated job: the user can allow it with `defaults.allow_bypass_permissions: true` in ~/.config/localagents/models.yaml".into());
+    match PermissionMode::parse(mode) {
+        Some(PermissionMode::BypassPermissions) => {
+            if matches!(caller, Caller::Session { .. }) && !d.allow_bypass_permissions {
+                return Err("permission_mode bypassPermissions is not allowed for a delegated job: the user can allow it with `defaults.allow_bypass_permissions: true` in ~/.config/localagents/models.yaml".into());
+            }
+            Ok(())
         }
-        return Ok(());
+        Some(_) => Ok(()),
+        None => {
+            let safe: Vec<&str> = PermissionMode::ALL
+                .into_iter()
+                .filter(|m| m.is_safe())
+                .map(PermissionMode::as_str)
+                .collect();
+            Err(format!(
+                "permission_mode `{mode}` is not one of {}",
+                safe.join(", ")
+            ))
+        }
     }
-    if SAFE_MODES.contains(&mode) {
-        return Ok(());
-    }
-    Err(format!(
-        "permission_mode `{mode}` is not one of {}",
-        SAFE_MODES.join(", ")
-    ))
 }
 
 /// Check the directory a session's job would run in.
@@ -154,7 +201,7 @@ mod tests {
         assert!(permission_mode("bypassPermissions", &Caller::User, &d).is_ok());
         d.allow_bypass_permissions = true;
         assert!(permission_mode("bypassPermissions", &session(), &d).is_ok());
-        for m in SAFE_MODES {
+        for m in ["default", "acceptEdits", "plan", "dontAsk"] {
             assert!(permission_mode(m, &session(), &d).is_ok());
         }
         let e = permission_mode("yolo", &Caller::User, &d).unwrap_err();
