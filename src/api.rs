@@ -10,14 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rmcp::handler::server::tool::IntoCallToolResult;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, IntoContents};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{self, ConfigError};
 pub use crate::context::Context;
+use crate::error::Kind;
 use crate::jobs::manager::{Manager, RunArgs, StartError};
 use crate::jobs::{Isolation, JobError, JobListItem, JobSummary, Status};
 use crate::probe;
@@ -61,74 +60,49 @@ impl From<ExitStatus> for ExitCode {
 }
 
 /// A failure a caller can act on. The text is one or two sentences that
-/// name the fix.
+/// name the fix; [`Error::kind`] names the failure for a program. A lower
+/// layer's error is wrapped with its own sentence, not copied.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("config error: {0}")]
     Config(#[from] ConfigError),
     #[error("{0}")]
     Invalid(String),
-    /// Nothing serves the model: the message says whom to ask for what.
-    #[error("{}", .0.message)]
-    Unavailable(Box<registry::Unavailable>),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
+    Start(#[from] StartError),
     #[error("{0}")]
     Job(#[from] JobError),
 }
 
-impl From<ResolveError> for Error {
-    fn from(e: ResolveError) -> Self {
-        match e {
-            ResolveError::Config(c) => Error::Config(c),
-            ResolveError::Unavailable(u) => Error::Unavailable(u),
-            ResolveError::Invalid(s) => Error::Invalid(s),
-        }
-    }
-}
-
-impl From<StartError> for Error {
-    fn from(e: StartError) -> Self {
-        match e {
-            StartError::Unavailable(u) => Error::Unavailable(u),
-            StartError::Config(c) => Error::Config(c),
-            StartError::Job(j) => Error::Job(j),
-            other => Error::Invalid(other.to_string()),
-        }
-    }
-}
-
 impl Error {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Error::Config(_) => Kind::Config,
+            Error::Invalid(_) => Kind::Invalid,
+            Error::Resolve(e) => e.kind(),
+            Error::Start(e) => e.kind(),
+            Error::Job(e) => e.kind(),
+        }
+    }
+
+    /// Nothing serves the model: whom to ask for what.
+    pub fn unavailable(&self) -> Option<&registry::Unavailable> {
+        match self {
+            Error::Resolve(ResolveError::Unavailable(u))
+            | Error::Start(StartError::Resolve(ResolveError::Unavailable(u))) => Some(u),
+            _ => None,
+        }
+    }
+
     /// The exit status of a CLI command that failed with this.
     pub fn exit_status(&self) -> ExitStatus {
-        match self {
-            Error::Config(_) => ExitStatus::Error,
+        match self.kind() {
+            Kind::Config => ExitStatus::Error,
             _ => ExitStatus::Failure,
         }
-    }
-}
-
-impl IntoCallToolResult for Error {
-    /// An `isError` result with the sentence; `model_unavailable` keeps its
-    /// structure (whom to ask for what).
-    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
-        let r = match self {
-            Error::Unavailable(u) => {
-                CallToolResult::structured_error(serde_json::to_value(&*u).unwrap_or(Value::Null))
-            }
-            e => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
-        };
-        Ok(r.into())
-    }
-}
-
-/// A successful tool result: `T` as one JSON text block.
-#[derive(Debug)]
-pub struct Reply<T>(pub T);
-
-impl<T: Serialize> IntoContents for Reply<T> {
-    fn into_contents(self) -> Vec<ContentBlock> {
-        vec![ContentBlock::text(
-            serde_json::to_string(&self.0).unwrap_or_else(|_| "{}".into()),
-        )]
     }
 }
 

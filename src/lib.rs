@@ -30,6 +30,7 @@ pub mod cli;
 pub mod complete;
 pub mod config;
 pub mod context;
+pub mod error;
 pub mod eval;
 pub mod fmt;
 pub mod hook;

@@ -9,12 +9,13 @@
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::IntoContents;
 use rmcp::model::{
     CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult, ErrorData, GetTaskParams,
     GetTaskResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
 };
+use rmcp::model::{ContentBlock, IntoContents};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
@@ -22,7 +23,7 @@ use serde::Deserialize;
 
 use crate::api::{
     self, CleanupReport, Context, DiffPage, JobList, JobReply, LogPage, LogStream, ModelsReport,
-    Registered, Reply,
+    Registered,
 };
 use crate::jobs::limits::Caller;
 use crate::jobs::manager::{Manager, RunArgs};
@@ -30,6 +31,62 @@ use crate::jobs::{Isolation, JobSummary, Status};
 
 /// What Claude reads about this server in its system prompt.
 pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about. Work that needs no tools does not need a session: local_complete for one answer (a commit message, a docstring, a regex), local_batch for many small independent ones, local_review to have a local model read a diff before you do.";
+
+/// A successful tool result: `T` as one JSON text block.
+#[derive(Debug)]
+pub struct Reply<T>(pub T);
+
+impl<T: serde::Serialize> IntoContents for Reply<T> {
+    fn into_contents(self) -> Vec<ContentBlock> {
+        vec![ContentBlock::text(
+            serde_json::to_string(&self.0).unwrap_or_else(|_| "{}".into()),
+        )]
+    }
+}
+
+/// A failed call's structured content: the kind beside the sentence, or
+/// for `model_unavailable` beside whom to ask for what.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum ToolError<'a> {
+    Sentence {
+        kind: crate::error::Kind,
+        error: String,
+    },
+    Unavailable {
+        kind: crate::error::Kind,
+        #[serde(flatten)]
+        unavailable: &'a crate::registry::Unavailable,
+    },
+}
+
+impl IntoCallToolResult for api::Error {
+    /// An `isError` result: the sentence as its text (`model_unavailable`:
+    /// its whole structure, whom to ask for what), and the kind beside it
+    /// as its structured content.
+    fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
+        let kind = self.kind();
+        let (text, structured) = match self.unavailable() {
+            Some(u) => (
+                serde_json::to_string(u).unwrap_or_else(|_| self.to_string()),
+                ToolError::Unavailable {
+                    kind,
+                    unavailable: u,
+                },
+            ),
+            None => (
+                self.to_string(),
+                ToolError::Sentence {
+                    kind,
+                    error: self.to_string(),
+                },
+            ),
+        };
+        let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+        r.structured_content = serde_json::to_value(&structured).ok();
+        Ok(r.into())
+    }
+}
 
 /// Arguments of `register_endpoint`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -615,7 +672,8 @@ mod tasks {
         CallToolResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload, TaskStatus,
     };
 
-    use crate::api::{JobReply, Reply};
+    use super::Reply;
+    use crate::api::JobReply;
     use crate::jobs::manager::Manager;
 
     /// How often a client should poll `tasks/get`.

@@ -732,6 +732,16 @@ pub enum ResolveError {
     Invalid(String),
 }
 
+impl ResolveError {
+    pub fn kind(&self) -> crate::error::Kind {
+        match self {
+            ResolveError::Config(_) => crate::error::Kind::Config,
+            ResolveError::Unavailable(_) => crate::error::Kind::ModelUnavailable,
+            ResolveError::Invalid(_) => crate::error::Kind::Invalid,
+        }
+    }
+}
+
 /// A model resolved to a live endpoint, with what a shim route needs.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -36,6 +36,15 @@ pub enum GitError {
     Io(#[from] std::io::Error),
 }
 
+impl GitError {
+    pub fn kind(&self) -> crate::error::Kind {
+        match self {
+            GitError::Io(_) => crate::error::Kind::Io,
+            _ => crate::error::Kind::Git,
+        }
+    }
+}
+
 /// What the job record says about its worktree.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorktreeInfo {

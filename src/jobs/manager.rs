@@ -18,7 +18,7 @@ use super::plan::JobPlan;
 use super::{Isolation, JobError, JobRecord, Store};
 use crate::config::{ConfigError, Defaults};
 use crate::context::Context;
-use crate::registry::Unavailable;
+use crate::error::Kind;
 use crate::registry::{self, ResolveError, Target};
 use crate::runner;
 use crate::shim::Shim;
@@ -33,27 +33,33 @@ pub const MAX_WAIT: Duration = Duration::from_secs(110);
 /// refused at the API and clamped from config.
 pub const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
-/// Why a job could not start.
+/// Why a job could not start: its own checks ([`super::plan`]), or a
+/// lower layer's error with that layer's sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{}", .0.message)]
-    Unavailable(Box<Unavailable>),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     #[error("{0}")]
     Invalid(String),
-    #[error("config error: {0}")]
-    Config(#[from] ConfigError),
     #[error("{0}")]
     Git(#[from] GitError),
     #[error("{0}")]
     Job(#[from] JobError),
 }
 
-impl From<ResolveError> for StartError {
-    fn from(e: ResolveError) -> Self {
-        match e {
-            ResolveError::Config(c) => StartError::Config(c),
-            ResolveError::Unavailable(u) => StartError::Unavailable(u),
-            ResolveError::Invalid(s) => StartError::Invalid(s),
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> Self {
+        StartError::Resolve(e.into())
+    }
+}
+
+impl StartError {
+    pub fn kind(&self) -> Kind {
+        match self {
+            StartError::Resolve(e) => e.kind(),
+            StartError::Invalid(_) => Kind::Invalid,
+            StartError::Git(e) => e.kind(),
+            StartError::Job(e) => e.kind(),
         }
     }
 }

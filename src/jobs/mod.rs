@@ -94,6 +94,18 @@ pub enum JobError {
     Io(#[from] std::io::Error),
 }
 
+impl JobError {
+    pub fn kind(&self) -> crate::error::Kind {
+        use crate::error::Kind;
+        match self {
+            JobError::BadId(_) => Kind::BadJobId,
+            JobError::NotFound(_) => Kind::NoSuchJob,
+            JobError::Unreadable { .. } => Kind::UnreadableJob,
+            JobError::Io(_) => Kind::Io,
+        }
+    }
+}
+
 /// A new id: sortable UTC time plus 32 random bits.
 pub fn new_id() -> std::io::Result<String> {
     let mut b = [0u8; 4];

@@ -619,7 +619,36 @@ pub fn mcp_tools_md() -> String {
         }
         out.push('\n');
     }
+    out.push_str(&error_kinds_md());
     out.trim_end().to_string() + "\n"
+}
+
+/// The error kinds, from `localagents::error::Kind`'s schema (its doc
+/// comments).
+fn error_kinds_md() -> String {
+    let mut out = String::from("## Errors\n\n");
+    out.push_str(&prose(
+        "A failed call is a tool result with `isError`. Its text is the sentence that \
+         names the fix (for `model_unavailable`, a JSON object: the model, whom to ask, \
+         what is served); its structured content is `{\"kind\", \"error\"}` with the \
+         same sentence (for `model_unavailable`, `kind` beside that object's fields). \
+         The kinds:\n\n",
+    ));
+    out.push_str("| kind | what failed |\n|---|---|\n");
+    let schema = serde_json::to_value(schemars::schema_for!(localagents::error::Kind)).unwrap();
+    let variants = schema["oneOf"].as_array().expect("Kind's schema has oneOf");
+    for v in variants {
+        let name = v["const"]
+            .as_str()
+            .or_else(|| v["enum"][0].as_str())
+            .expect("a kind's name");
+        let what = v["description"]
+            .as_str()
+            .expect("every kind has a doc comment");
+        let _ = writeln!(out, "| {} | {} |", code(name), cell(&sentence(what)));
+    }
+    out.push('\n');
+    out
 }
 
 // --- the skill's reference ---------------------------------------------------

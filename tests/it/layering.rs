@@ -9,6 +9,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("paths", 0),
     ("fmt", 0),
+    ("error", 0),
     ("process", 0),
     ("signals", 0),
     ("config", 1),

@@ -233,3 +233,74 @@ async fn config_error_comes_back_as_a_tool_error() {
     assert_eq!(result_json(&r)["endpoints"][0]["error_kind"], "refused");
     client.cancel().await.unwrap();
 }
+
+/// Every tool error carries its kind beside its sentence: the text is the
+/// sentence (for `model_unavailable`, its structure), the structured
+/// content `{"kind", "error"}`.
+#[tokio::test]
+async fn every_tool_error_names_its_kind() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        ..Default::default()
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("models.yaml");
+    std::fs::write(
+        &cfg,
+        format!("endpoints:\n  box:\n    base_url: {}\n", fake.url()),
+    )
+    .unwrap();
+    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let call = |tool: &'static str, a: Value| {
+        let c = &client;
+        async move {
+            let r = c
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(args(a)))
+                .await
+                .unwrap();
+            assert_eq!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+            let text = r
+                .content
+                .iter()
+                .find_map(|c| c.as_text().map(|t| t.text.clone()))
+                .unwrap();
+            (text, r.structured_content.expect("structured content"))
+        }
+    };
+    let (text, s) = call("job_status", json!({"job_id": "../etc"})).await;
+    assert_eq!(s["kind"], "bad_job_id");
+    assert_eq!(s["error"], text.as_str());
+    assert!(text.contains("is not a job id"), "{text}");
+
+    let (text, s) = call("job_status", json!({"job_id": "20261130-061500-1a2b3c4d"})).await;
+    assert_eq!(
+        (s["kind"].as_str(), s["error"].as_str()),
+        (Some("no_such_job"), Some(text.as_str()))
+    );
+
+    let (text, s) = call("run_agent", json!({"task": "t", "timeout_s": 0})).await;
+    assert_eq!(s["kind"], "invalid");
+    assert!(
+        text.starts_with("timeout_s must be between 1 and"),
+        "{text}"
+    );
+
+    let (text, s) = call("run_agent", json!({"task": "t", "model": "no-such-model"})).await;
+    assert_eq!(s["kind"], "model_unavailable");
+    assert_eq!(s["error"], "model_unavailable");
+    let shown: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(shown["error"], "model_unavailable", "{text}");
+    assert_eq!(shown["model"], "no-such-model");
+    assert!(
+        shown.get("kind").is_none(),
+        "the text keeps its old shape: {text}"
+    );
+
+    std::fs::write(&cfg, "endpoints: [").unwrap();
+    let (text, s) = call("list_models", json!({})).await;
+    assert_eq!(s["kind"], "config", "{text}");
+    assert!(text.starts_with("config error: "), "{text}");
+    client.cancel().await.unwrap();
+}
