@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{EndpointStatus, http_client};
+use super::{EndpointStatus, answer, http_client};
 use crate::config::Endpoint;
 
 /// How often the state is polled while a model loads.
@@ -139,13 +139,14 @@ async fn state_of(ep: &Endpoint, model: &str) -> Option<String> {
         .json()
         .await
         .ok()?;
-    v.get("data")?
-        .as_array()?
+    let list: answer::ModelList = answer::parse_value(v)?;
+    list.data
+        .value()?
         .iter()
-        .find(|m| m.get("id").and_then(Value::as_str) == Some(model))?
-        .pointer("/status/value")?
-        .as_str()
-        .map(str::to_string)
+        .filter_map(answer::Field::value)
+        .find(|m| m.id.value().map(String::as_str) == Some(model))?
+        .state()
+        .cloned()
 }
 
 async fn sleeping(ep: &Endpoint) -> Option<bool> {
@@ -156,7 +157,10 @@ async fn sleeping(ep: &Endpoint) -> Option<bool> {
         .json()
         .await
         .ok()?;
-    v.get("is_sleeping").and_then(Value::as_bool)
+    answer::parse_value::<answer::Props>(v)?
+        .is_sleeping
+        .value()
+        .copied()
 }
 
 /// Load (or wake) and wait until the model is ready, at most `limit`.
