@@ -454,7 +454,7 @@ pub async fn bringup(
         let state = st
             .and_then(|s| s.models.iter().find(|m| m.id == r.served_id))
             .and_then(|m| m.state.clone());
-        let kind = st.and_then(|s| s.kind.clone());
+        let kind = st.and_then(|s| s.kind);
         let window = |c: Option<u64>| c.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
         if let (BringupAction::Unload, Some(st), Some(ep)) = (action, st, cfg.endpoint(&r.endpoint))
         {
@@ -468,7 +468,7 @@ pub async fn bringup(
                 writeln!(out, "{why}")?;
                 return Ok(1);
             }
-            return match probe::load::unload(ep, kind.as_deref(), &r.served_id).await {
+            return match probe::load::unload(ep, kind, &r.served_id).await {
                 Ok(true) => {
                     writeln!(out, "unloaded {} on `{}`", r.served_id, r.endpoint)?;
                     Ok(0)
@@ -483,7 +483,7 @@ pub async fn bringup(
                 }
             };
         }
-        let need = probe::load::need(kind.as_deref(), state.as_deref());
+        let need = probe::load::need(kind, state.as_ref());
         match (need, st, cfg.endpoint(&r.endpoint)) {
             (Some(need), Some(st), Some(ep)) => {
                 if !run {
@@ -492,7 +492,7 @@ pub async fn bringup(
                         "{model} is listed on `{}` as {} ({}, window {}). `localagents bringup {model} --run` loads it through the endpoint; no command runs on any host",
                         r.endpoint,
                         r.served_id,
-                        state.as_deref().unwrap_or("unloaded"),
+                        state.as_ref().map_or("unloaded", probe::ModelState::as_str),
                         window(r.context)
                     )?;
                     return Ok(0);
@@ -512,7 +512,7 @@ pub async fn bringup(
                     "loading {} on `{}` through the endpoint…",
                     r.served_id, r.endpoint
                 )?;
-                let swap = kind.as_deref() == Some("llama-swap");
+                let swap = kind == Some(probe::ServerKind::LlamaSwap);
                 let limit = timeout.min(Duration::from_secs(cfg.defaults.load_timeout_s.max(1)));
                 return match probe::load::ready(ep, &r.served_id, need, swap, limit).await {
                     Ok(took) => {

@@ -320,13 +320,13 @@ impl Manager {
         // A model the server has not loaded (or a sleeping server): the
         // answer says the job loads it first.
         let load_first = crate::probe::load::need(
-            target.probe.kind.as_deref(),
+            target.probe.kind,
             target
                 .probe
                 .models
                 .iter()
                 .find(|m| m.id == target.resolved.served_id)
-                .and_then(|m| m.state.as_deref()),
+                .and_then(|m| m.state.as_ref()),
         )
         .map(|_| {
             format!(

@@ -15,6 +15,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::ModelState;
+
 /// One field of an answer: absent, present with another type than
 /// expected, or present as `T`. With `OBJECT`, `T` is a JSON object read
 /// into a struct, and a JSON array is of another type too (serde would
@@ -166,7 +168,7 @@ impl ModelEntry {
     }
 
     /// `status.value`.
-    pub fn state(&self) -> Option<&String> {
+    pub fn state(&self) -> Option<&ModelState> {
         self.status.value().and_then(|s| s.value.value())
     }
 
@@ -193,7 +195,7 @@ pub struct Meta {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ModelStatus {
-    pub value: Field<String>,
+    pub value: Field<ModelState>,
     /// The launch args of the model's instance.
     pub args: Field<Vec<Field<String>>>,
 }
@@ -365,6 +367,21 @@ mod tests {
             .map(|s| s.value().is_some_and(Slot::busy))
             .collect();
         assert_eq!(busy, [true, false, true, false]);
+    }
+
+    #[test]
+    fn a_state_this_build_does_not_know_is_kept_verbatim() {
+        use serde_json::json;
+        let state = |v: Value| entry(json!({"status": {"value": v}})).state().cloned();
+        assert_eq!(state(json!("loaded")), Some(ModelState::Loaded));
+        let failed = state(json!("failed")).unwrap();
+        assert_eq!(failed, ModelState::Other("failed".into()));
+        assert_eq!(serde_json::to_string(&failed).unwrap(), r#""failed""#);
+        assert_eq!(
+            serde_json::to_string(&ModelState::Unloaded).unwrap(),
+            r#""unloaded""#
+        );
+        assert_eq!(state(json!(3)), None);
     }
 
     #[test]

@@ -47,15 +47,123 @@ pub struct ServedModel {
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
     /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
     /// a model it has not loaded), or `config`.
-    pub context_source: Option<String>,
+    pub context_source: Option<ContextSource>,
     /// On servers that load models on demand: `loaded`, `unloaded`,
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<ModelState>,
     /// Which model file and server build answer under this id, as far as
     /// the server says (an eval result is stale once they change).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<ModelFile>,
+}
+
+/// Where a model's window came from (`context_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub enum ContextSource {
+    /// llama.cpp `/props` `default_generation_settings.n_ctx`.
+    #[serde(rename = "props.n_ctx")]
+    PropsNCtx,
+    /// `/v1/models` `meta.n_ctx` (or `context_length`).
+    #[serde(rename = "v1/models meta.n_ctx")]
+    MetaNCtx,
+    /// llama.cpp `/slots`, the first slot's `n_ctx`.
+    #[serde(rename = "slots.n_ctx")]
+    SlotsNCtx,
+    /// vLLM `/v1/models` `max_model_len`.
+    #[serde(rename = "max_model_len")]
+    MaxModelLen,
+    /// A router's launch args for a model it has not loaded.
+    #[serde(rename = "preset")]
+    Preset,
+    /// The model's `context` in the config.
+    #[serde(rename = "config")]
+    Config,
+}
+
+impl ContextSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextSource::PropsNCtx => "props.n_ctx",
+            ContextSource::MetaNCtx => "v1/models meta.n_ctx",
+            ContextSource::SlotsNCtx => "slots.n_ctx",
+            ContextSource::MaxModelLen => "max_model_len",
+            ContextSource::Preset => "preset",
+            ContextSource::Config => "config",
+        }
+    }
+}
+
+/// A model's state on a server that loads models on demand: a router's or
+/// llama-swap's `status.value`, or `sleeping` for a server asleep.
+///
+/// Not a closed set: a server may report a state this build does not know
+/// (a failed load, a newer server's), and `status --json` shows it as the
+/// server said it, so that one is kept in [`ModelState::Other`]. Its
+/// schema is therefore a plain string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum ModelState {
+    #[serde(rename = "loaded")]
+    Loaded,
+    #[serde(rename = "unloaded")]
+    Unloaded,
+    #[serde(rename = "loading")]
+    Loading,
+    #[serde(rename = "sleeping")]
+    Sleeping,
+    /// Any other state, verbatim.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl ModelState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ModelState::Loaded => "loaded",
+            ModelState::Unloaded => "unloaded",
+            ModelState::Loading => "loading",
+            ModelState::Sleeping => "sleeping",
+            ModelState::Other(s) => s,
+        }
+    }
+}
+
+impl schemars::JsonSchema for ModelState {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelState".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
+}
+
+/// What kind of server an endpoint is, when not a plain one (`kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub enum ServerKind {
+    /// llama.cpp in router mode (`/props` `role`).
+    #[serde(rename = "router")]
+    Router,
+    /// llama-swap (`/v1/models` `owned_by`).
+    #[serde(rename = "llama-swap")]
+    LlamaSwap,
+    /// A llama-server asleep (`/props` `is_sleeping`).
+    #[serde(rename = "sleeping")]
+    Sleeping,
+}
+
+impl ServerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerKind::Router => "router",
+            ServerKind::LlamaSwap => "llama-swap",
+            ServerKind::Sleeping => "sleeping",
+        }
+    }
 }
 
 /// A served model's identity: llama.cpp's `/props` `model_path` and
@@ -131,7 +239,7 @@ pub struct EndpointStatus {
     /// `router` (llama.cpp router mode), `llama-swap`, or `sleeping` (a
     /// llama-server asleep); none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<ServerKind>,
     /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading
     /// one more model past it unloads the least recently used.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -489,13 +597,13 @@ struct Shape {
 }
 
 impl Shape {
-    fn kind(self) -> Option<String> {
+    fn kind(self) -> Option<ServerKind> {
         if self.router {
-            Some("router".into())
+            Some(ServerKind::Router)
         } else if self.swap {
-            Some("llama-swap".into())
+            Some(ServerKind::LlamaSwap)
         } else if self.sleeping {
-            Some("sleeping".into())
+            Some(ServerKind::Sleeping)
         } else {
             None
         }
@@ -543,12 +651,12 @@ fn served_models(
             let state = m
                 .state()
                 .cloned()
-                .or_else(|| shape.sleeping.then(|| "sleeping".to_string()));
+                .or_else(|| shape.sleeping.then_some(ModelState::Sleeping));
             let path = path.clone().or_else(|| m.root.value().cloned());
             ServedModel {
                 id: m.id.value().cloned().unwrap_or_default(),
                 context,
-                context_source: context.map(|_| source.to_string()),
+                context_source: context.and(source),
                 state,
                 file: ModelFile::of(path, m.size(), build.clone()),
             }
@@ -562,29 +670,29 @@ fn window(
     backend: Backend,
     shape: Shape,
     server: &ServerWindows,
-) -> (Option<u64>, &'static str) {
+) -> (Option<u64>, Option<ContextSource>) {
     let meta_ctx = m.meta_ctx().filter(|c| *c > 0);
     let max_model_len = m.max_model_len.value().copied();
     match backend {
         _ if shape.router || shape.swap => match (meta_ctx, preset_window(m)) {
-            (Some(c), _) => (Some(c), "v1/models meta.n_ctx"),
-            (None, Some(c)) => (Some(c), "preset"),
-            (None, None) => (None, ""),
+            (Some(c), _) => (Some(c), Some(ContextSource::MetaNCtx)),
+            (None, Some(c)) => (Some(c), Some(ContextSource::Preset)),
+            (None, None) => (None, None),
         },
-        Backend::Vllm => (max_model_len, "max_model_len"),
+        Backend::Vllm => (max_model_len, Some(ContextSource::MaxModelLen)),
         _ => {
             if let (true, Some(c)) = (server.single, server.props) {
-                (Some(c), "props.n_ctx")
+                (Some(c), Some(ContextSource::PropsNCtx))
             } else if let Some(c) = meta_ctx {
-                (Some(c), "v1/models meta.n_ctx")
+                (Some(c), Some(ContextSource::MetaNCtx))
             } else if let Some(c) = server.props {
-                (Some(c), "props.n_ctx")
+                (Some(c), Some(ContextSource::PropsNCtx))
             } else if let Some(c) = server.slot {
-                (Some(c), "slots.n_ctx")
+                (Some(c), Some(ContextSource::SlotsNCtx))
             } else if let Some(c) = max_model_len {
-                (Some(c), "max_model_len")
+                (Some(c), Some(ContextSource::MaxModelLen))
             } else {
-                (None, "")
+                (None, None)
             }
         }
     }
