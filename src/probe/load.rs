@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{EndpointStatus, ModelState, ServerKind, answer, http_client};
+use super::{EndpointStatus, ModelState, ServerKind, answer, client, http_client};
 use crate::config::Endpoint;
 
 /// How often the state is polled while a model loads.
@@ -124,13 +124,7 @@ pub async fn unload(ep: &Endpoint, kind: Option<ServerKind>, model: &str) -> Res
 }
 
 fn request(ep: &Endpoint, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    let mut req = http_client()
-        .request(method, format!("{}{}", ep.base_url, path))
-        .timeout(Duration::from_secs(30));
-    if let Some(key) = ep.api_key() {
-        req = req.bearer_auth(key);
-    }
-    req
+    client::request(http_client(), ep, method, path).timeout(Duration::from_secs(30))
 }
 
 /// The model's `status.value` in `/v1/models`, if listed.

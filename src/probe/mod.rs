@@ -10,6 +10,7 @@
 
 pub mod answer;
 pub mod classify;
+pub mod client;
 pub mod load;
 pub mod metrics;
 
@@ -21,6 +22,8 @@ use serde::Serialize;
 
 use crate::config::{Backend, Config, Endpoint};
 pub use classify::FailureKind;
+// Where the tests, benches and the shim have always found them.
+pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 use metrics::Counters;
 
 /// How long a probe result is reused.
@@ -293,47 +296,6 @@ impl EndpointStatus {
     }
 }
 
-/// Install rustls's ring crypto provider as the process default. reqwest is
-/// built with `rustls-no-provider`, so building a `reqwest::Client` before
-/// this panics. Idempotent; every client localagents builds calls it first,
-/// and so do the tests' own clients.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The shared HTTP client. Proxies are off on purpose: backends are on this
-/// machine or the LAN, and a corporate proxy would only get in the way.
-pub fn http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        install_crypto_provider();
-        reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
-}
-
-/// Longest a TCP (and TLS) connect to a backend may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A client that keeps no idle connections: each request gets a fresh one
-/// (the shim's retry after a stale pooled connection).
-pub fn fresh_http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        install_crypto_provider();
-        reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
-}
-
 type CacheKey = (String, String, Option<Backend>, Option<String>);
 
 type ProbeCache = Mutex<HashMap<CacheKey, (Instant, EndpointStatus)>>;
@@ -394,13 +356,10 @@ struct Fetched {
 async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, reqwest::Error> {
     let started = Instant::now();
     let remaining = deadline.saturating_duration_since(started);
-    let mut req = http_client()
-        .get(format!("{}{}", ep.base_url, path))
-        .timeout(remaining.max(Duration::from_millis(1)));
-    if let Some(key) = ep.api_key() {
-        req = req.bearer_auth(key);
-    }
-    let resp = req.send().await?;
+    let resp = client::request(http_client(), ep, reqwest::Method::GET, path)
+        .timeout(remaining.max(Duration::from_millis(1)))
+        .send()
+        .await?;
     let status = resp.status().as_u16();
     let body = resp.bytes().await?.to_vec();
     Ok(Fetched {
