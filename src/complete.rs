@@ -173,16 +173,14 @@ pub fn estimate(body: &Value) -> u64 {
 /// The prompt's size: the server's own count where it answers
 /// (`/v1/messages/count_tokens`), else [`estimate`]. True when counted.
 pub async fn count(target: &Target, body: &Value) -> (u64, bool) {
-    let mut req = crate::probe::http_client()
-        .post(format!(
-            "{}/v1/messages/count_tokens",
-            target.endpoint.base_url
-        ))
-        .timeout(Duration::from_secs(10))
-        .json(&json!({"model": body["model"], "messages": body["messages"], "system": body.get("system")}));
-    if let Some(k) = target.endpoint.api_key() {
-        req = req.bearer_auth(k);
-    }
+    let req = crate::probe::client::request(
+        crate::probe::http_client(),
+        &target.endpoint,
+        reqwest::Method::POST,
+        "/v1/messages/count_tokens",
+    )
+    .timeout(Duration::from_secs(10))
+    .json(&json!({"model": body["model"], "messages": body["messages"], "system": body.get("system")}));
     if let Ok(r) = req.send().await
         && r.status().is_success()
         && let Ok(v) = r.json::<Value>().await

@@ -117,7 +117,7 @@ pub struct Resolved {
     pub served_id: String,
     /// Per-slot window, when known.
     pub context: Option<u64>,
-    pub context_source: Option<String>,
+    pub context_source: Option<probe::ContextSource>,
     /// How the name matched: exact, glob, fuzzy, default.
     pub matched_by: String,
     /// Other ids that also matched, for the caller to pick explicitly.
@@ -367,13 +367,13 @@ fn finish(
     let served = p.models.iter().find(|m| m.id == id);
     let (mut context, mut source) = (
         served.and_then(|m| m.context),
-        served.and_then(|m| m.context_source.clone()),
+        served.and_then(|m| m.context_source),
     );
     if context.is_none()
         && let Some(c) = config.model(name).and_then(|m| m.context)
     {
         context = Some(c);
-        source = Some("config".into());
+        source = Some(probe::ContextSource::Config);
     }
     let mut alternatives: Vec<String> = hits
         .iter()
@@ -514,7 +514,7 @@ mod tests {
             .map(|id| ServedModel {
                 id: id.to_string(),
                 context: Some(131072),
-                context_source: Some("props.n_ctx".into()),
+                context_source: Some(probe::ContextSource::PropsNCtx),
                 state: None,
                 file: None,
             })
@@ -714,7 +714,7 @@ mod tests {
         e.context = Some(200000);
         let r = resolve(&cfg(vec![e]), &[p], Some("m-7b"), None).unwrap();
         assert_eq!(r.context, Some(200000));
-        assert_eq!(r.context_source.as_deref(), Some("config"));
+        assert_eq!(r.context_source.map(|c| c.as_str()), Some("config"));
     }
 }
 
@@ -781,7 +781,7 @@ pub async fn resolve_targets(
         resolved.endpoint = p.name.clone();
         resolved.base_url = ep.base_url.clone();
         resolved.context = m.context;
-        resolved.context_source = m.context_source.clone();
+        resolved.context_source = m.context_source;
         resolved.queued_note = None;
         out.push(Target {
             config: first.config.clone(),

@@ -220,25 +220,7 @@ pub enum Level {
 
 /// `localagents doctor`: every check, in order.
 pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
-    let mut out = Vec::new();
-    match claude_bin(ctx) {
-        Ok(bin) => {
-            let (ok, v) = run_claude(&bin, &["--version"]);
-            if ok {
-                out.push((
-                    Level::Ok,
-                    format!(
-                        "claude CLI {} ({})",
-                        v.lines().next().unwrap_or(""),
-                        bin.display()
-                    ),
-                ));
-            } else {
-                out.push((Level::Fail, format!("{} --version failed ({v}): reinstall Claude Code (npm install -g @anthropic-ai/claude-code)", bin.display())));
-            }
-        }
-        Err(why) => out.push((Level::Fail, why)),
-    }
+    let mut out = vec![claude_finding(ctx)];
     let loaded = match config::load(&ctx.discovery()) {
         Ok(l) => l,
         Err(e) => {
@@ -246,6 +228,47 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
             return finish(ctx, out);
         }
     };
+    config_findings(&loaded, &mut out);
+    if let Ok(bin) = claude_bin(ctx) {
+        out.push(fixed_prompt_line(
+            &crate::prefix::measure(&loaded.config, &bin).await,
+        ));
+    }
+    let probes = probe::probe_all(&loaded.config).await;
+    endpoint_findings(ctx, &loaded.config, probes, &mut out);
+    finish(ctx, out)
+}
+
+/// The doctor's line on the claude CLI: found, and its version.
+fn claude_finding(ctx: &Context) -> (Level, String) {
+    match claude_bin(ctx) {
+        Ok(bin) => {
+            let (ok, v) = run_claude(&bin, &["--version"]);
+            if ok {
+                (
+                    Level::Ok,
+                    format!(
+                        "claude CLI {} ({})",
+                        v.lines().next().unwrap_or(""),
+                        bin.display()
+                    ),
+                )
+            } else {
+                (
+                    Level::Fail,
+                    format!(
+                        "{} --version failed ({v}): reinstall Claude Code (npm install -g @anthropic-ai/claude-code)",
+                        bin.display()
+                    ),
+                )
+            }
+        }
+        Err(why) => (Level::Fail, why),
+    }
+}
+
+/// The doctor's lines on the config files and their warnings.
+fn config_findings(loaded: &config::Loaded, out: &mut Vec<(Level, String)>) {
     if loaded.files.is_empty() {
         out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port) and :9931 (its announced new default) (run `localagents setup` for a starter file)".into()));
     } else {
@@ -259,13 +282,17 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
     for w in &loaded.warnings {
         out.push((Level::Warn, format!("config: {w}")));
     }
-    if let Ok(bin) = claude_bin(ctx) {
-        out.push(fixed_prompt_line(
-            &crate::prefix::measure(&loaded.config, &bin).await,
-        ));
-    }
-    let probes = probe::probe_all(&loaded.config).await;
-    if loaded.config.endpoints_are_builtin() {
+}
+
+/// The doctor's lines on each endpoint (one line for the built-in ones
+/// when none is written).
+fn endpoint_findings(
+    ctx: &Context,
+    config: &config::Config,
+    probes: Vec<probe::EndpointStatus>,
+    out: &mut Vec<(Level, String)>,
+) {
+    if config.endpoints_are_builtin() {
         let level = if probes.iter().any(|p| p.up) {
             Level::Ok
         } else {
@@ -277,9 +304,9 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         }
         out.push((level, line));
     }
-    for st in crate::registry::builtin_answered(&loaded.config, probes) {
+    for st in crate::registry::builtin_answered(config, probes) {
         if !st.up {
-            if loaded.config.endpoints_are_builtin() {
+            if config.endpoints_are_builtin() {
                 continue; // said above, in one line
             }
             out.push((
@@ -292,67 +319,72 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
             ));
             continue;
         }
-        let models: Vec<String> = st
-            .models
-            .iter()
-            .map(|m| {
-                format!(
-                    "{} ({})",
-                    m.id,
-                    m.context
-                        .map(|c| format!("{c}/slot"))
-                        .unwrap_or_else(|| "window unknown".into())
-                )
-            })
-            .collect();
-        let small = st
-            .models
-            .iter()
-            .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
-        let lvl = if small { Level::Warn } else { Level::Ok };
-        let extra = if small {
-            "; under 32k per slot even a short job makes Claude Code compact: raise -c or lower --parallel"
-        } else {
-            ""
-        };
-        out.push((
-            lvl,
-            format!(
-                "endpoint {} ({}): up, serves {}{extra}",
-                st.name,
-                st.backend,
-                models.join(", ")
-            ),
-        ));
-        match st.chat_template.as_ref().and_then(|c| c.supports_system_role) {
-            Some(true) => out.push((Level::Ok, format!("endpoint {}: chat template takes a leading system message (mid-conversation ones are folded by the shim)", st.name))),
-            Some(false) => out.push((Level::Warn, format!("endpoint {}: chat template has no system role; llama.cpp merges Claude Code's system prompt into the first user turn: prefer a template with one (--chat-template-file)", st.name))),
-            None => {}
-        }
-        if st.backend == "llama.cpp" && !st.metrics {
-            out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
-        }
-        for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(&st)) {
-            let lvl = if e.evaluated && e.stale.is_none() {
-                Level::Ok
-            } else {
-                Level::Warn
-            };
-            let text = if e.evaluated {
-                format!("model {} on `{}`: {}", e.model, e.endpoint, e.line)
-            } else {
-                format!(
-                    "model {} on `{}` has never been evaluated: run `localagents eval --model {} --endpoint {}` (minutes; temporary repositories only) before you rely on it",
-                    e.model,
-                    e.endpoint,
-                    crate::session_env::sh_quote(&e.model),
-                    e.endpoint
-                )
-            };
-            out.push((lvl, text));
-        }
+        up_endpoint_findings(ctx, &st, out);
     }
-    finish(ctx, out)
+}
+
+/// The doctor's lines on an endpoint that is up: its models and windows,
+/// chat template, `/metrics`, and whether each model was evaluated.
+fn up_endpoint_findings(ctx: &Context, st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
+    let models: Vec<String> = st
+        .models
+        .iter()
+        .map(|m| {
+            format!(
+                "{} ({})",
+                m.id,
+                m.context
+                    .map(|c| format!("{c}/slot"))
+                    .unwrap_or_else(|| "window unknown".into())
+            )
+        })
+        .collect();
+    let small = st
+        .models
+        .iter()
+        .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
+    let lvl = if small { Level::Warn } else { Level::Ok };
+    let extra = if small {
+        "; under 32k per slot even a short job makes Claude Code compact: raise -c or lower --parallel"
+    } else {
+        ""
+    };
+    out.push((
+        lvl,
+        format!(
+            "endpoint {} ({}): up, serves {}{extra}",
+            st.name,
+            st.backend,
+            models.join(", ")
+        ),
+    ));
+    match st.chat_template.as_ref().and_then(|c| c.supports_system_role) {
+        Some(true) => out.push((Level::Ok, format!("endpoint {}: chat template takes a leading system message (mid-conversation ones are folded by the shim)", st.name))),
+        Some(false) => out.push((Level::Warn, format!("endpoint {}: chat template has no system role; llama.cpp merges Claude Code's system prompt into the first user turn: prefer a template with one (--chat-template-file)", st.name))),
+        None => {}
+    }
+    if st.backend == "llama.cpp" && !st.metrics {
+        out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
+    }
+    for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(st)) {
+        let lvl = if e.evaluated && e.stale.is_none() {
+            Level::Ok
+        } else {
+            Level::Warn
+        };
+        let text = if e.evaluated {
+            format!("model {} on `{}`: {}", e.model, e.endpoint, e.line)
+        } else {
+            format!(
+                "model {} on `{}` has never been evaluated: run `localagents eval --model {} --endpoint {}` (minutes; temporary repositories only) before you rely on it",
+                e.model,
+                e.endpoint,
+                crate::session_env::sh_quote(&e.model),
+                e.endpoint
+            )
+        };
+        out.push((lvl, text));
+    }
 }
 
 /// The doctor's line on the delegate's fixed prompt.
@@ -439,7 +471,6 @@ pub async fn bringup(
     timeout: Duration,
     out: &mut (impl Write + Send),
 ) -> std::io::Result<u8> {
-    let run = action == BringupAction::Run;
     let loaded = match config::load(&ctx.discovery()) {
         Ok(l) => l,
         Err(e) => {
@@ -448,110 +479,175 @@ pub async fn bringup(
         }
     };
     let cfg = loaded.config.clone();
+    let ask = Bringup {
+        ctx,
+        model,
+        action,
+        force,
+        timeout,
+    };
     let probes = probe::probe_all(&cfg).await;
     if let Ok(r) = registry::resolve(&cfg, &probes, Some(model), None) {
-        let st = probes.iter().find(|p| p.name == r.endpoint);
-        let state = st
-            .and_then(|s| s.models.iter().find(|m| m.id == r.served_id))
-            .and_then(|m| m.state.clone());
-        let kind = st.and_then(|s| s.kind.clone());
-        let window = |c: Option<u64>| c.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
-        if let (BringupAction::Unload, Some(st), Some(ep)) = (action, st, cfg.endpoint(&r.endpoint))
+        return bringup_served(&ask, &cfg, &probes, &r, out).await;
+    }
+    bringup_unserved(&ask, &cfg, out).await
+}
+
+/// One `bringup` request, as asked.
+struct Bringup<'a> {
+    ctx: &'a Context,
+    model: &'a str,
+    action: BringupAction,
+    force: bool,
+    timeout: Duration,
+}
+
+/// A window for a sentence: its size, or `unknown`.
+fn window(c: Option<u64>) -> String {
+    c.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
+}
+
+/// `bringup` of a model an endpoint serves: unload it, load it (or wake
+/// the server) through the endpoint, or say it is served already.
+async fn bringup_served(
+    ask: &Bringup<'_>,
+    cfg: &config::Config,
+    probes: &[probe::EndpointStatus],
+    r: &registry::Resolved,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    let (ctx, model, force) = (ask.ctx, ask.model, ask.force);
+    let st = probes.iter().find(|p| p.name == r.endpoint);
+    let state = st
+        .and_then(|s| s.models.iter().find(|m| m.id == r.served_id))
+        .and_then(|m| m.state.clone());
+    let kind = st.and_then(|s| s.kind);
+    if let (BringupAction::Unload, Some(st), Some(ep)) = (ask.action, st, cfg.endpoint(&r.endpoint))
+    {
+        if !force
+            && let Err(why) = crate::jobs::evict::check_unload(
+                &crate::jobs::Store::new(&ctx.state_dir),
+                st,
+                &r.served_id,
+            )
         {
-            if !force
-                && let Err(why) = crate::jobs::evict::check_unload(
-                    &crate::jobs::Store::new(&ctx.state_dir),
-                    st,
-                    &r.served_id,
-                )
-            {
-                writeln!(out, "{why}")?;
-                return Ok(1);
-            }
-            return match probe::load::unload(ep, kind.as_deref(), &r.served_id).await {
-                Ok(true) => {
-                    writeln!(out, "unloaded {} on `{}`", r.served_id, r.endpoint)?;
-                    Ok(0)
-                }
-                Ok(false) => {
-                    writeln!(out, "{} was not loaded on `{}`", r.served_id, r.endpoint)?;
-                    Ok(0)
-                }
-                Err(why) => {
-                    writeln!(out, "{why}")?;
-                    Ok(1)
-                }
-            };
+            writeln!(out, "{why}")?;
+            return Ok(1);
         }
-        let need = probe::load::need(kind.as_deref(), state.as_deref());
-        match (need, st, cfg.endpoint(&r.endpoint)) {
-            (Some(need), Some(st), Some(ep)) => {
-                if !run {
-                    writeln!(
-                        out,
-                        "{model} is listed on `{}` as {} ({}, window {}). `localagents bringup {model} --run` loads it through the endpoint; no command runs on any host",
-                        r.endpoint,
-                        r.served_id,
-                        state.as_deref().unwrap_or("unloaded"),
-                        window(r.context)
-                    )?;
-                    return Ok(0);
-                }
-                if !force
-                    && let Err(why) = crate::jobs::evict::check_load(
-                        &crate::jobs::Store::new(&ctx.state_dir),
-                        st,
-                        &r.served_id,
-                    )
-                {
-                    writeln!(out, "{why}")?;
-                    return Ok(1);
-                }
-                writeln!(
-                    out,
-                    "loading {} on `{}` through the endpoint…",
-                    r.served_id, r.endpoint
-                )?;
-                let swap = kind.as_deref() == Some("llama-swap");
-                let limit = timeout.min(Duration::from_secs(cfg.defaults.load_timeout_s.max(1)));
-                return match probe::load::ready(ep, &r.served_id, need, swap, limit).await {
-                    Ok(took) => {
-                        probe::invalidate();
-                        let now = probe::probe(ep, Duration::from_secs(5)).await;
-                        let ctx_now = now
-                            .models
-                            .iter()
-                            .find(|m| m.id == r.served_id)
-                            .and_then(|m| m.context)
-                            .or(r.context);
-                        writeln!(
-                            out,
-                            "loaded {} on `{}` in {:.1} s (window {})",
-                            r.served_id,
-                            r.endpoint,
-                            took.as_secs_f64(),
-                            window(ctx_now)
-                        )?;
-                        Ok(0)
-                    }
-                    Err(why) => {
-                        writeln!(out, "{why}")?;
-                        Ok(1)
-                    }
-                };
-            }
-            _ => {
-                writeln!(
-                    out,
-                    "{model} is already served: {} on `{}` (window {})",
-                    r.served_id,
-                    r.endpoint,
-                    window(r.context)
-                )?;
-                return Ok(0);
-            }
+        return unload_served(ep, kind, r, out).await;
+    }
+    let need = probe::load::need(kind, state.as_ref());
+    let (Some(need), Some(st), Some(ep)) = (need, st, cfg.endpoint(&r.endpoint)) else {
+        writeln!(
+            out,
+            "{model} is already served: {} on `{}` (window {})",
+            r.served_id,
+            r.endpoint,
+            window(r.context)
+        )?;
+        return Ok(0);
+    };
+    if ask.action != BringupAction::Run {
+        writeln!(
+            out,
+            "{model} is listed on `{}` as {} ({}, window {}). `localagents bringup {model} --run` loads it through the endpoint; no command runs on any host",
+            r.endpoint,
+            r.served_id,
+            state.as_ref().map_or("unloaded", probe::ModelState::as_str),
+            window(r.context)
+        )?;
+        return Ok(0);
+    }
+    if !force
+        && let Err(why) = crate::jobs::evict::check_load(
+            &crate::jobs::Store::new(&ctx.state_dir),
+            st,
+            &r.served_id,
+        )
+    {
+        writeln!(out, "{why}")?;
+        return Ok(1);
+    }
+    writeln!(
+        out,
+        "loading {} on `{}` through the endpoint…",
+        r.served_id, r.endpoint
+    )?;
+    let swap = kind == Some(probe::ServerKind::LlamaSwap);
+    let limit = ask
+        .timeout
+        .min(Duration::from_secs(cfg.defaults.load_timeout_s.max(1)));
+    load_served(ep, r, need, swap, limit, out).await
+}
+
+/// Unload a served model through its endpoint.
+async fn unload_served(
+    ep: &config::Endpoint,
+    kind: Option<probe::ServerKind>,
+    r: &registry::Resolved,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    match probe::load::unload(ep, kind, &r.served_id).await {
+        Ok(true) => {
+            writeln!(out, "unloaded {} on `{}`", r.served_id, r.endpoint)?;
+            Ok(0)
+        }
+        Ok(false) => {
+            writeln!(out, "{} was not loaded on `{}`", r.served_id, r.endpoint)?;
+            Ok(0)
+        }
+        Err(why) => {
+            writeln!(out, "{why}")?;
+            Ok(1)
         }
     }
+}
+
+/// Load (or wake) a served model through its endpoint, wait until it is
+/// ready, and say the window it got.
+async fn load_served(
+    ep: &config::Endpoint,
+    r: &registry::Resolved,
+    need: probe::load::Need,
+    swap: bool,
+    limit: Duration,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    match probe::load::ready(ep, &r.served_id, need, swap, limit).await {
+        Ok(took) => {
+            probe::invalidate();
+            let now = probe::probe(ep, Duration::from_secs(5)).await;
+            let ctx_now = now
+                .models
+                .iter()
+                .find(|m| m.id == r.served_id)
+                .and_then(|m| m.context)
+                .or(r.context);
+            writeln!(
+                out,
+                "loaded {} on `{}` in {:.1} s (window {})",
+                r.served_id,
+                r.endpoint,
+                took.as_secs_f64(),
+                window(ctx_now)
+            )?;
+            Ok(0)
+        }
+        Err(why) => {
+            writeln!(out, "{why}")?;
+            Ok(1)
+        }
+    }
+}
+
+/// `bringup` of a model no endpoint serves: say what it takes, or run its
+/// `bring_up` command.
+async fn bringup_unserved(
+    ask: &Bringup<'_>,
+    cfg: &config::Config,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    let (model, action, run) = (ask.model, ask.action, ask.action == BringupAction::Run);
     if action == BringupAction::Unload {
         writeln!(
             out,
@@ -588,6 +684,19 @@ pub async fn bringup(
         writeln!(out, "run it with: localagents bringup {model} --run")?;
         return Ok(0);
     }
+    run_bring_up(ask, cfg, &cmd, out).await
+}
+
+/// Run a model's `bring_up` command, logging to the state dir, and wait
+/// until an endpoint serves the model, the command fails, or the timeout
+/// passes.
+async fn run_bring_up(
+    ask: &Bringup<'_>,
+    cfg: &config::Config,
+    cmd: &str,
+    out: &mut (impl Write + Send),
+) -> std::io::Result<u8> {
+    let (ctx, model, timeout) = (ask.ctx, ask.model, ask.timeout);
     let dir = ctx.state_dir.join("bringup");
     crate::paths::private_dir_all(&dir)?;
     let safe: String = model
@@ -608,7 +717,7 @@ pub async fn bringup(
     let f2 = f.try_clone()?;
     let mut c = tokio::process::Command::new("sh");
     c.arg("-c")
-        .arg(&cmd)
+        .arg(cmd)
         .stdin(Stdio::null())
         .stdout(f)
         .stderr(f2);
@@ -629,8 +738,8 @@ pub async fn bringup(
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
         probe::invalidate();
-        let probes = probe::probe_all(&cfg).await;
-        if let Ok(r) = registry::resolve(&cfg, &probes, Some(model), None) {
+        let probes = probe::probe_all(cfg).await;
+        if let Ok(r) = registry::resolve(cfg, &probes, Some(model), None) {
             writeln!(
                 out,
                 "{model} is up: {} on `{}` after {:.0}s",

@@ -64,13 +64,13 @@ fn long_prompt(sentences: usize) -> String {
 
 /// `GET /metrics` as counters (None when the server has none).
 async fn counters(target: &Target) -> Option<Counters> {
-    let url = format!("{}/metrics", target.endpoint.base_url);
-    let mut req = crate::probe::http_client()
-        .get(url)
-        .timeout(Duration::from_secs(5));
-    if let Some(k) = target.endpoint.api_key() {
-        req = req.bearer_auth(k);
-    }
+    let req = crate::probe::client::request(
+        crate::probe::http_client(),
+        &target.endpoint,
+        reqwest::Method::GET,
+        "/metrics",
+    )
+    .timeout(Duration::from_secs(5));
     let resp = req.send().await.ok()?;
     if !resp.status().is_success() {
         return None;
@@ -205,16 +205,14 @@ pub async fn run(target: &Target, log_dir: &std::path::Path) -> Capabilities {
     }
 
     // 3. count_tokens, asked of the server itself (the shim would estimate).
-    let mut req = crate::probe::http_client()
-        .post(format!(
-            "{}/v1/messages/count_tokens",
-            target.endpoint.base_url
-        ))
-        .timeout(Duration::from_secs(10))
-        .json(&json!({"model": served, "messages": [{"role": "user", "content": "Hello."}]}));
-    if let Some(k) = target.endpoint.api_key() {
-        req = req.bearer_auth(k);
-    }
+    let req = crate::probe::client::request(
+        crate::probe::http_client(),
+        &target.endpoint,
+        reqwest::Method::POST,
+        "/v1/messages/count_tokens",
+    )
+    .timeout(Duration::from_secs(10))
+    .json(&json!({"model": served, "messages": [{"role": "user", "content": "Hello."}]}));
     caps.count_tokens = match req.send().await {
         Ok(r) if r.status().is_success() => r
             .json::<Value>()

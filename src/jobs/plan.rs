@@ -370,8 +370,8 @@ fn load_first(t: &Target) -> Option<String> {
         .models
         .iter()
         .find(|m| m.id == t.resolved.served_id)
-        .and_then(|m| m.state.as_deref());
-    crate::probe::load::need(t.probe.kind.as_deref(), state).map(|_| {
+        .and_then(|m| m.state.as_ref());
+    crate::probe::load::need(t.probe.kind, state).map(|_| {
         format!(
             "{} is not loaded on `{}`: the job loads it first (up to defaults.load_timeout_s)",
             t.resolved.served_id, t.resolved.endpoint

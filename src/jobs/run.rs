@@ -374,14 +374,14 @@ impl Manager {
             .iter()
             .find(|m| m.id == rec.served_id)
             .and_then(|m| m.state.clone());
-        if let Some(need) = probe::load::need(job.target.probe.kind.as_deref(), state.as_deref()) {
+        if let Some(need) = probe::load::need(job.target.probe.kind, state.as_ref()) {
             let verb = match need {
                 probe::load::Need::Load => "loading",
                 probe::load::Need::Wake => "waking the server for",
             };
             rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
             self.store.save_or_log(rec);
-            let swap = job.target.probe.kind.as_deref() == Some("llama-swap");
+            let swap = job.target.probe.kind == Some(probe::ServerKind::LlamaSwap);
             let took = probe::load::ready(
                 &job.target.endpoint,
                 &rec.served_id,

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::Value;
 
+use super::answer;
 use crate::config::Endpoint;
 
 /// The class of a probe failure.
@@ -162,15 +162,8 @@ fn short(s: &str) -> String {
 /// The `message` of a JSON error body, in either llama.cpp's or Anthropic's
 /// or OpenAI's shape, else the start of the raw text.
 pub fn error_message(body: &[u8]) -> String {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        let m = v
-            .pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("detail"))
-            .or_else(|| v.get("error"));
-        if let Some(Value::String(s)) = m {
-            return short(s);
-        }
+    if let Some(s) = answer::parse::<answer::ErrorBody>(body).and_then(|b| b.text()) {
+        return short(&s);
     }
     short(&String::from_utf8_lossy(body))
 }

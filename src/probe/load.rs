@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{EndpointStatus, http_client};
+use super::{EndpointStatus, ModelState, ServerKind, answer, client, http_client};
 use crate::config::Endpoint;
 
 /// How often the state is polled while a model loads.
@@ -28,10 +28,13 @@ pub enum Need {
 }
 
 /// From the probe: does `model` need a load or a wake first?
-pub fn need(kind: Option<&str>, state: Option<&str>) -> Option<Need> {
+pub fn need(kind: Option<ServerKind>, state: Option<&ModelState>) -> Option<Need> {
     match (kind, state) {
-        (Some("router" | "llama-swap"), Some("unloaded" | "loading")) => Some(Need::Load),
-        (_, Some("sleeping")) => Some(Need::Wake),
+        (
+            Some(ServerKind::Router | ServerKind::LlamaSwap),
+            Some(ModelState::Unloaded | ModelState::Loading),
+        ) => Some(Need::Load),
+        (_, Some(ModelState::Sleeping)) => Some(Need::Wake),
         _ => None,
     }
 }
@@ -50,10 +53,10 @@ pub struct Risk {
 /// running model is at risk. Nothing is at risk when `model` is loaded.
 pub fn at_risk(st: &EndpointStatus, model: &str) -> Option<Risk> {
     let loaded = |m: &&super::ServedModel| {
-        m.id != model && matches!(m.state.as_deref(), Some("loaded" | "loading"))
+        m.id != model && matches!(m.state, Some(ModelState::Loaded | ModelState::Loading))
     };
     let me = st.models.iter().find(|m| m.id == model)?;
-    if matches!(me.state.as_deref(), Some("loaded" | "loading")) {
+    if matches!(me.state, Some(ModelState::Loaded | ModelState::Loading)) {
         return None;
     }
     let others: Vec<String> = st
@@ -65,8 +68,8 @@ pub fn at_risk(st: &EndpointStatus, model: &str) -> Option<Risk> {
     if others.is_empty() {
         return None;
     }
-    match st.kind.as_deref() {
-        Some("router") => {
+    match st.kind {
+        Some(ServerKind::Router) => {
             let max = st.max_instances.filter(|m| *m > 0)?;
             (others.len() as u64 >= max).then(|| Risk {
                 models: others,
@@ -75,7 +78,7 @@ pub fn at_risk(st: &EndpointStatus, model: &str) -> Option<Risk> {
                 ),
             })
         }
-        Some("llama-swap") => Some(Risk {
+        Some(ServerKind::LlamaSwap) => Some(Risk {
             models: others,
             why: "llama-swap swaps models out by group (its default group runs one model at a time) and does not publish its groups".into(),
         }),
@@ -86,12 +89,12 @@ pub fn at_risk(st: &EndpointStatus, model: &str) -> Option<Risk> {
 /// Unload `model` through the endpoint's own API: a router's
 /// `POST /models/unload`, llama-swap's `POST /api/models/unload/<model>`.
 /// Returns whether it was loaded.
-pub async fn unload(ep: &Endpoint, kind: Option<&str>, model: &str) -> Result<bool, String> {
+pub async fn unload(ep: &Endpoint, kind: Option<ServerKind>, model: &str) -> Result<bool, String> {
     let req = match kind {
-        Some("router") => {
+        Some(ServerKind::Router) => {
             request(ep, reqwest::Method::POST, "/models/unload").json(&json!({ "model": model }))
         }
-        Some("llama-swap") => request(
+        Some(ServerKind::LlamaSwap) => request(
             ep,
             reqwest::Method::POST,
             &format!("/api/models/unload/{model}"),
@@ -121,17 +124,11 @@ pub async fn unload(ep: &Endpoint, kind: Option<&str>, model: &str) -> Result<bo
 }
 
 fn request(ep: &Endpoint, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    let mut req = http_client()
-        .request(method, format!("{}{}", ep.base_url, path))
-        .timeout(Duration::from_secs(30));
-    if let Some(key) = ep.api_key() {
-        req = req.bearer_auth(key);
-    }
-    req
+    client::request(http_client(), ep, method, path).timeout(Duration::from_secs(30))
 }
 
 /// The model's `status.value` in `/v1/models`, if listed.
-async fn state_of(ep: &Endpoint, model: &str) -> Option<String> {
+async fn state_of(ep: &Endpoint, model: &str) -> Option<ModelState> {
     let v: Value = request(ep, reqwest::Method::GET, "/v1/models")
         .send()
         .await
@@ -139,13 +136,14 @@ async fn state_of(ep: &Endpoint, model: &str) -> Option<String> {
         .json()
         .await
         .ok()?;
-    v.get("data")?
-        .as_array()?
+    let list: answer::ModelList = answer::parse_value(v)?;
+    list.data
+        .value()?
         .iter()
-        .find(|m| m.get("id").and_then(Value::as_str) == Some(model))?
-        .pointer("/status/value")?
-        .as_str()
-        .map(str::to_string)
+        .filter_map(answer::Field::value)
+        .find(|m| m.id.value().map(String::as_str) == Some(model))?
+        .state()
+        .cloned()
 }
 
 async fn sleeping(ep: &Endpoint) -> Option<bool> {
@@ -156,7 +154,10 @@ async fn sleeping(ep: &Endpoint) -> Option<bool> {
         .json()
         .await
         .ok()?;
-    v.get("is_sleeping").and_then(Value::as_bool)
+    answer::parse_value::<answer::Props>(v)?
+        .is_sleeping
+        .value()
+        .copied()
 }
 
 /// Load (or wake) and wait until the model is ready, at most `limit`.
@@ -207,7 +208,7 @@ pub async fn ready(
     }
     loop {
         let done = match need {
-            Need::Load => state_of(ep, model).await.as_deref() == Some("loaded"),
+            Need::Load => state_of(ep, model).await == Some(ModelState::Loaded),
             Need::Wake => sleeping(ep).await == Some(false),
         };
         if done {
@@ -228,7 +229,7 @@ pub async fn ready(
 mod tests {
     use super::*;
 
-    fn status(kind: &str, max: Option<u64>, models: &[(&str, &str)]) -> EndpointStatus {
+    fn status(kind: ServerKind, max: Option<u64>, models: &[(&str, ModelState)]) -> EndpointStatus {
         let ep = Endpoint {
             name: "e".into(),
             base_url: "http://e".into(),
@@ -240,7 +241,7 @@ mod tests {
             allow_insecure_key: false,
         };
         let mut st = EndpointStatus::new(&ep);
-        st.kind = Some(kind.into());
+        st.kind = Some(kind);
         st.max_instances = max;
         st.models = models
             .iter()
@@ -248,7 +249,7 @@ mod tests {
                 id: id.to_string(),
                 context: Some(32768),
                 context_source: None,
-                state: Some(state.to_string()),
+                state: Some(state.clone()),
                 file: None,
             })
             .collect();
@@ -257,26 +258,61 @@ mod tests {
 
     #[test]
     fn what_a_load_may_unload() {
-        let full = status("router", Some(1), &[("a", "loaded"), ("b", "unloaded")]);
+        let full = status(
+            ServerKind::Router,
+            Some(1),
+            &[("a", ModelState::Loaded), ("b", ModelState::Unloaded)],
+        );
         assert_eq!(at_risk(&full, "b").unwrap().models, vec!["a".to_string()]);
         assert!(at_risk(&full, "a").is_none(), "a is loaded already");
-        let room = status("router", Some(2), &[("a", "loaded"), ("b", "unloaded")]);
+        let room = status(
+            ServerKind::Router,
+            Some(2),
+            &[("a", ModelState::Loaded), ("b", ModelState::Unloaded)],
+        );
         assert!(at_risk(&room, "b").is_none());
-        let unlimited = status("router", Some(0), &[("a", "loaded"), ("b", "unloaded")]);
+        let unlimited = status(
+            ServerKind::Router,
+            Some(0),
+            &[("a", ModelState::Loaded), ("b", ModelState::Unloaded)],
+        );
         assert!(at_risk(&unlimited, "b").is_none());
-        let swap = status("llama-swap", None, &[("a", "loaded"), ("b", "unloaded")]);
+        let swap = status(
+            ServerKind::LlamaSwap,
+            None,
+            &[("a", ModelState::Loaded), ("b", ModelState::Unloaded)],
+        );
         assert!(at_risk(&swap, "b").unwrap().why.contains("group"));
-        let empty = status("llama-swap", None, &[("a", "unloaded"), ("b", "unloaded")]);
+        let empty = status(
+            ServerKind::LlamaSwap,
+            None,
+            &[("a", ModelState::Unloaded), ("b", ModelState::Unloaded)],
+        );
         assert!(at_risk(&empty, "b").is_none());
     }
 
     #[test]
     fn what_needs_doing() {
-        assert_eq!(need(Some("router"), Some("unloaded")), Some(Need::Load));
-        assert_eq!(need(Some("router"), Some("loading")), Some(Need::Load));
-        assert_eq!(need(Some("router"), Some("loaded")), None);
-        assert_eq!(need(Some("llama-swap"), Some("unloaded")), Some(Need::Load));
-        assert_eq!(need(Some("sleeping"), Some("sleeping")), Some(Need::Wake));
+        assert_eq!(
+            need(Some(ServerKind::Router), Some(&ModelState::Unloaded)),
+            Some(Need::Load)
+        );
+        assert_eq!(
+            need(Some(ServerKind::Router), Some(&ModelState::Loading)),
+            Some(Need::Load)
+        );
+        assert_eq!(
+            need(Some(ServerKind::Router), Some(&ModelState::Loaded)),
+            None
+        );
+        assert_eq!(
+            need(Some(ServerKind::LlamaSwap), Some(&ModelState::Unloaded)),
+            Some(Need::Load)
+        );
+        assert_eq!(
+            need(Some(ServerKind::Sleeping), Some(&ModelState::Sleeping)),
+            Some(Need::Wake)
+        );
         assert_eq!(need(None, None), None);
     }
 }

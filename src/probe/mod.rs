@@ -8,7 +8,9 @@
 //! round trip. Results are cached for about a second: Claude often calls
 //! several tools in a burst, and a burst should cost one probe.
 
+pub mod answer;
 pub mod classify;
+pub mod client;
 pub mod load;
 pub mod metrics;
 
@@ -17,10 +19,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::config::{Backend, Config, Endpoint};
 pub use classify::FailureKind;
+// Where the tests, benches and the shim have always found them.
+pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 use metrics::Counters;
 
 /// How long a probe result is reused.
@@ -47,15 +50,123 @@ pub struct ServedModel {
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
     /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
     /// a model it has not loaded), or `config`.
-    pub context_source: Option<String>,
+    pub context_source: Option<ContextSource>,
     /// On servers that load models on demand: `loaded`, `unloaded`,
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<ModelState>,
     /// Which model file and server build answer under this id, as far as
     /// the server says (an eval result is stale once they change).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<ModelFile>,
+}
+
+/// Where a model's window came from (`context_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub enum ContextSource {
+    /// llama.cpp `/props` `default_generation_settings.n_ctx`.
+    #[serde(rename = "props.n_ctx")]
+    PropsNCtx,
+    /// `/v1/models` `meta.n_ctx` (or `context_length`).
+    #[serde(rename = "v1/models meta.n_ctx")]
+    MetaNCtx,
+    /// llama.cpp `/slots`, the first slot's `n_ctx`.
+    #[serde(rename = "slots.n_ctx")]
+    SlotsNCtx,
+    /// vLLM `/v1/models` `max_model_len`.
+    #[serde(rename = "max_model_len")]
+    MaxModelLen,
+    /// A router's launch args for a model it has not loaded.
+    #[serde(rename = "preset")]
+    Preset,
+    /// The model's `context` in the config.
+    #[serde(rename = "config")]
+    Config,
+}
+
+impl ContextSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextSource::PropsNCtx => "props.n_ctx",
+            ContextSource::MetaNCtx => "v1/models meta.n_ctx",
+            ContextSource::SlotsNCtx => "slots.n_ctx",
+            ContextSource::MaxModelLen => "max_model_len",
+            ContextSource::Preset => "preset",
+            ContextSource::Config => "config",
+        }
+    }
+}
+
+/// A model's state on a server that loads models on demand: a router's or
+/// llama-swap's `status.value`, or `sleeping` for a server asleep.
+///
+/// Not a closed set: a server may report a state this build does not know
+/// (a failed load, a newer server's), and `status --json` shows it as the
+/// server said it, so that one is kept in [`ModelState::Other`]. Its
+/// schema is therefore a plain string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum ModelState {
+    #[serde(rename = "loaded")]
+    Loaded,
+    #[serde(rename = "unloaded")]
+    Unloaded,
+    #[serde(rename = "loading")]
+    Loading,
+    #[serde(rename = "sleeping")]
+    Sleeping,
+    /// Any other state, verbatim.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl ModelState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ModelState::Loaded => "loaded",
+            ModelState::Unloaded => "unloaded",
+            ModelState::Loading => "loading",
+            ModelState::Sleeping => "sleeping",
+            ModelState::Other(s) => s,
+        }
+    }
+}
+
+impl schemars::JsonSchema for ModelState {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelState".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
+}
+
+/// What kind of server an endpoint is, when not a plain one (`kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub enum ServerKind {
+    /// llama.cpp in router mode (`/props` `role`).
+    #[serde(rename = "router")]
+    Router,
+    /// llama-swap (`/v1/models` `owned_by`).
+    #[serde(rename = "llama-swap")]
+    LlamaSwap,
+    /// A llama-server asleep (`/props` `is_sleeping`).
+    #[serde(rename = "sleeping")]
+    Sleeping,
+}
+
+impl ServerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerKind::Router => "router",
+            ServerKind::LlamaSwap => "llama-swap",
+            ServerKind::Sleeping => "sleeping",
+        }
+    }
 }
 
 /// A served model's identity: llama.cpp's `/props` `model_path` and
@@ -131,7 +242,7 @@ pub struct EndpointStatus {
     /// `router` (llama.cpp router mode), `llama-swap`, or `sleeping` (a
     /// llama-server asleep); none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<ServerKind>,
     /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading
     /// one more model past it unloads the least recently used.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,47 +294,6 @@ impl EndpointStatus {
         self.error = Some(sentence);
         self
     }
-}
-
-/// Install rustls's ring crypto provider as the process default. reqwest is
-/// built with `rustls-no-provider`, so building a `reqwest::Client` before
-/// this panics. Idempotent; every client localagents builds calls it first,
-/// and so do the tests' own clients.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The shared HTTP client. Proxies are off on purpose: backends are on this
-/// machine or the LAN, and a corporate proxy would only get in the way.
-pub fn http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        install_crypto_provider();
-        reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
-}
-
-/// Longest a TCP (and TLS) connect to a backend may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A client that keeps no idle connections: each request gets a fresh one
-/// (the shim's retry after a stale pooled connection).
-pub fn fresh_http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        install_crypto_provider();
-        reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
 }
 
 type CacheKey = (String, String, Option<Backend>, Option<String>);
@@ -286,13 +356,10 @@ struct Fetched {
 async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, reqwest::Error> {
     let started = Instant::now();
     let remaining = deadline.saturating_duration_since(started);
-    let mut req = http_client()
-        .get(format!("{}{}", ep.base_url, path))
-        .timeout(remaining.max(Duration::from_millis(1)));
-    if let Some(key) = ep.api_key() {
-        req = req.bearer_auth(key);
-    }
-    let resp = req.send().await?;
+    let resp = client::request(http_client(), ep, reqwest::Method::GET, path)
+        .timeout(remaining.max(Duration::from_millis(1)))
+        .send()
+        .await?;
     let status = resp.status().as_u16();
     let body = resp.bytes().await?.to_vec();
     Ok(Fetched {
@@ -302,9 +369,10 @@ async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, 
     })
 }
 
-fn json_of(f: &Result<Fetched, reqwest::Error>) -> Option<Value> {
+/// The body of a 200.
+fn ok_body(f: &Result<Fetched, reqwest::Error>) -> Option<&[u8]> {
     match f {
-        Ok(f) if f.status == 200 => serde_json::from_slice(&f.body).ok(),
+        Ok(f) if f.status == 200 => Some(&f.body),
         _ => None,
     }
 }
@@ -327,9 +395,16 @@ pub async fn probe(ep: &Endpoint, budget: Duration) -> EndpointStatus {
     }
 }
 
-async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
-    let mut st = EndpointStatus::new(ep);
-    let budget = deadline.saturating_duration_since(Instant::now());
+/// Every answer of one endpoint; none for a path not asked.
+struct Answers {
+    models: Result<Fetched, reqwest::Error>,
+    props: Option<Result<Fetched, reqwest::Error>>,
+    slots: Option<Result<Fetched, reqwest::Error>>,
+    metrics: Option<Result<Fetched, reqwest::Error>>,
+}
+
+/// Fetch the paths this backend answers, in parallel.
+async fn fetch_all(ep: &Endpoint, deadline: Instant) -> Answers {
     let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
     let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
 
@@ -348,11 +423,8 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
         let quiet = props
             .as_ref()
             .and_then(|r| r.as_ref().ok())
-            .and_then(|f| serde_json::from_slice::<Value>(&f.body).ok())
-            .is_some_and(|p| {
-                p.get("is_sleeping").and_then(Value::as_bool) == Some(true)
-                    || p.get("role").and_then(Value::as_str) == Some("router")
-            });
+            .and_then(|f| answer::parse::<answer::Props>(&f.body))
+            .is_some_and(|p| p.sleeping() || p.router());
         let slots = if want_llama && !quiet {
             Some(fetch(ep, "/slots", deadline).await)
         } else {
@@ -367,236 +439,273 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             None
         }
     };
-    let (models_r, (props_r, slots_r), metrics_r) =
-        tokio::join!(models_f, props_then_slots, metrics_f);
+    let (models, (props, slots), metrics) = tokio::join!(models_f, props_then_slots, metrics_f);
+    Answers {
+        models,
+        props,
+        slots,
+        metrics,
+    }
+}
+
+async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
+    let mut st = EndpointStatus::new(ep);
+    let budget = deadline.saturating_duration_since(Instant::now());
+    let answers = fetch_all(ep, deadline).await;
 
     // /v1/models decides up or down.
-    let models_fetched = match models_r {
-        Err(e) => {
-            let (kind, sentence) = classify::transport(ep, &e, budget);
-            return st.fail(kind, sentence);
-        }
-        Ok(f) => f,
+    let data = match model_list(ep, &mut st, answers.models, budget) {
+        Ok(data) => data,
+        Err((kind, sentence)) => return st.fail(kind, sentence),
     };
-    st.latency_ms = Some(models_fetched.elapsed.as_millis() as u64);
-    if models_fetched.status != 200 {
-        let (kind, sentence) = classify::http(
-            ep,
-            "/v1/models",
-            models_fetched.status,
-            &models_fetched.body,
-        );
-        return st.fail(kind, sentence);
-    }
-    let list: Option<Value> = serde_json::from_slice(&models_fetched.body).ok();
-    let data = list
+    let props = answers
+        .props
         .as_ref()
-        .and_then(|v| v.get("data"))
-        .and_then(Value::as_array)
-        .filter(|d| {
-            d.iter()
-                .all(|m| m.get("id").and_then(Value::as_str).is_some())
-        });
-    let Some(data) = data else {
-        let (kind, sentence) = classify::bad_body(ep, "/v1/models", &models_fetched.body);
-        return st.fail(kind, sentence);
+        .and_then(ok_body)
+        .and_then(answer::parse::<answer::Props>)
+        .filter(answer::Props::is_llama);
+    let shape = Shape {
+        router: props.as_ref().is_some_and(answer::Props::router),
+        swap: data
+            .iter()
+            .any(|m| m.owned_by.value() == Some(&answer::Owner::LlamaSwap)),
+        sleeping: props.as_ref().is_some_and(answer::Props::sleeping),
     };
-
-    let props = props_r.as_ref().and_then(json_of);
-    let props = props.filter(|p| {
-        p.get("default_generation_settings").is_some() || p.get("total_slots").is_some()
-    });
-    let router = props
-        .as_ref()
-        .is_some_and(|p| p.get("role").and_then(Value::as_str) == Some("router"));
-    let sleeping = props
-        .as_ref()
-        .is_some_and(|p| p.get("is_sleeping").and_then(Value::as_bool) == Some(true));
-    let swap = data
-        .iter()
-        .any(|m| m.get("owned_by").and_then(Value::as_str) == Some("llama-swap"));
-    if router {
+    if shape.router {
         st.max_instances = props
             .as_ref()
-            .and_then(|p| p.get("max_instances"))
-            .and_then(Value::as_u64);
+            .and_then(|p| p.max_instances.value().copied());
     }
-    st.kind = if router {
-        Some("router".into())
-    } else if swap {
-        Some("llama-swap".into())
-    } else if sleeping {
-        Some("sleeping".into())
-    } else {
-        None
-    };
+    st.kind = shape.kind();
 
     // Backend: configured, else detected.
     let backend = match ep.backend {
         Some(b) => b,
-        None => detect(data, props.is_some()),
+        None => detect(&data, props.is_some()),
     };
     st.backend = backend.as_str().to_string();
     st.up = true;
 
-    // A router's own /props says n_ctx 0: that is no window. Never 0.
-    let props_ctx = props
+    let slots = answers
+        .slots
         .as_ref()
-        .filter(|_| !router)
-        .and_then(|p| {
-            p.pointer("/default_generation_settings/n_ctx")
-                .or_else(|| p.get("n_ctx"))
-        })
-        .and_then(Value::as_u64)
-        .filter(|c| *c > 0);
-    let slots_json = slots_r.as_ref().and_then(json_of);
-    let slots_arr = slots_json.as_ref().and_then(Value::as_array);
-    let slot_ctx = slots_arr
-        .and_then(|a| a.first())
-        .and_then(|s| s.get("n_ctx"))
-        .and_then(Value::as_u64);
-    let single = data.len() == 1;
-    for m in data {
-        let id = m
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let meta_ctx = m
-            .pointer("/meta/n_ctx")
-            .or_else(|| m.get("context_length"))
-            .and_then(Value::as_u64)
-            .filter(|c| *c > 0);
-        let state = m
-            .pointer("/status/value")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or_else(|| sleeping.then(|| "sleeping".to_string()));
-        let preset_ctx = preset_window(m);
-        let (context, source) = match backend {
-            _ if router || swap => match (meta_ctx, preset_ctx) {
-                (Some(c), _) => (Some(c), "v1/models meta.n_ctx"),
-                (None, Some(c)) => (Some(c), "preset"),
-                (None, None) => (None, ""),
-            },
-            Backend::Vllm => (
-                m.get("max_model_len").and_then(Value::as_u64),
-                "max_model_len",
-            ),
-            _ => {
-                if let (true, Some(c)) = (single, props_ctx) {
-                    (Some(c), "props.n_ctx")
-                } else if let Some(c) = meta_ctx {
-                    (Some(c), "v1/models meta.n_ctx")
-                } else if let Some(c) = props_ctx {
-                    (Some(c), "props.n_ctx")
-                } else if let Some(c) = slot_ctx {
-                    (Some(c), "slots.n_ctx")
-                } else if let Some(c) = m.get("max_model_len").and_then(Value::as_u64) {
-                    (Some(c), "max_model_len")
-                } else {
-                    (None, "")
-                }
-            }
-        };
-        // One model behind /props: its path and build are this model's.
-        let (path, build) = match (&props, single && !router && !swap) {
-            (Some(p), true) => (
-                p.get("model_path")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                p.get("build_info")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            ),
-            _ => (None, None),
-        };
-        let path = path.or_else(|| m.get("root").and_then(Value::as_str).map(str::to_string));
-        let size = m.pointer("/meta/size").and_then(Value::as_u64);
-        st.models.push(ServedModel {
-            id,
-            context,
-            context_source: context.map(|_| source.to_string()),
-            state,
-            file: ModelFile::of(path, size, build),
-        });
-    }
+        .and_then(ok_body)
+        .and_then(answer::slots);
+    st.models = served_models(&data, props.as_ref(), slots.as_deref(), backend, shape);
 
     if let Some(p) = &props {
-        let caps = p.get("chat_template_caps");
-        if let Some(caps) = caps {
+        if p.chat_template_caps.present() {
+            let caps = p.chat_template_caps.value();
             st.chat_template = Some(TemplateCaps {
-                supports_system_role: caps.get("supports_system_role").and_then(Value::as_bool),
-                supports_tool_calls: caps.get("supports_tool_calls").and_then(Value::as_bool),
+                supports_system_role: caps.and_then(|c| c.supports_system_role.value().copied()),
+                supports_tool_calls: caps.and_then(|c| c.supports_tool_calls.value().copied()),
             });
         }
-        if sleeping {
+        if shape.sleeping {
             st.warnings.push(
                 "the server is sleeping: the first request wakes it (it reloads the model)".into(),
             );
         }
     }
 
-    // Metrics.
-    let counters = match &metrics_r {
-        Some(Ok(f)) if f.status == 200 => {
-            let text = String::from_utf8_lossy(&f.body);
-            let c = metrics::parse(&text);
-            if c.is_empty() { None } else { Some(c) }
-        }
-        _ => None,
-    };
+    let counters = counters_of(answers.metrics.as_ref());
     st.metrics = counters.is_some();
+    st.slots = slot_counts(slots.as_deref(), props.as_ref(), counters.as_ref());
+    if backend == Backend::Vllm
+        && let Some(c) = &counters
+    {
+        st.load = Some(vllm_load(c));
+    }
+    st.counters = counters;
+    add_warnings(&mut st, backend, props.is_some());
+    st
+}
 
-    // Slots: /slots first, else /props total plus the processing gauge.
-    if let Some(arr) = slots_arr {
+/// `/v1/models` as a list of models each with an id, or why the endpoint
+/// is down. Sets the latency once the server answered.
+fn model_list(
+    ep: &Endpoint,
+    st: &mut EndpointStatus,
+    fetched: Result<Fetched, reqwest::Error>,
+    budget: Duration,
+) -> Result<Vec<answer::ModelEntry>, (FailureKind, String)> {
+    let f = fetched.map_err(|e| classify::transport(ep, &e, budget))?;
+    st.latency_ms = Some(f.elapsed.as_millis() as u64);
+    if f.status != 200 {
+        return Err(classify::http(ep, "/v1/models", f.status, &f.body));
+    }
+    answer::parse::<answer::ModelList>(&f.body)
+        .and_then(|list| list.data.into_value())
+        .and_then(|data| {
+            data.into_iter()
+                .map(|m| m.into_value().filter(|m| m.id.value().is_some()))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| classify::bad_body(ep, "/v1/models", &f.body))
+}
+
+/// What kind of server answers, from `/props` and `/v1/models` `owned_by`.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// llama.cpp router mode (`/props` `role`).
+    router: bool,
+    /// llama-swap (`owned_by`).
+    swap: bool,
+    /// A llama-server asleep (`/props` `is_sleeping`).
+    sleeping: bool,
+}
+
+impl Shape {
+    fn kind(self) -> Option<ServerKind> {
+        if self.router {
+            Some(ServerKind::Router)
+        } else if self.swap {
+            Some(ServerKind::LlamaSwap)
+        } else if self.sleeping {
+            Some(ServerKind::Sleeping)
+        } else {
+            None
+        }
+    }
+}
+
+/// The windows the whole server reports, for [`window`].
+struct ServerWindows {
+    /// `/props` (never a router's own, which says 0).
+    props: Option<u64>,
+    /// The first slot's `n_ctx`.
+    slot: Option<u64>,
+    /// The server lists one model.
+    single: bool,
+}
+
+/// Each listed model with its window, state and file.
+fn served_models(
+    data: &[answer::ModelEntry],
+    props: Option<&answer::Props>,
+    slots: Option<&[answer::Object<answer::Slot>]>,
+    backend: Backend,
+    shape: Shape,
+) -> Vec<ServedModel> {
+    // A router's own /props says n_ctx 0: that is no window. Never 0.
+    let windows = ServerWindows {
+        props: props
+            .filter(|_| !shape.router)
+            .and_then(answer::Props::n_ctx)
+            .filter(|c| *c > 0),
+        slot: slots
+            .and_then(|a| a.first())
+            .and_then(answer::Field::value)
+            .and_then(|s| s.n_ctx.value().copied()),
+        single: data.len() == 1,
+    };
+    // One model behind /props: its path and build are this model's.
+    let (path, build) = match (props, windows.single && !shape.router && !shape.swap) {
+        (Some(p), true) => (p.model_path.value().cloned(), p.build_info.value().cloned()),
+        _ => (None, None),
+    };
+    data.iter()
+        .map(|m| {
+            let (context, source) = window(m, backend, shape, &windows);
+            let state = m
+                .state()
+                .cloned()
+                .or_else(|| shape.sleeping.then_some(ModelState::Sleeping));
+            let path = path.clone().or_else(|| m.root.value().cloned());
+            ServedModel {
+                id: m.id.value().cloned().unwrap_or_default(),
+                context,
+                context_source: context.and(source),
+                state,
+                file: ModelFile::of(path, m.size(), build.clone()),
+            }
+        })
+        .collect()
+}
+
+/// A model's per-slot window and where it came from.
+fn window(
+    m: &answer::ModelEntry,
+    backend: Backend,
+    shape: Shape,
+    server: &ServerWindows,
+) -> (Option<u64>, Option<ContextSource>) {
+    let meta_ctx = m.meta_ctx().filter(|c| *c > 0);
+    let max_model_len = m.max_model_len.value().copied();
+    match backend {
+        _ if shape.router || shape.swap => match (meta_ctx, preset_window(m)) {
+            (Some(c), _) => (Some(c), Some(ContextSource::MetaNCtx)),
+            (None, Some(c)) => (Some(c), Some(ContextSource::Preset)),
+            (None, None) => (None, None),
+        },
+        Backend::Vllm => (max_model_len, Some(ContextSource::MaxModelLen)),
+        _ => {
+            if let (true, Some(c)) = (server.single, server.props) {
+                (Some(c), Some(ContextSource::PropsNCtx))
+            } else if let Some(c) = meta_ctx {
+                (Some(c), Some(ContextSource::MetaNCtx))
+            } else if let Some(c) = server.props {
+                (Some(c), Some(ContextSource::PropsNCtx))
+            } else if let Some(c) = server.slot {
+                (Some(c), Some(ContextSource::SlotsNCtx))
+            } else if let Some(c) = max_model_len {
+                (Some(c), Some(ContextSource::MaxModelLen))
+            } else {
+                (None, None)
+            }
+        }
+    }
+}
+
+/// The `/metrics` numbers, when it answered some.
+fn counters_of(fetched: Option<&Result<Fetched, reqwest::Error>>) -> Option<Counters> {
+    let body = ok_body(fetched?)?;
+    let c = metrics::parse(&String::from_utf8_lossy(body));
+    if c.is_empty() { None } else { Some(c) }
+}
+
+/// Slots: `/slots` first, else `/props` total plus the processing gauge.
+fn slot_counts(
+    slots: Option<&[answer::Object<answer::Slot>]>,
+    props: Option<&answer::Props>,
+    counters: Option<&Counters>,
+) -> Option<Slots> {
+    if let Some(arr) = slots {
         let total = arr.len() as u64;
         let busy = arr
             .iter()
-            .filter(|s| {
-                s.get("is_processing")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false)
-                    || s.get("state")
-                        .and_then(Value::as_u64)
-                        .is_some_and(|v| v != 0)
-            })
+            .filter(|s| s.value().is_some_and(answer::Slot::busy))
             .count() as u64;
-        st.slots = Some(Slots {
+        return Some(Slots {
             total,
             busy,
             free: total.saturating_sub(busy),
         });
-    } else if let (Some(total), Some(c)) = (
-        props
-            .as_ref()
-            .and_then(|p| p.get("total_slots"))
-            .and_then(Value::as_u64),
-        counters.as_ref(),
-    ) && let Some(busy) = metrics::first(c, &["llamacpp:requests_processing"])
-    {
-        let busy = (busy as u64).min(total);
-        st.slots = Some(Slots {
-            total,
-            busy,
-            free: total - busy,
-        });
     }
+    let total = props?.total_slots.value().copied()?;
+    let busy = metrics::first(counters?, &["llamacpp:requests_processing"])?;
+    let busy = (busy as u64).min(total);
+    Some(Slots {
+        total,
+        busy,
+        free: total - busy,
+    })
+}
 
-    if backend == Backend::Vllm
-        && let Some(c) = &counters
-    {
-        st.load = Some(Load {
-            running: metrics::first(c, &["vllm:num_requests_running"]).unwrap_or(0.0),
-            waiting: metrics::first(c, &["vllm:num_requests_waiting"]).unwrap_or(0.0),
-            kv_cache_usage: metrics::first(
-                c,
-                &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-            ),
-        });
+/// vLLM's queue from its `/metrics`.
+fn vllm_load(c: &Counters) -> Load {
+    Load {
+        running: metrics::first(c, &["vllm:num_requests_running"]).unwrap_or(0.0),
+        waiting: metrics::first(c, &["vllm:num_requests_waiting"]).unwrap_or(0.0),
+        kv_cache_usage: metrics::first(
+            c,
+            &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+        ),
     }
-    st.counters = counters;
+}
 
+/// Non-fatal findings about an endpoint that is up.
+fn add_warnings(st: &mut EndpointStatus, backend: Backend, props_answered: bool) {
     if st.models.is_empty() {
         st.warnings
             .push("the server answers but serves no model yet".into());
@@ -611,24 +720,18 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
             ));
         }
     }
-    if backend == Backend::LlamaCpp && props.is_none() {
+    if backend == Backend::LlamaCpp && !props_answered {
         st.warnings
             .push("GET /props did not answer: per-slot window and slots unknown".into());
     }
-    st
 }
 
 /// The per-slot window a router will give a model it has not loaded, from
 /// its launch args (`status.args`): `--ctx-size`/`-c`, divided by
 /// `--parallel`/`-np` when that is given (with parallel on auto the slots
 /// share one unified cache, each seeing the whole size).
-pub fn preset_window(model: &Value) -> Option<u64> {
-    let args: Vec<&str> = model
-        .pointer("/status/args")?
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+pub fn preset_window(model: &answer::ModelEntry) -> Option<u64> {
+    let args = model.args()?;
     let value = |names: &[&str]| -> Option<i64> {
         args.windows(2)
             .rev()
@@ -643,21 +746,21 @@ pub fn preset_window(model: &Value) -> Option<u64> {
 }
 
 /// Backend from `owned_by` and which endpoints answered.
-fn detect(data: &[Value], props_answered: bool) -> Backend {
-    let owned: Vec<&str> = data
+fn detect(data: &[answer::ModelEntry], props_answered: bool) -> Backend {
+    let owned: Vec<answer::Owner> = data
         .iter()
-        .filter_map(|m| m.get("owned_by").and_then(Value::as_str))
+        .filter_map(|m| m.owned_by.value().copied())
         .collect();
-    if owned.iter().any(|o| o.eq_ignore_ascii_case("vllm")) {
+    if owned.contains(&answer::Owner::Vllm) {
         Backend::Vllm
     } else if owned
         .iter()
-        .any(|o| o.eq_ignore_ascii_case("llamacpp") || o.eq_ignore_ascii_case("llama-swap"))
+        .any(|o| matches!(o, answer::Owner::LlamaCpp | answer::Owner::LlamaSwap))
         || props_answered
     {
         // llama-swap fronts llama-server processes, as a rule.
         Backend::LlamaCpp
-    } else if data.iter().any(|m| m.get("max_model_len").is_some()) {
+    } else if data.iter().any(|m| m.max_model_len.present()) {
         Backend::Vllm
     } else {
         Backend::Other

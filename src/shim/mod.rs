@@ -384,13 +384,8 @@ fn upstream_with(
     method: reqwest::Method,
     path: &str,
 ) -> reqwest::RequestBuilder {
-    let mut req = client
-        .request(method, format!("{}{}", route.endpoint.base_url, path))
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(key) = route.endpoint.api_key() {
-        req = req.bearer_auth(key);
-    }
-    req
+    crate::probe::client::request(client, &route.endpoint, method, path)
+        .header(header::CONTENT_TYPE, "application/json")
 }
 
 fn first_500(bytes: &[u8]) -> String {

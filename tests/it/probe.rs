@@ -40,7 +40,10 @@ async fn llama_cpp_window_slots_metrics_and_template_caps() {
     assert_eq!(st.models.len(), 1);
     assert_eq!(st.models[0].id, "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL");
     assert_eq!(st.models[0].context, Some(65536));
-    assert_eq!(st.models[0].context_source.as_deref(), Some("props.n_ctx"));
+    assert_eq!(
+        st.models[0].context_source.map(|c| c.as_str()),
+        Some("props.n_ctx")
+    );
     let slots = st.slots.expect("slots");
     assert_eq!((slots.total, slots.busy, slots.free), (2, 1, 1));
     assert!(st.metrics);
@@ -120,7 +123,7 @@ async fn vllm_is_detected_with_window_and_load() {
     assert_eq!(st.models[0].id, "deepseek-v4-flash");
     assert_eq!(st.models[0].context, Some(163840));
     assert_eq!(
-        st.models[0].context_source.as_deref(),
+        st.models[0].context_source.map(|c| c.as_str()),
         Some("max_model_len")
     );
     let load = st.load.expect("load");
@@ -399,22 +402,30 @@ async fn a_router_shows_each_models_state_and_the_window_from_its_preset() {
     let (url, slots) = on_demand_server(props, models).await;
     let st = probe::probe(&ep("router", &url, None), BUDGET).await;
     assert!(st.up, "{:?}", st.error);
-    assert_eq!(st.kind.as_deref(), Some("router"));
+    assert_eq!(st.kind.map(|k| k.as_str()), Some("router"));
     assert_eq!(st.backend, "llama.cpp");
     let by = |id: &str| st.models.iter().find(|m| m.id == id).unwrap().clone();
     let g = by("gemma-3-270m-q4_k_m");
     assert_eq!(
-        (g.state.as_deref(), g.context, g.context_source.as_deref()),
+        (
+            g.state.as_ref().map(|s| s.as_str()),
+            g.context,
+            g.context_source.map(|c| c.as_str())
+        ),
         (Some("unloaded"), Some(32768), Some("preset"))
     );
     let q = by("qwen");
     assert_eq!(
-        (q.state.as_deref(), q.context, q.context_source.as_deref()),
+        (
+            q.state.as_ref().map(|s| s.as_str()),
+            q.context,
+            q.context_source.map(|c| c.as_str())
+        ),
         (Some("loaded"), Some(32768), Some("v1/models meta.n_ctx"))
     );
     let a = by("auto-slots");
     assert_eq!(
-        (a.state.as_deref(), a.context),
+        (a.state.as_ref().map(|s| s.as_str()), a.context),
         (Some("loading"), Some(16384))
     );
     assert!(
@@ -436,8 +447,11 @@ async fn a_sleeping_server_is_reported_and_not_woken() {
     let (url, slots) = on_demand_server(props, models).await;
     let st = probe::probe(&ep("sleepy", &url, Some(Backend::LlamaCpp)), BUDGET).await;
     assert!(st.up, "{:?}", st.error);
-    assert_eq!(st.kind.as_deref(), Some("sleeping"));
-    assert_eq!(st.models[0].state.as_deref(), Some("sleeping"));
+    assert_eq!(st.kind.map(|k| k.as_str()), Some("sleeping"));
+    assert_eq!(
+        st.models[0].state.as_ref().map(|s| s.as_str()),
+        Some("sleeping")
+    );
     assert_eq!(st.models[0].context, Some(32768));
     assert_eq!(slots.load(Ordering::SeqCst), 0, "/slots would wake it");
     assert!(
@@ -458,14 +472,20 @@ async fn llama_swap_models_show_their_state_and_no_zero_window() {
     let (url, _) = on_demand_server(serde_json::json!({"error": "no model"}), models).await;
     let st = probe::probe(&ep("swap", &url, None), BUDGET).await;
     assert!(st.up, "{:?}", st.error);
-    assert_eq!(st.kind.as_deref(), Some("llama-swap"));
+    assert_eq!(st.kind.map(|k| k.as_str()), Some("llama-swap"));
     assert_eq!(st.backend, "llama.cpp");
     assert_eq!(
-        (st.models[0].state.as_deref(), st.models[0].context),
+        (
+            st.models[0].state.as_ref().map(|s| s.as_str()),
+            st.models[0].context
+        ),
         (Some("unloaded"), None)
     );
     assert_eq!(
-        (st.models[1].state.as_deref(), st.models[1].context),
+        (
+            st.models[1].state.as_ref().map(|s| s.as_str()),
+            st.models[1].context
+        ),
         (Some("loaded"), Some(32000))
     );
 }
