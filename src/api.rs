@@ -368,7 +368,7 @@ pub fn list_jobs(m: &Manager, status: Option<Status>, limit: usize) -> Result<Jo
 }
 
 /// Which log of a job.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogStream {
     /// What the delegate said and did.

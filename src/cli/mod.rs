@@ -78,7 +78,7 @@ pub enum Command {
         json: bool,
         /// Only jobs with this status.
         #[arg(long, value_enum)]
-        status: Option<Status>,
+        status: Option<StatusArg>,
         /// How many.
         #[arg(long, default_value_t = crate::api::DEFAULT_LIST_LIMIT)]
         limit: usize,
@@ -268,6 +268,53 @@ pub enum HookCommand {
     SessionStart,
 }
 
+/// `--status`: clap's side of [`Status`] (the core knows no clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusArg {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Timeout,
+    Lost,
+}
+
+impl From<StatusArg> for Status {
+    fn from(s: StatusArg) -> Status {
+        match s {
+            StatusArg::Queued => Status::Queued,
+            StatusArg::Running => Status::Running,
+            StatusArg::Succeeded => Status::Succeeded,
+            StatusArg::Failed => Status::Failed,
+            StatusArg::Cancelled => Status::Cancelled,
+            StatusArg::Timeout => Status::Timeout,
+            StatusArg::Lost => Status::Lost,
+        }
+    }
+}
+
+/// `--stream`: clap's side of [`LogStream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamArg {
+    /// What the delegate said and did.
+    Transcript,
+    /// Every backend request (the shim's log).
+    Requests,
+    /// The raw stream-json events.
+    Events,
+}
+
+impl From<StreamArg> for LogStream {
+    fn from(s: StreamArg) -> LogStream {
+        match s {
+            StreamArg::Transcript => LogStream::Transcript,
+            StreamArg::Requests => LogStream::Requests,
+            StreamArg::Events => LogStream::Events,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// The job's summary (or its whole record with --json).
@@ -280,8 +327,8 @@ pub enum JobCommand {
     Log {
         id: String,
         /// Which log.
-        #[arg(long, value_enum, default_value_t = LogStream::Transcript)]
-        stream: LogStream,
+        #[arg(long, value_enum, default_value_t = StreamArg::Transcript)]
+        stream: StreamArg,
         /// Lines from the end.
         #[arg(long, default_value_t = crate::api::DEFAULT_TAIL_LINES)]
         tail: usize,
@@ -382,7 +429,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
             json,
             status,
             limit,
-        } => commands::jobs::list(&ctx, json, status, limit),
+        } => commands::jobs::list(&ctx, json, status.map(Status::from), limit),
         Command::Job(cmd) => commands::jobs::one(ctx, cmd).await,
         Command::Trust { dir, remove } => commands::trust::run(&ctx, dir.as_deref(), remove),
         Command::Config(ConfigCommand::Check) => commands::config::check(&ctx),
@@ -403,4 +450,24 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn the_cli_enums_name_what_the_core_names() {
+        for v in StatusArg::value_variants() {
+            let name = v.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(name, Status::from(*v).as_str());
+        }
+        assert_eq!(StatusArg::value_variants().len(), 7, "{}", Status::ALL);
+        for v in StreamArg::value_variants() {
+            let name = v.to_possible_value().unwrap().get_name().to_string();
+            let core = serde_json::to_value(LogStream::from(*v)).unwrap();
+            assert_eq!(core, name.as_str());
+        }
+    }
 }

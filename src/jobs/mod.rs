@@ -27,9 +27,7 @@ use crate::shim::sse::Usage;
 use crate::worktree::WorktreeInfo;
 
 /// A job's lifecycle.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Queued,
@@ -131,9 +129,7 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// How a job was isolated.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
     /// Work in the tree itself.

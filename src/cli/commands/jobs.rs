@@ -41,10 +41,12 @@ pub async fn one(ctx: Context, cmd: JobCommand) -> anyhow::Result<ExitStatus> {
             Ok(r) => render_job(&mut out, &r)?,
             Err(e) => return Ok(fail(&e.into())),
         },
-        JobCommand::Log { id, stream, tail } => match api::job_log(&m, &id, stream, tail, None) {
-            Ok(page) => write!(out, "{}", page.text)?,
-            Err(e) => return Ok(fail(&e)),
-        },
+        JobCommand::Log { id, stream, tail } => {
+            match api::job_log(&m, &id, stream.into(), tail, None) {
+                Ok(page) => write!(out, "{}", page.text)?,
+                Err(e) => return Ok(fail(&e)),
+            }
+        }
         JobCommand::Diff { id } => {
             let mut offset = 0;
             loop {
