@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::config::{self, ConfigError};
 pub use crate::context::Context;
 use crate::error::Kind;
+use crate::jobs::dir::JobDir;
 use crate::jobs::manager::{Manager, RunArgs, StartError};
 use crate::jobs::{Isolation, JobError, JobListItem, JobSummary, Status};
 use crate::probe;
@@ -381,11 +382,11 @@ pub enum LogStream {
 }
 
 impl LogStream {
-    fn file(self) -> &'static str {
+    fn file(self, dir: &JobDir) -> PathBuf {
         match self {
-            LogStream::Transcript => "transcript.txt",
-            LogStream::Requests => "requests.jsonl",
-            LogStream::Events => "events.jsonl",
+            LogStream::Transcript => dir.transcript(),
+            LogStream::Requests => dir.requests(),
+            LogStream::Events => dir.events(),
         }
     }
 }
@@ -426,9 +427,9 @@ pub fn job_log(
     tail_lines: usize,
     offset: Option<usize>,
 ) -> Result<LogPage, Error> {
-    let dir = m.store.dir(id)?;
+    let dir = m.store.job_dir(id)?;
     let _ = m.store.load(id)?;
-    let text = std::fs::read_to_string(dir.join(stream.file())).unwrap_or_default();
+    let text = std::fs::read_to_string(stream.file(&dir)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let n = tail_lines.clamp(1, 2000);
     let from = match offset {
@@ -795,7 +796,7 @@ pub async fn local_review(
                     "job {id} changed nothing: there is no diff to review"
                 )));
             }
-            let brief = std::fs::read_to_string(rec.log_dir.join("task.txt")).ok();
+            let brief = std::fs::read_to_string(JobDir::at(&rec.log_dir).task()).ok();
             let paged = (page.total_bytes > page.diff.len()).then_some(page.diff.len());
             (page.diff, brief, Some(rec.log_dir), paged)
         }

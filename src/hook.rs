@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::jobs::{Status, Store, valid_id};
+use crate::jobs::dir::RecordBrief;
+use crate::jobs::{Store, valid_id};
 
 /// How far back a finished job is still news.
 const WINDOW_H: i64 = 24;
@@ -31,36 +32,6 @@ struct Input {
     cwd: Option<PathBuf>,
 }
 
-/// The few record fields the hook needs (cheaper than the whole record).
-#[derive(Deserialize)]
-struct Brief {
-    id: String,
-    served_id: String,
-    status: Status,
-    finished: Option<String>,
-    elapsed_s: Option<f64>,
-    origin_cwd: PathBuf,
-    #[serde(default)]
-    files_changed: Vec<String>,
-    worktree: Option<BriefWorktree>,
-    #[serde(default)]
-    acceptance: Option<crate::jobs::accept::Acceptance>,
-    #[serde(default)]
-    usage: crate::shim::sse::Usage,
-    #[serde(default)]
-    equivalent_usd: Option<f64>,
-    #[serde(default)]
-    reference_model: Option<String>,
-    #[serde(default)]
-    model_note: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct BriefWorktree {
-    branch: String,
-    kept: bool,
-}
-
 fn duration(s: f64) -> String {
     let s = s.round() as u64;
     if s >= 60 {
@@ -70,7 +41,7 @@ fn duration(s: f64) -> String {
     }
 }
 
-fn line(b: &Brief) -> String {
+fn line(b: &RecordBrief) -> String {
     let n = b.files_changed.len();
     let files = match (&b.worktree, n) {
         (Some(w), _) if w.kept => format!("{n} files changed in worktree branch {}", w.branch),
@@ -156,10 +127,7 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
         if out.len() >= MAX_LINES || !valid_id(&id) || sdir.join(&id).exists() {
             continue;
         }
-        let Ok(bytes) = std::fs::read(store.root.join(&id).join("job.json")) else {
-            continue;
-        };
-        let Ok(b) = serde_json::from_slice::<Brief>(&bytes) else {
+        let Some(b) = store.brief(&id) else {
             continue;
         };
         if !b.status.terminal()
@@ -235,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_line_says_the_acceptance_result() {
-        let b: Brief = serde_json::from_value(serde_json::json!({
+        let b: RecordBrief = serde_json::from_value(serde_json::json!({
             "id": "20261130-041200-ab12cd34", "served_id": "qwen3.8-27b", "status": "succeeded",
             "finished": "2026-11-30T04:15:12Z", "elapsed_s": 192.0, "origin_cwd": "/p",
             "files_changed": ["a.rs"],

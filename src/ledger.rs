@@ -126,16 +126,6 @@ pub struct Savings {
     pub meaning: &'static str,
 }
 
-/// The few record fields the ledger reads (cheaper than a whole record).
-#[derive(Deserialize)]
-struct Brief {
-    served_id: String,
-    endpoint: String,
-    created: String,
-    #[serde(default)]
-    usage: Usage,
-}
-
 /// A line of `complete/completions.jsonl`.
 #[derive(Deserialize)]
 struct Done {
@@ -189,13 +179,13 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
         if !valid_id(&id) {
             continue;
         }
+        let Some(b) = store.brief(&id) else {
+            continue;
+        };
+        if b.endpoint.is_empty() || b.created.is_empty() {
+            continue;
+        }
         let dir = store.root.join(&id);
-        let Ok(bytes) = std::fs::read(dir.join("job.json")) else {
-            continue;
-        };
-        let Ok(b) = serde_json::from_slice::<Brief>(&bytes) else {
-            continue;
-        };
         if !after(&b.created, cutoff) {
             continue;
         }

@@ -77,7 +77,7 @@ pub struct BatchReport {
 impl BatchReport {
     /// Read `batch.json` from a job dir, if the batch has finished.
     pub fn read(dir: &Path) -> Option<BatchReport> {
-        serde_json::from_slice(&std::fs::read(dir.join("batch.json")).ok()?).ok()
+        serde_json::from_slice(&std::fs::read(super::dir::JobDir::at(dir).batch()).ok()?).ok()
     }
 }
 
@@ -179,7 +179,7 @@ impl Manager {
         let report = BatchReport::of(results, elapsed, lanes_used);
         match serde_json::to_vec_pretty(&report) {
             Ok(bytes) => {
-                let path = rec.log_dir.join("batch.json");
+                let path = super::dir::JobDir::at(&rec.log_dir).batch();
                 if let Err(e) = crate::paths::write_private(&path, &bytes) {
                     tracing::error!(
                         "cannot write {} ({e}): the items' answers are lost",

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::dir::JobDir;
 use super::plan::JobPlan;
 use super::{Isolation, JobError, JobRecord, Store};
 use crate::config::{ConfigError, Defaults};
@@ -203,7 +204,7 @@ impl Manager {
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
         crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-        crate::paths::write_private(&dir.join("task.txt"), plan.task.as_bytes())
+        crate::paths::write_private(&JobDir::at(&dir).task(), plan.task.as_bytes())
             .map_err(JobError::from)?;
         let (worktree, cwd) = match (&plan.resumed, plan.isolation) {
             (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
@@ -322,9 +323,13 @@ impl Manager {
             None => {
                 // Owned by another localagents process: ask it, and stop the
                 // delegate ourselves so it ends within the same bound.
-                let dir = self.store.dir(id)?;
-                let _ =
-                    crate::paths::write_private(&dir.join("cancel_requested"), now_ts().as_bytes());
+                let marker = self.store.job_dir(id)?.cancel_marker();
+                if let Err(e) = crate::paths::write_private(&marker, now_ts().as_bytes()) {
+                    tracing::warn!(
+                        "cannot write {} ({e}); stopping the job's group only",
+                        marker.display()
+                    );
+                }
                 if let Some(guard) = &rec.guard {
                     crate::process::stop_recorded(guard, crate::process::GRACE).await;
                 }

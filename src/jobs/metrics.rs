@@ -124,7 +124,7 @@ impl JobMetrics {
 /// Sum up a job's `requests.jsonl`.
 pub fn from_log(dir: &Path) -> JobMetrics {
     let mut m = JobMetrics::default();
-    let text = std::fs::read_to_string(dir.join("requests.jsonl")).unwrap_or_default();
+    let text = std::fs::read_to_string(super::dir::JobDir::at(dir).requests()).unwrap_or_default();
     let mut ttfts = Vec::new();
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {

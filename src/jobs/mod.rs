@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod batch;
+pub mod dir;
 pub mod evict;
 pub mod faults;
 pub mod limits;
@@ -472,16 +473,13 @@ impl Store {
     }
 
     pub fn dir(&self, id: &str) -> Result<PathBuf, JobError> {
-        if !valid_id(id) {
-            return Err(JobError::BadId(crate::fmt::first_chars(id, 64)));
-        }
-        Ok(self.root.join(id))
+        Ok(self.job_dir(id)?.path().to_path_buf())
     }
 
     pub fn save(&self, rec: &JobRecord) -> Result<(), JobError> {
-        let dir = self.dir(&rec.id)?;
+        let dir = self.job_dir(&rec.id)?;
         let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
-        crate::paths::write_atomic(&dir.join("job.json"), &bytes)?;
+        crate::paths::write_atomic(&dir.record(), &bytes)?;
         Ok(())
     }
 
@@ -492,18 +490,18 @@ impl Store {
     pub fn save_or_log(&self, rec: &JobRecord) {
         if let Err(e) = self.save(rec) {
             tracing::error!(
-                "cannot write the record of job {} ({}/job.json): {e}; the job goes on, but what it did may be missing from its record",
+                "cannot write the record of job {} ({}): {e}; the job goes on, but what it did may be missing from its record",
                 rec.id,
-                self.root.join(&rec.id).display()
+                dir::JobDir::at(&self.root.join(&rec.id)).record().display()
             );
         }
     }
 
     /// Load a record as stored, without the lost check.
     pub fn load_raw(&self, id: &str) -> Result<JobRecord, JobError> {
-        let dir = self.dir(id)?;
-        let path = dir.join("job.json");
-        let bytes = match std::fs::read(&path) {
+        let jd = self.job_dir(id)?;
+        let dir = jd.path().to_path_buf();
+        let bytes = match crate::paths::read_capped(&jd.record(), dir::MAX_RECORD_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(JobError::NotFound(id.to_string()));

@@ -47,13 +47,13 @@ pub struct Review {
 impl Review {
     /// The last review kept in a job dir.
     pub fn read(dir: &Path) -> Option<Review> {
-        serde_json::from_slice(&std::fs::read(dir.join("review.json")).ok()?).ok()
+        serde_json::from_slice(&std::fs::read(super::dir::JobDir::at(dir).review()).ok()?).ok()
     }
 
     /// Keep it in the job dir.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        crate::paths::write_private(&dir.join("review.json"), &bytes)
+        crate::paths::write_private(&super::dir::JobDir::at(dir).review(), &bytes)
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
+use super::dir::JobDir;
 use super::manager::{Job, MAX_TIMEOUT_S, Manager, Progress};
 use super::{JobRecord, Status, accept, faults, metrics};
 use crate::probe;
@@ -205,7 +206,7 @@ impl Manager {
         let snap_before = worktree::snapshot(&rec.cwd);
 
         let task =
-            std::fs::read_to_string(dir.join("task.txt")).unwrap_or_else(|_| rec.task.clone());
+            std::fs::read_to_string(JobDir::at(&dir).task()).unwrap_or_else(|_| rec.task.clone());
         let now = tokio::time::Instant::now();
         let deadline = now
             .checked_add(Duration::from_secs(rec.timeout_s))
@@ -287,7 +288,7 @@ impl Manager {
             exit_code,
             &stderr_tail,
             rec.timeout_s,
-            &dir.join("events.jsonl"),
+            &JobDir::at(&dir).events(),
         );
         if stop.is_none()
             && let Some(a) = &rec.acceptance
@@ -306,7 +307,10 @@ impl Manager {
             rec.num_turns = r.num_turns;
         }
         if !stderr_tail.trim().is_empty() {
-            let _ = crate::paths::write_private(&dir.join("stderr.txt"), stderr_tail.as_bytes());
+            let path = JobDir::at(&dir).stderr();
+            if let Err(e) = crate::paths::write_private(&path, stderr_tail.as_bytes()) {
+                tracing::error!("cannot write {} ({e})", path.display());
+            }
         }
 
         // What changed.
@@ -469,11 +473,11 @@ impl Manager {
             let spec = accept::Spec {
                 command,
                 cwd: &rec.cwd,
-                output: dir.join("acceptance.txt"),
+                output: JobDir::at(&dir).acceptance(),
                 env_remove: &env_remove,
                 env: &env,
                 timeout: job.acceptance_timeout.min(left),
-                cancel_marker: dir.join("cancel_requested"),
+                cancel_marker: JobDir::at(&dir).cancel_marker(),
             };
             let run = match accept::run_once(&spec, round, cancel).await {
                 Ok(r) => r,
@@ -578,12 +582,12 @@ impl Manager {
         });
         let mut follow = Follow {
             offered: runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
-            events: open_log(&rec.log_dir, "events.jsonl"),
-            transcript: open_log(&rec.log_dir, "transcript.txt"),
+            events: open_log(&JobDir::at(&rec.log_dir).events()),
+            transcript: open_log(&JobDir::at(&rec.log_dir).transcript()),
             result: None,
         };
         let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
-        let cancel_marker = rec.log_dir.join("cancel_requested");
+        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
         let mut stop = self
             .follow(rec, reg, &mut follow, lines, deadline, cancel, progress)
             .await;
@@ -628,7 +632,7 @@ impl Manager {
         cancel: &mut watch::Receiver<bool>,
         progress: &watch::Sender<Progress>,
     ) -> Option<Stop> {
-        let cancel_marker = rec.log_dir.join("cancel_requested");
+        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut dirty = false;
         loop {
@@ -710,13 +714,13 @@ fn spawn_delegate(
 
 /// A log file of the job's dir, opened for appending; `None` (logged) when
 /// it cannot be: the job goes on without it.
-fn open_log(dir: &Path, name: &str) -> Option<tokio::fs::File> {
-    match crate::paths::append_private(&dir.join(name)) {
+fn open_log(path: &Path) -> Option<tokio::fs::File> {
+    match crate::paths::append_private(path) {
         Ok(f) => Some(tokio::fs::File::from_std(f)),
         Err(e) => {
             tracing::error!(
                 "cannot open {} ({e}); the job goes on without it",
-                dir.join(name).display()
+                path.display()
             );
             None
         }

@@ -16,6 +16,9 @@ use serde::Serialize;
 
 use super::sse::Usage;
 
+/// The request log's file name in a job's (or a one-shot call's) dir.
+pub const REQUESTS: &str = "requests.jsonl";
+
 /// One request through the shim.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RequestRecord {
@@ -157,7 +160,7 @@ impl RequestLog {
         }
         if let Ok(mut line) = serde_json::to_vec(rec) {
             line.push(b'\n');
-            self.write_line(0, "requests.jsonl", &line);
+            self.write_line(0, REQUESTS, &line);
         }
     }
 

@@ -103,7 +103,7 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
     writeln!(
         err,
         "requests are logged to {}",
-        log_dir.join("requests.jsonl").display()
+        log_dir.join(crate::shim::log::REQUESTS).display()
     )?;
     writeln!(err, "point claude at it with this env:")?;
     for (k, v) in &env {

@@ -1,0 +1,138 @@
+//! A job's directory and the names of its files, in one place.
+//!
+//! Every module that reads or writes a job's files (the job's run, the
+//! acceptance command, the API's log pages, the prompt hook, the ledger)
+//! names them through [`JobDir`], so a file can be renamed or moved in one
+//! line, and a scan over many jobs reads records through [`Store::brief`]
+//! instead of opening `job.json` itself.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{JobError, Status, Store, valid_id};
+
+/// Largest `job.json` read (a record lists its files: generous).
+pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A job's directory under the state dir's `jobs/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDir(PathBuf);
+
+impl JobDir {
+    /// The directory `path` as a job's (the record's `log_dir`).
+    pub fn at(path: &Path) -> JobDir {
+        JobDir(path.to_path_buf())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The record (`job.json`), written atomically on every change.
+    pub fn record(&self) -> PathBuf {
+        self.0.join("job.json")
+    }
+
+    /// The whole brief (`task.txt`); the record keeps its start.
+    pub fn task(&self) -> PathBuf {
+        self.0.join("task.txt")
+    }
+
+    /// The delegate's stream-json events, as they came.
+    pub fn events(&self) -> PathBuf {
+        self.0.join("events.jsonl")
+    }
+
+    /// What the delegate said and did, a line each.
+    pub fn transcript(&self) -> PathBuf {
+        self.0.join("transcript.txt")
+    }
+
+    /// Every backend request, written by the shim's request log.
+    pub fn requests(&self) -> PathBuf {
+        self.0.join(crate::shim::log::REQUESTS)
+    }
+
+    /// The end of the delegate's stderr, when it wrote any.
+    pub fn stderr(&self) -> PathBuf {
+        self.0.join("stderr.txt")
+    }
+
+    /// The acceptance command's output.
+    pub fn acceptance(&self) -> PathBuf {
+        self.0.join("acceptance.txt")
+    }
+
+    /// Written by a process that cancels a job another process runs.
+    pub fn cancel_marker(&self) -> PathBuf {
+        self.0.join("cancel_requested")
+    }
+
+    /// A batch's items and answers.
+    pub fn batch(&self) -> PathBuf {
+        self.0.join("batch.json")
+    }
+
+    /// A review's findings.
+    pub fn review(&self) -> PathBuf {
+        self.0.join("review.json")
+    }
+}
+
+/// The record fields a scan over many jobs reads (the prompt hook, the
+/// ledger): cheaper than the whole record, and a record of an older
+/// version with fields missing still reads.
+#[derive(Debug, Deserialize)]
+pub struct RecordBrief {
+    pub id: String,
+    pub served_id: String,
+    /// Empty in a record that has none (the ledger skips it).
+    #[serde(default)]
+    pub endpoint: String,
+    pub status: Status,
+    #[serde(default)]
+    pub created: String,
+    pub finished: Option<String>,
+    pub elapsed_s: Option<f64>,
+    pub origin_cwd: PathBuf,
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    pub worktree: Option<BriefWorktree>,
+    #[serde(default)]
+    pub acceptance: Option<super::accept::Acceptance>,
+    #[serde(default)]
+    pub usage: crate::shim::sse::Usage,
+    #[serde(default)]
+    pub equivalent_usd: Option<f64>,
+    #[serde(default)]
+    pub reference_model: Option<String>,
+    #[serde(default)]
+    pub model_note: Option<String>,
+}
+
+/// A worktree, as a scan reads it.
+#[derive(Debug, Deserialize)]
+pub struct BriefWorktree {
+    pub branch: String,
+    pub kept: bool,
+}
+
+impl Store {
+    /// The directory of job `id` (a checked id: nothing else reaches the
+    /// file system).
+    pub fn job_dir(&self, id: &str) -> Result<JobDir, JobError> {
+        if !valid_id(id) {
+            return Err(JobError::BadId(crate::fmt::first_chars(id, 64)));
+        }
+        Ok(JobDir(self.root.join(id)))
+    }
+
+    /// The brief of job `id`'s record; `None` when it is no job id, has
+    /// no record, or its record does not read (a scan skips it).
+    pub fn brief(&self, id: &str) -> Option<RecordBrief> {
+        let dir = self.job_dir(id).ok()?;
+        let bytes = crate::paths::read_capped(&dir.record(), MAX_RECORD_BYTES).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+}
