@@ -811,14 +811,13 @@ pub async fn local_review(
     crate::jobs::evict::check_load(&m.store, &target.probe, &target.resolved.served_id)
         .map_err(Error::Invalid)?;
     // Leave room for the brief, the instructions and the answer; bytes
-    // per token low (3) so the cut errs towards fitting.
-    let brief_tokens = (brief.as_deref().map_or(0, str::len)
-        + a.focus.as_deref().map_or(0, str::len))
-    .div_ceil(3) as u64;
-    let budget = target
-        .resolved
-        .context
-        .map(|w| (w.saturating_sub(1500 + 1024 + brief_tokens) as usize) * 3);
+    // per token low (shim::BYTES_PER_TOKEN) so the cut errs towards fitting.
+    let brief_tokens = crate::shim::tokens_of_bytes(
+        (brief.as_deref().map_or(0, str::len) + a.focus.as_deref().map_or(0, str::len)) as u64,
+    );
+    let budget = target.resolved.context.map(|w| {
+        (w.saturating_sub(1500 + 1024 + brief_tokens) * crate::shim::BYTES_PER_TOKEN) as usize
+    });
     let (diff, cut) = match budget {
         Some(b) if diff.len() > b => {
             let mut end = b;

@@ -33,9 +33,6 @@ pub const MAX_FILES_BYTES: u64 = 1024 * 1024;
 pub const DEFAULT_MAX_TOKENS: u64 = 2048;
 /// Fewer output tokens than this left in the window: the prompt does not fit.
 const MIN_OUTPUT: u64 = 16;
-/// Bytes per token when the server cannot count: low, so the estimate errs
-/// towards "too long" (code and JSON run 3-4 bytes a token).
-const BYTES_PER_TOKEN: u64 = 3;
 
 /// One completion to make.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -159,15 +156,10 @@ pub fn body(ask: &Ask, files: &[(String, String)], model: &str, o: &Options) -> 
     b
 }
 
-/// A conservative token estimate of the body's prompt.
+/// A conservative token estimate of the body's prompt (a completion has
+/// no tools): [`shim::estimate_tokens`].
 pub fn estimate(body: &Value) -> u64 {
-    let mut n = 0usize;
-    for key in ["system", "messages"] {
-        if let Some(v) = body.get(key) {
-            n += v.to_string().len();
-        }
-    }
-    (n as u64).div_ceil(BYTES_PER_TOKEN)
+    shim::estimate_tokens(body)
 }
 
 /// The prompt's size: the server's own count where it answers
@@ -220,31 +212,25 @@ pub fn fit(
 
 /// The route a completion uses: the target's endpoint, logged under `log_dir`.
 pub fn route(target: &Target, log_dir: &Path) -> Route {
-    let first_byte = shim::first_byte_timeout(
-        target.config.defaults.first_byte_timeout_s,
+    // No tools and no conversation: nothing to repair or guard, but the
+    // history's thinking is handled as for a job.
+    let policy = shim::Policy {
+        loop_limit: 0,
+        thinking: target.config.defaults.thinking,
+        repair: false,
+        stop_on_fatal: false,
+    };
+    let mut route = Route::for_target(
+        "complete".into(),
+        target,
         target.resolved.context,
+        RequestLog::new(log_dir, false),
+        policy,
     );
-    Route {
-        label: "complete".into(),
-        endpoint: target.endpoint.clone(),
-        backend: target.backend,
-        served_id: target.resolved.served_id.clone(),
-        window: target.resolved.context,
-        log: RequestLog::new(log_dir, false),
-        // Not streamed: this is the whole request's budget, so it covers
-        // a long prompt (or a load) before the first token plus the answer.
-        idle_timeout: first_byte
-            + Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
-        first_byte_timeout: first_byte,
-        // No tools and no conversation: nothing to repair or guard, but
-        // the history's thinking is handled as for a job.
-        guard: shim::Guard::new(shim::Policy {
-            loop_limit: 0,
-            thinking: target.config.defaults.thinking,
-            repair: false,
-            stop_on_fatal: false,
-        }),
-    }
+    // Not streamed: this is the whole request's budget, so it covers a
+    // long prompt (or a load) before the first token plus the answer.
+    route.idle_timeout += route.first_byte_timeout;
+    route
 }
 
 /// Make one completion on `target` (files already read), logged in

@@ -96,7 +96,7 @@ async fn messages(State(c): State<Capture>, body: Bytes) -> impl IntoResponse {
 }
 
 async fn count_tokens(body: Bytes) -> impl IntoResponse {
-    axum::Json(serde_json::json!({"input_tokens": body.len() / 4}))
+    axum::Json(serde_json::json!({"input_tokens": crate::shim::tokens_of_bytes(body.len() as u64)}))
 }
 
 async fn models() -> impl IntoResponse {

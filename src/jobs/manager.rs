@@ -392,8 +392,6 @@ pub(super) struct Job {
     pub(super) setting_sources: Vec<String>,
     pub(super) default_append: String,
     pub(super) dump: bool,
-    pub(super) idle: Duration,
-    pub(super) first_byte_s: Option<u64>,
     pub(super) probe_budget: Duration,
     /// The shim's guard for this job's model faults.
     pub(super) policy: crate::shim::Policy,
@@ -423,8 +421,6 @@ impl Job {
             setting_sources: d.setting_sources.clone(),
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
-            idle: Duration::from_secs(d.stream_idle_timeout_s),
-            first_byte_s: d.first_byte_timeout_s,
             probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
             policy: crate::shim::Policy {
                 loop_limit: d.loop_limit,

@@ -428,17 +428,13 @@ impl Manager {
             .shim()
             .await
             .map_err(|e| format!("cannot start the shim on 127.0.0.1 ({e})"))?;
-        shim.register(Route {
-            label: rec.id.clone(),
-            endpoint: job.target.endpoint.clone(),
-            backend: job.target.backend,
-            served_id: rec.served_id.clone(),
-            window: rec.context,
-            log: RequestLog::new(&rec.log_dir, job.dump),
-            idle_timeout: job.idle,
-            first_byte_timeout: crate::shim::first_byte_timeout(job.first_byte_s, rec.context),
-            guard: crate::shim::Guard::new(job.policy),
-        })
+        shim.register(Route::for_target(
+            rec.id.clone(),
+            &job.target,
+            rec.context,
+            RequestLog::new(&rec.log_dir, job.dump),
+            job.policy,
+        ))
         .map_err(|e| format!("cannot register the job with the shim ({e})"))
     }
 

@@ -141,6 +141,30 @@ impl Default for Policy {
 }
 
 impl Route {
+    /// A route to `t`'s endpoint and model, told `window` (the target's,
+    /// or what a load found), with the config's timeouts: the first-byte
+    /// budget for that window, then `defaults.stream_idle_timeout_s`.
+    pub fn for_target(
+        label: String,
+        t: &crate::registry::Target,
+        window: Option<u64>,
+        log: log::RequestLog,
+        policy: Policy,
+    ) -> Route {
+        let d = &t.config.defaults;
+        Route {
+            label,
+            endpoint: t.endpoint.clone(),
+            backend: t.backend,
+            served_id: t.resolved.served_id.clone(),
+            window,
+            log,
+            idle_timeout: Duration::from_secs(d.stream_idle_timeout_s),
+            first_byte_timeout: first_byte_timeout(d.first_byte_timeout_s, window),
+            guard: Guard::new(policy),
+        }
+    }
+
     /// The longest the shim waits on a silent stream before it answers
     /// with an error event: the first-byte budget until the first event
     /// (a long prefill), the idle timeout after it.
@@ -870,7 +894,22 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     out
 }
 
-/// A rough token count for backends without count_tokens: 4 bytes a token.
+/// Bytes a token, where a server cannot count: the one estimate of the
+/// program (the shim's `count_tokens` for backends without it, a
+/// completion's fit check, a review's cut). Code and JSON run 3-4 bytes a
+/// token in the tokenizers of the models people serve (Qwen, Gemma,
+/// Llama), so 3 errs towards more tokens: a prompt is thought a little
+/// longer than it is, so Claude Code compacts a little early and a
+/// completion is refused a little early, instead of a slot overflowing,
+/// which fails the request.
+pub const BYTES_PER_TOKEN: u64 = 3;
+
+/// [`BYTES_PER_TOKEN`] applied to `bytes`.
+pub fn tokens_of_bytes(bytes: u64) -> u64 {
+    bytes.div_ceil(BYTES_PER_TOKEN)
+}
+
+/// A token estimate of a Messages body's prompt (system, messages, tools).
 pub fn estimate_tokens(body: &Value) -> u64 {
     let mut n = 0usize;
     for key in ["system", "messages", "tools"] {
@@ -878,7 +917,7 @@ pub fn estimate_tokens(body: &Value) -> u64 {
             n += v.to_string().len();
         }
     }
-    n.div_ceil(4) as u64
+    tokens_of_bytes(n as u64)
 }
 
 /// `POST /v1/messages/count_tokens`.

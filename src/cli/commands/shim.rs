@@ -43,25 +43,19 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
     let log_dir = ctx.state_dir.join("shim").join(started);
     let dump = target.config.defaults.dump_requests
         || std::env::var("LOCALAGENTS_DUMP_REQUESTS").is_ok_and(|v| v == "1");
-    let route = Route {
-        label: "standalone".into(),
-        endpoint: target.endpoint.clone(),
-        backend: target.backend,
-        served_id: r.served_id.clone(),
-        window: r.context,
-        log: RequestLog::new(&log_dir, dump),
-        idle_timeout: std::time::Duration::from_secs(target.config.defaults.stream_idle_timeout_s),
-        first_byte_timeout: crate::shim::first_byte_timeout(
-            target.config.defaults.first_byte_timeout_s,
-            r.context,
-        ),
-        guard: crate::shim::Guard::new(crate::shim::Policy {
-            loop_limit: target.config.defaults.loop_limit,
-            thinking: target.config.defaults.thinking,
-            repair: true,
-            stop_on_fatal: false,
-        }),
+    let policy = crate::shim::Policy {
+        loop_limit: target.config.defaults.loop_limit,
+        thinking: target.config.defaults.thinking,
+        repair: true,
+        stop_on_fatal: false,
     };
+    let route = Route::for_target(
+        "standalone".into(),
+        &target,
+        r.context,
+        RequestLog::new(&log_dir, dump),
+        policy,
+    );
     let server = match Shim::start(args.port).await {
         Ok(s) => s,
         Err(e) => {
