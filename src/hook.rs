@@ -70,11 +70,11 @@ fn line(b: &RecordBrief) -> String {
         _ if tokens > 0 => format!(", {} tokens local", crate::fmt::thousands(tokens)),
         _ => String::new(),
     };
-    let model = b
-        .model_note
-        .as_ref()
+    let model = [&b.model_note, &b.cache_note]
+        .into_iter()
+        .flatten()
         .map(|n| format!("; {n}"))
-        .unwrap_or_default();
+        .collect::<String>();
     format!(
         "localagents job {} ({}) finished: {} in {}, {files}{acceptance}{ledger}{model}; review with {review}.",
         b.id,
@@ -214,6 +214,20 @@ mod tests {
         assert_eq!(
             line(&b),
             "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 3m12s, 1 file changed, acceptance passed (cargo test -p foo, 2 rounds); review with job_status."
+        );
+    }
+
+    #[test]
+    fn the_line_says_the_server_lost_the_cache() {
+        let b: RecordBrief = serde_json::from_value(serde_json::json!({
+            "id": "20261130-041200-ab12cd34", "served_id": "qwen3.8-27b", "status": "succeeded",
+            "finished": "2026-11-30T04:15:12Z", "elapsed_s": 60.0, "origin_cwd": "/p",
+            "cache_note": "lost its cache on 6 of 7 turns: 15,900 tokens re-processed; another job shared the slot"
+        }))
+        .unwrap();
+        assert_eq!(
+            line(&b),
+            "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 1m00s, 0 files changed; lost its cache on 6 of 7 turns: 15,900 tokens re-processed; another job shared the slot; review with job_status."
         );
     }
 

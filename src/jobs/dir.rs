@@ -109,6 +109,8 @@ pub struct RecordBrief {
     pub reference_model: Option<String>,
     #[serde(default)]
     pub model_note: Option<String>,
+    #[serde(default)]
+    pub cache_note: Option<String>,
 }
 
 /// A worktree, as a scan reads it.

@@ -70,9 +70,38 @@ pub struct JobMetrics {
     pub mean_ttft_ms: Option<f64>,
     pub server: Option<ServerDelta>,
     pub slots_at_start: Option<Slots>,
+    /// Turns on which the server had lost this job's conversation from
+    /// its cache ([`context_lost`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slot_losses: u64,
+    /// Prompt tokens of this job's own earlier turns that the server
+    /// processed again on those turns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reprocessed_tokens: u64,
     /// The model's faults (kept on the record as `model_faults`).
     #[serde(skip)]
     pub faults: super::faults::ModelFaults,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Fewest re-processed tokens that count as a lost cache (a turn's own
+/// few new tokens never do).
+pub const MIN_LOST_TOKENS: u64 = 256;
+
+/// Did the server lose the job's conversation from its cache before this
+/// turn? `prev` is the previous turn's whole prompt, `prompt` and `cached`
+/// this turn's. The conversation grew (append-only: `prompt >= prev`), so
+/// all of the previous prompt could have come from the cache; at least
+/// [`MIN_LOST_TOKENS`] of it did not and was processed again. That is what
+/// llama-server does when another job's request took the slot: its prompt
+/// matched the shared system and tools prefix, so this turn's cache falls
+/// back to about that prefix. `Some(re-processed tokens)`.
+pub fn context_lost(prev: u64, prompt: u64, cached: u64) -> Option<u64> {
+    let again = prev.saturating_sub(cached);
+    (prompt >= prev && again >= MIN_LOST_TOKENS).then_some(again)
 }
 
 fn round3(x: f64) -> f64 {
@@ -83,6 +112,13 @@ fn round3(x: f64) -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct MetricsShort {
     pub requests: u64,
+    /// Turns on which the server had lost the job's conversation from its
+    /// cache (another request took its slot).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub slot_losses: u64,
+    /// Prompt tokens of the job's own earlier turns processed again then.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reprocessed_tokens: u64,
     /// Mean cache ratio of turns 2 on.
     pub cache_ratio_turn2_on: Option<f64>,
     pub mean_ttft_ms: Option<f64>,
@@ -99,6 +135,32 @@ pub struct ServerShort {
 }
 
 impl JobMetrics {
+    /// "lost its cache on 6 of 7 turns: 15,900 tokens re-processed; another
+    /// job shared the slot …", when the server lost it at all. `llama_cpp`:
+    /// name llama-server's flags as the fix.
+    pub fn cache_note(&self, llama_cpp: bool) -> Option<String> {
+        if self.slot_losses == 0 {
+            return None;
+        }
+        let shared = self.server.as_ref().is_some_and(|s| s.shared);
+        let cause = if shared {
+            "another job shared the slot"
+        } else {
+            "another client's requests took the slot"
+        };
+        let fix = if llama_cpp {
+            ": start llama-server with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once"
+        } else {
+            ""
+        };
+        Some(format!(
+            "lost its cache on {} of {} turns: {} tokens re-processed; {cause}{fix}",
+            self.slot_losses,
+            self.cache_ratio_per_turn.len(),
+            thousands(self.reprocessed_tokens)
+        ))
+    }
+
     /// The compact form for summaries.
     pub fn short(&self) -> MetricsShort {
         let mean_ratio = if self.cache_ratio_per_turn.len() > 1 {
@@ -109,6 +171,8 @@ impl JobMetrics {
         };
         MetricsShort {
             requests: self.requests,
+            slot_losses: self.slot_losses,
+            reprocessed_tokens: self.reprocessed_tokens,
             cache_ratio_turn2_on: mean_ratio,
             mean_ttft_ms: self.mean_ttft_ms.map(f64::round),
             server: self.server.as_ref().map(|s| ServerShort {
@@ -126,6 +190,10 @@ pub fn from_log(dir: &Path) -> JobMetrics {
     let mut m = JobMetrics::default();
     let text = std::fs::read_to_string(super::dir::JobDir::at(dir).requests()).unwrap_or_default();
     let mut ttfts = Vec::new();
+    // The previous turn's prompt, and whether the backend reports cached
+    // tokens at all (a server that never does loses nothing we can see).
+    let mut prev: Option<u64> = None;
+    let mut reports_cache = false;
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
@@ -157,6 +225,15 @@ pub fn from_log(dir: &Path) -> JobMetrics {
         if i + c > 0 {
             m.cache_ratio_per_turn
                 .push(round3(c as f64 / (i + c) as f64));
+            if let Some(p) = prev
+                && reports_cache
+                && let Some(again) = context_lost(p, i + c, c)
+            {
+                m.slot_losses += 1;
+                m.reprocessed_tokens += again;
+            }
+            reports_cache |= c > 0;
+            prev = Some(i + c);
         }
         if let Some(t) = v["ttft_ms"].as_f64() {
             ttfts.push(t);
@@ -263,5 +340,69 @@ mod tests {
         assert_eq!(d.prompt_cached, Some(4500.0));
         assert_eq!(d.hit_ratio, Some(0.9));
         assert_eq!(d.prompt_tok_s, Some(500.0));
+    }
+
+    /// A job's request log, a line a turn: (new, cached) prompt tokens.
+    fn log(turns: &[(u64, u64)]) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let lines: String = turns
+            .iter()
+            .map(|(i, c)| {
+                format!(
+                    "{{\"path\":\"/v1/messages\",\"usage\":{{\"input\":{i},\"cache_read\":{c},\"output\":40}}}}\n"
+                )
+            })
+            .collect();
+        std::fs::write(tmp.path().join("requests.jsonl"), lines).unwrap();
+        tmp
+    }
+
+    #[test]
+    fn a_turn_that_falls_back_to_the_shared_prefix_lost_its_cache() {
+        // The shape measured on the real llama-server with two jobs
+        // interleaved on one slot (issue 24): a 5,006-token shared prefix,
+        // and later turns that re-process the conversation after it.
+        let tmp = log(&[(226, 5006), (180, 5300), (2601, 5006), (2890, 5006)]);
+        let m = from_log(tmp.path());
+        assert_eq!(m.slot_losses, 2);
+        // Turn 3 had 5,480 tokens before it, 5,006 cached: 474 again;
+        // turn 4 had 7,607 before it: 2,601 again.
+        assert_eq!(m.reprocessed_tokens, 474 + 2601);
+        assert_eq!(
+            m.cache_note(true).unwrap(),
+            "lost its cache on 2 of 4 turns: 3,075 tokens re-processed; another client's requests took the slot: start llama-server with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once"
+        );
+        let short = serde_json::to_value(m.short()).unwrap();
+        assert_eq!(
+            (
+                short["slot_losses"].as_u64(),
+                short["reprocessed_tokens"].as_u64()
+            ),
+            (Some(2), Some(3075))
+        );
+    }
+
+    #[test]
+    fn a_kept_cache_a_compaction_and_a_server_without_cache_figures_lose_nothing() {
+        // Each turn reads the whole previous prompt from the cache.
+        let kept = from_log(log(&[(226, 5006), (150, 5232), (120, 5382)]).path());
+        // A compaction: the prompt shrinks, so nothing is lost.
+        let compacted = from_log(log(&[(226, 5006), (150, 9000), (900, 5006)]).path());
+        // A backend that never reports cached tokens.
+        let blind = from_log(log(&[(5200, 0), (5400, 0), (5600, 0)]).path());
+        for m in [&kept, &compacted, &blind] {
+            assert_eq!((m.slot_losses, m.reprocessed_tokens), (0, 0));
+            assert_eq!(m.cache_note(true), None);
+            let short = serde_json::to_value(m.short()).unwrap();
+            assert!(short.get("slot_losses").is_none(), "{short}");
+        }
+        assert_eq!(
+            context_lost(5480, 5600, 5300),
+            None,
+            "under 256 tokens again"
+        );
+        assert_eq!(context_lost(5480, 5400, 5006), None, "the prompt shrank");
+        assert_eq!(context_lost(7607, 7896, 5006), Some(2601));
+        assert_eq!(context_lost(12000, 12100, 5006), Some(6994));
     }
 }

@@ -242,6 +242,10 @@ pub struct JobRecord {
     /// The sentence about the model ("the model answered in text only: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_note: Option<String>,
+    /// The sentence about the server's cache, when it lost the job's
+    /// conversation ("lost its cache on 6 of 7 turns: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
     // What a resume needs to run the same way.
     pub permission_mode: String,
     pub max_turns: u32,
@@ -362,6 +366,10 @@ pub struct JobSummary {
     /// "the model answered in text only: no tool called, no file changed"
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_note: Option<String>,
+    /// "lost its cache on 6 of 7 turns: 15,900 tokens re-processed; …":
+    /// another request took the job's slot, and the fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
 }
 
 /// One line of `list_jobs`.
@@ -440,6 +448,7 @@ impl JobRecord {
             model_faults: self.model_faults.filter(faults::ModelFaults::any),
             outcome: self.outcome,
             model_note: self.model_note.clone(),
+            cache_note: self.cache_note.clone(),
         }
     }
 

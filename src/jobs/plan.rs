@@ -311,6 +311,7 @@ impl JobRecord {
             model_faults: None,
             outcome: None,
             model_note: None,
+            cache_note: None,
             permission_mode: d.permission_mode.clone(),
             max_turns: 0,
             timeout_s: d.timeout_s,

@@ -345,6 +345,7 @@ impl Manager {
         let outcome = faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), answered);
         rec.model_faults = Some(m.faults);
         rec.model_note = faults::note(&m.faults, &outcome);
+        rec.cache_note = m.cache_note(job.target.backend == crate::config::Backend::LlamaCpp);
         rec.outcome = Some(outcome);
         rec.metrics = Some(m);
         // A failure no retry could mend (a template or grammar the server
