@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
 use rmcp::service::NotificationContext;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 
 use crate::jobs::{call, env_for, serve, strict_fake_opts};
+use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
 /// The acceptance command of the fix-round test: it passes only when
@@ -243,23 +243,16 @@ async fn a_waiting_call_with_a_progress_token_gets_progress() {
         "done",
     ));
     let e = env_for(fake.url());
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
-        c.arg("--config")
-            .arg(&e.cfg)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("serve")
-            .env("HOME", &e.home)
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .env_remove("XDG_CONFIG_HOME")
-            .current_dir(&e.work);
-    });
     let seen = Progress::default();
-    let c = seen
-        .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap();
+    let h = Harness::new()
+        .config_file(&e.cfg)
+        .state_at(&e.state)
+        .home_dir(&e.home)
+        .cwd(&e.work)
+        .claude(claude::binary())
+        .serve_with(seen.clone())
+        .await;
+    let c = &h.client;
     let params = CallToolRequestParams::new("run_agent").with_arguments(
         json!({"task": "Wait twice.", "model": "gemma-3-270m", "allowed_tools": ["Bash"], "wait_s": 100})
             .as_object()
@@ -289,5 +282,5 @@ async fn a_waiting_call_with_a_progress_token_gets_progress() {
         got.windows(2).all(|w| w[1].progress > w[0].progress),
         "progress increases"
     );
-    c.cancel().await.unwrap();
+    h.cancel().await;
 }

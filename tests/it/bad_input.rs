@@ -4,11 +4,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama};
 
 async fn call(
@@ -44,44 +43,24 @@ async fn numbers_too_big_for_a_duration_or_a_date_are_sentences() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
-    );
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = Harness::new()
+        .config(&format!(
             "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n",
             fake.url()
-        ),
-    )
-    .unwrap();
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
-        c.arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("serve")
-            .env("HOME", &home)
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .current_dir(&work);
-    });
-    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+        ))
+        .claude(claude::binary())
+        .serve()
+        .await;
+    let c = &h.client;
 
     for days in [json!(1_000_000_000_000_000u64), json!(u64::MAX)] {
-        let (err, text) = call(&c, "cleanup_jobs", json!({"older_than_days": days})).await;
+        let (err, text) = call(c, "cleanup_jobs", json!({"older_than_days": days})).await;
         assert!(err, "cleanup_jobs {days}: {text}");
         assert!(text.contains("older_than_days must be at most"), "{text}");
     }
     for t in [json!(u64::MAX), json!(10_000_000_000u64), json!(0)] {
         let (err, text) = call(
-            &c,
+            c,
             "run_agent",
             json!({"task": "Say hello.", "model": "gemma3-270m", "timeout_s": t}),
         )
@@ -90,12 +69,12 @@ async fn numbers_too_big_for_a_duration_or_a_date_are_sentences() {
         assert!(text.contains("timeout_s must be between 1 and"), "{text}");
     }
     // Nothing was started, so no record says `running`.
-    let (_, list) = call(&c, "list_jobs", json!({})).await;
+    let (_, list) = call(c, "list_jobs", json!({})).await;
     assert!(list.contains("\"count\":0"), "{list}");
     // The server still answers.
-    let (err, _) = call(&c, "list_models", json!({})).await;
+    let (err, _) = call(c, "list_models", json!({})).await;
     assert!(!err);
-    c.cancel().await.unwrap();
+    h.cancel().await;
 }
 
 #[test]

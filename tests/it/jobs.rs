@@ -8,12 +8,11 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
 pub(crate) struct Env {
@@ -147,20 +146,16 @@ pub(crate) async fn serve_from(
     let bin = claude_bin
         .map(Path::to_path_buf)
         .unwrap_or_else(claude::binary);
-    let cmd = tokio::process::Command::new(localagents).configure(|c| {
-        c.arg("--config")
-            .arg(&e.cfg)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("serve")
-            .env("HOME", &e.home)
-            .env("LOCALAGENTS_CLAUDE", &bin)
-            .env_remove("XDG_CONFIG_HOME")
-            .current_dir(&e.work);
-    });
-    ().serve(TokioChildProcess::new(cmd).unwrap())
+    Harness::new()
+        .config_file(&e.cfg)
+        .state_at(&e.state)
+        .home_dir(&e.home)
+        .cwd(&e.work)
+        .bin(localagents)
+        .claude(bin)
+        .serve()
         .await
-        .unwrap()
+        .client
 }
 
 pub(crate) async fn call(

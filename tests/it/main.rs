@@ -21,6 +21,7 @@ mod oneshot;
 mod plugin;
 mod probe;
 mod real_claude;
+mod sentences;
 mod shim;
 mod swap;
 mod tasks;

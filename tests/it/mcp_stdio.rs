@@ -1,34 +1,11 @@
 //! The MCP server over stdio, driven by rmcp's client against the built
 //! binary: initialize, tools/list, list_models, register_endpoint.
 
-use std::path::Path;
-
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
 use crate::support::fake_llama;
-
-async fn client(
-    config: &Path,
-    home: &Path,
-    cwd: &Path,
-) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
-        c.arg("--config")
-            .arg(config)
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .arg("serve")
-            .env("HOME", home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("LOCALAGENTS_CONFIG")
-            .current_dir(cwd);
-    });
-    let transport = TokioChildProcess::new(cmd).expect("spawn localagents serve");
-    ().serve(transport).await.expect("initialize")
-}
+use crate::support::harness::Harness;
 
 fn result_json(r: &rmcp::model::CallToolResult) -> Value {
     let text = r
@@ -51,15 +28,13 @@ async fn initialize_list_tools_list_models_register_endpoint() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
     let hand_written = format!(
         "# my servers, by hand\nendpoints:\n  box:\n    base_url: {}   # the fake\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n",
         fake.url()
     );
-    std::fs::write(&cfg, &hand_written).unwrap();
-
-    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let h = Harness::new().config(&hand_written).serve().await;
+    let cfg = h.config_path().to_path_buf();
+    let client = &h.client;
     let info = client.peer_info().expect("server info");
     assert_eq!(
         info.server_info.clone().expect("server_info").name,
@@ -141,7 +116,7 @@ async fn initialize_list_tools_list_models_register_endpoint() {
     let v = result_json(&r);
     assert_eq!(v["endpoint"]["up"], true);
     assert_eq!(v["endpoint"]["models"][0]["id"], "gemma3-270m");
-    let sidecar = tmp.path().join("models.local.yaml");
+    let sidecar = h.dir().join("models.local.yaml");
     assert_eq!(v["written_to"], json!(sidecar));
     let side_text = std::fs::read_to_string(&sidecar).unwrap();
     assert!(
@@ -197,15 +172,16 @@ async fn initialize_list_tools_list_models_register_endpoint() {
         assert!(text.contains(needle), "{bad}: {text}");
     }
     assert_eq!(std::fs::read_to_string(&cfg).unwrap(), hand_written);
-    client.cancel().await.unwrap();
+    h.cancel().await;
 }
 
 #[tokio::test]
 async fn config_error_comes_back_as_a_tool_error() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, "endpoints:\n  a: {base_url: http://x\n").unwrap();
-    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let h = Harness::new()
+        .config("endpoints:\n  a: {base_url: http://x\n")
+        .serve()
+        .await;
+    let (cfg, client) = (h.config_path(), &h.client);
     let r = client
         .call_tool(CallToolRequestParams::new("list_models"))
         .await
@@ -218,7 +194,7 @@ async fn config_error_comes_back_as_a_tool_error() {
     );
     // Fixing the file heals the next call without a restart.
     std::fs::write(
-        &cfg,
+        cfg,
         format!(
             "endpoints:\n  a:\n    base_url: http://{}\n",
             crate::support::net::refused_addr()
@@ -231,7 +207,7 @@ async fn config_error_comes_back_as_a_tool_error() {
         .unwrap();
     assert_ne!(r.is_error, Some(true));
     assert_eq!(result_json(&r)["endpoints"][0]["error_kind"], "refused");
-    client.cancel().await.unwrap();
+    h.cancel().await;
 }
 
 /// Every tool error carries its kind beside its sentence: the text is the
@@ -245,16 +221,16 @@ async fn every_tool_error_names_its_kind() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  box:\n    base_url: {}\n", fake.url()),
-    )
-    .unwrap();
-    let client = client(&cfg, tmp.path(), tmp.path()).await;
+    let h = Harness::new()
+        .config(&format!(
+            "endpoints:\n  box:\n    base_url: {}\n",
+            fake.url()
+        ))
+        .serve()
+        .await;
+    let cfg = h.config_path();
     let call = |tool: &'static str, a: Value| {
-        let c = &client;
+        let c = &h.client;
         async move {
             let r = c
                 .call_tool(CallToolRequestParams::new(tool).with_arguments(args(a)))
@@ -298,9 +274,9 @@ async fn every_tool_error_names_its_kind() {
         "the text keeps its old shape: {text}"
     );
 
-    std::fs::write(&cfg, "endpoints: [").unwrap();
+    std::fs::write(cfg, "endpoints: [").unwrap();
     let (text, s) = call("list_models", json!({})).await;
     assert_eq!(s["kind"], "config", "{text}");
     assert!(text.starts_with("config error: "), "{text}");
-    client.cancel().await.unwrap();
+    h.cancel().await;
 }

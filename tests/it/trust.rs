@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama, script};
 
 /// `localagents run` with extra env on the supervisor; the record.
@@ -230,23 +231,14 @@ async fn capturing_listener() -> (String, std::sync::Arc<std::sync::Mutex<Vec<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_endpoint_takes_no_key_and_nothing_is_sent() {
-    use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
-    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
     let (url, seen) = capturing_listener().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, "endpoints: {}\n").unwrap();
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
-        c.arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .arg("serve")
-            .env("LOCALAGENTS_TEST_SECRET", "the-secret-value")
-            .current_dir(tmp.path());
-    });
-    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let h = Harness::new()
+        .config("endpoints: {}\n")
+        .env("LOCALAGENTS_TEST_SECRET", "the-secret-value")
+        .serve()
+        .await;
+    let c = &h.client;
     for key in ["HOME", "LOCALAGENTS_TEST_SECRET"] {
         let r = c
             .call_tool(
@@ -267,7 +259,7 @@ async fn register_endpoint_takes_no_key_and_nothing_is_sent() {
         );
     }
     assert!(
-        !tmp.path().join("models.local.yaml").exists(),
+        !h.dir().join("models.local.yaml").exists(),
         "nothing was written"
     );
     assert!(seen.lock().unwrap().is_empty(), "nothing was sent");
@@ -286,7 +278,7 @@ async fn register_endpoint_takes_no_key_and_nothing_is_sent() {
         .await
         .unwrap();
     assert_ne!(r.is_error, Some(true), "{:?}", r.content);
-    c.cancel().await.unwrap();
+    h.cancel().await;
     let seen = seen.lock().unwrap().join("\n");
     assert!(
         seen.contains("GET /"),
@@ -482,9 +474,6 @@ impl Hostile {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_repository_runs_nothing_and_gets_no_secret_until_trusted() {
-    use rmcp::ServiceExt;
-    use rmcp::model::CallToolRequestParams;
-    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         strict_template: true,
@@ -548,28 +537,19 @@ async fn a_hostile_repository_runs_nothing_and_gets_no_secret_until_trusted() {
         .await;
 
     // list_models and run_agent over MCP in the same cwd.
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents")).configure(|c| {
-        c.arg("--state-dir")
-            .arg(&h.state)
-            .arg("serve")
-            .env("HOME", &h.home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("LOCALAGENTS_CONFIG")
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .env("LOCALAGENTS_TEST_SECRET", SECRET)
-            .current_dir(&h.work);
-    });
-    let c = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let served = Harness::new()
+        .no_config()
+        .state_at(&h.state)
+        .home_dir(&h.home)
+        .cwd(&h.work)
+        .claude(claude::binary())
+        .env("LOCALAGENTS_TEST_SECRET", SECRET)
+        .serve()
+        .await;
     let call = |tool: &'static str, args: Value| {
-        let c = &c;
+        let served = &served;
         async move {
-            let r = c
-                .call_tool(
-                    CallToolRequestParams::new(tool)
-                        .with_arguments(args.as_object().cloned().unwrap()),
-                )
-                .await
-                .unwrap();
+            let r = served.call_result(tool, args).await;
             let text = r.content[0].as_text().unwrap().text.clone();
             (r.is_error == Some(true), text)
         }
@@ -599,7 +579,7 @@ async fn a_hostile_repository_runs_nothing_and_gets_no_secret_until_trusted() {
         err && text.contains("outside this session's project"),
         "{text}"
     );
-    c.cancel().await.unwrap();
+    served.cancel().await;
 
     assert_eq!(h.markers(), Vec::<String>::new(), "repository code ran");
     let heads = seen.lock().unwrap().join("\n");

@@ -11,8 +11,19 @@ pub const PINNED: &str = "2.1.328";
 /// ~/.cache, else `claude` on PATH. Panics with the install command when
 /// there is none: these tests must not pass silently without it.
 pub fn binary() -> PathBuf {
+    if let Some(p) = find() {
+        return p;
+    }
+    panic!(
+        "the Claude Code CLI {PINNED} is needed for this test: run scripts/install-claude.sh (or set LOCALAGENTS_CLAUDE)"
+    );
+}
+
+/// The claude binary [`binary`] names, or `None` where there is none
+/// (for a test that does not run a delegate but passes the CLI on anyway).
+pub fn find() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LOCALAGENTS_CLAUDE") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -20,12 +31,7 @@ pub fn binary() -> PathBuf {
     let cached = home.join(format!(
         ".cache/localagents-claude/{PINNED}/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
     ));
-    if cached.is_file() {
-        return cached;
-    }
-    panic!(
-        "the Claude Code CLI {PINNED} is needed for this test: run scripts/install-claude.sh (or set LOCALAGENTS_CLAUDE)"
-    );
+    cached.is_file().then_some(cached)
 }
 
 /// A `claude -p` command with a clean environment: a temp HOME, no

@@ -9,6 +9,7 @@ pub mod fake_llama;
 pub mod fake_swap;
 pub mod fake_vllm;
 pub mod git;
+pub mod harness;
 pub mod net;
 pub mod plugin_install;
 pub mod route;
