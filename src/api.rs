@@ -124,6 +124,10 @@ pub struct ModelsReport {
     /// One line per served model: its last `localagents eval`, or that it
     /// has none. Prefer a model that passed.
     pub evals: Vec<crate::eval::EvalLine>,
+    /// Endpoints whose recent jobs lost their slot's cache, with the fix
+    /// (tell the user; run fewer jobs at once meanwhile).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slot_losses: Vec<String>,
 }
 
 /// `list_models`.
@@ -131,12 +135,23 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
     let guidance = registry::guidance(&status);
     let evals = crate::eval::lines(&ctx.state_dir, &status.endpoints);
+    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
+    let slot_losses = crate::jobs::metrics::recent_slot_losses(&m_store(ctx), days)
+        .iter()
+        .map(|l| l.line(days))
+        .collect();
     Ok(ModelsReport {
         status,
         guidance,
         savings: savings_line(ctx),
         evals,
+        slot_losses,
     })
+}
+
+/// The job store of this context's state dir.
+fn m_store(ctx: &Context) -> crate::jobs::Store {
+    crate::jobs::Store::new(&ctx.state_dir)
 }
 
 /// The ledger over a period (`localagents savings`).

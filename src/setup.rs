@@ -366,6 +366,13 @@ fn up_endpoint_findings(ctx: &Context, st: &probe::EndpointStatus, out: &mut Vec
     if st.backend == "llama.cpp" && !st.metrics {
         out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
     }
+    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
+    let store = crate::jobs::Store::new(&ctx.state_dir);
+    for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
+        if l.endpoint == st.name {
+            out.push((Level::Warn, l.line(days)));
+        }
+    }
     for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(st)) {
         let lvl = if e.evaluated && e.stale.is_none() {
             Level::Ok

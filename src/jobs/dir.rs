@@ -111,6 +111,17 @@ pub struct RecordBrief {
     pub model_note: Option<String>,
     #[serde(default)]
     pub cache_note: Option<String>,
+    #[serde(default)]
+    pub metrics: Option<BriefMetrics>,
+}
+
+/// The figures a scan reads of a record's metrics.
+#[derive(Debug, Default, Deserialize)]
+pub struct BriefMetrics {
+    #[serde(default)]
+    pub slot_losses: u64,
+    #[serde(default)]
+    pub reprocessed_tokens: u64,
 }
 
 /// A worktree, as a scan reads it.

@@ -245,6 +245,73 @@ pub fn from_log(dir: &Path) -> JobMetrics {
     m
 }
 
+/// Lost slots on one endpoint over recent jobs: what `status`, `doctor`
+/// and `list_models` say, since llama-server does not report its
+/// similarity threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct SlotLosses {
+    pub endpoint: String,
+    /// Jobs that lost their cache at least once.
+    pub jobs: u64,
+    pub turns: u64,
+    pub reprocessed_tokens: u64,
+}
+
+impl SlotLosses {
+    /// "jobs on `gpu1` lost their slot's cache on 12 turns in the last 7
+    /// days (3 jobs, 15,900 tokens re-processed): …the fix".
+    pub fn line(&self, days: i64) -> String {
+        format!(
+            "jobs on `{}` lost their slot's cache on {} {} in the last {days} days ({} {}, {} tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once",
+            self.endpoint,
+            self.turns,
+            if self.turns == 1 { "turn" } else { "turns" },
+            self.jobs,
+            if self.jobs == 1 { "job" } else { "jobs" },
+            thousands(self.reprocessed_tokens)
+        )
+    }
+}
+
+/// Lost slots per endpoint over the jobs of the last `days` days, the
+/// endpoints with any, in the order first seen (newest job first).
+pub fn recent_slot_losses(store: &super::Store, days: i64) -> Vec<SlotLosses> {
+    let oldest = (chrono::Utc::now() - chrono::Duration::days(days))
+        .format("%Y%m%d-%H%M%S")
+        .to_string();
+    let mut out: Vec<SlotLosses> = Vec::new();
+    for id in store.ids() {
+        // Ids start with their creation time, newest first.
+        if id.as_str() < oldest.as_str() {
+            break;
+        }
+        let Some(b) = store.brief(&id) else { continue };
+        let Some(m) = b.metrics.filter(|m| m.slot_losses > 0) else {
+            continue;
+        };
+        let at = match out.iter().position(|l| l.endpoint == b.endpoint) {
+            Some(i) => i,
+            None => {
+                out.push(SlotLosses {
+                    endpoint: b.endpoint.clone(),
+                    jobs: 0,
+                    turns: 0,
+                    reprocessed_tokens: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let l = &mut out[at];
+        l.jobs += 1;
+        l.turns += m.slot_losses;
+        l.reprocessed_tokens += m.reprocessed_tokens;
+    }
+    out
+}
+
+/// The days [`recent_slot_losses`] looks back in `status` and `doctor`.
+pub const SLOT_LOSS_DAYS: i64 = 7;
+
 fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
     match (num, den) {
         (Some(n), Some(d)) if d > 0.0 => Some(round3(n / d)),

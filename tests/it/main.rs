@@ -23,6 +23,7 @@ mod probe;
 mod real_claude;
 mod sentences;
 mod shim;
+mod slots;
 mod swap;
 mod tasks;
 mod transport;

@@ -21,6 +21,11 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
         for e in crate::eval::lines(&ctx.state_dir, &st.endpoints) {
             writeln!(out, "{} on `{}`: {}", e.model, e.endpoint, e.line)?;
         }
+        let store = crate::jobs::Store::new(&ctx.state_dir);
+        let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
+        for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
+            writeln!(out, "{}", l.line(days))?;
+        }
         writeln!(out, "{}", crate::api::savings_line(ctx))?;
     }
     Ok(ExitStatus::Success)
