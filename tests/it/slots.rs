@@ -33,9 +33,8 @@ fn lost_job(state: &std::path::Path, endpoint: &str, n: u8, losses: u64, tokens:
     std::fs::write(dir.join("job.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
 }
 
-// Multi-threaded: the fake answers while a blocking command waits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_doctor_and_list_models_name_the_fix_when_jobs_lost_their_slot() {
+/// A fake llama.cpp endpoint `box` and a harness configured with it.
+async fn box_endpoint() -> (fake_llama::FakeLlama, Harness) {
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: 32768,
@@ -47,6 +46,13 @@ async fn status_doctor_and_list_models_name_the_fix_when_jobs_lost_their_slot() 
         fake.url()
     ));
     std::fs::create_dir_all(h.state_dir()).unwrap();
+    (fake, h)
+}
+
+// Multi-threaded: the fake answers while a blocking command waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_doctor_and_list_models_name_the_fix_when_jobs_lost_their_slot() {
+    let (_fake, h) = box_endpoint().await;
     lost_job(h.state_dir(), "box", 1, 5, 12_000);
     lost_job(h.state_dir(), "box", 2, 1, 900);
     let line = "jobs on `box` lost their slot's cache on 6 turns in the last 7 days (2 jobs, 12,900 tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once";
@@ -71,17 +77,7 @@ async fn status_doctor_and_list_models_name_the_fix_when_jobs_lost_their_slot() 
 // Multi-threaded: the fake answers while a blocking command waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_lost_slots_nothing_is_said() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 32768,
-        ..Default::default()
-    })
-    .await;
-    let h = Harness::new().config(&format!(
-        "endpoints:\n  box:\n    base_url: {}\n",
-        fake.url()
-    ));
-    std::fs::create_dir_all(h.state_dir()).unwrap();
+    let (_fake, h) = box_endpoint().await;
     lost_job(h.state_dir(), "box", 1, 0, 0);
     let out = h.command(["status"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
