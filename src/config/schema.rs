@@ -84,6 +84,7 @@ pub(super) struct DefaultsShape {
     pub allow_bypass_permissions: Option<bool>,
     pub allowed_roots: Option<Vec<String>>,
     pub sandbox: Option<bool>,
+    pub queue: Option<bool>,
     pub fix_rounds: Option<u32>,
     pub acceptance_timeout_s: Option<u64>,
     pub load_timeout_s: Option<u64>,
@@ -259,6 +260,9 @@ pub struct Defaults {
     pub allowed_roots: Vec<PathBuf>,
     /// Run delegates inside Claude Code's own sandbox.
     pub sandbox: bool,
+    /// A job takes a lease on one slot of its endpoint and waits in a
+    /// queue when every slot is leased.
+    pub queue: bool,
     /// Fix rounds after a failed acceptance command.
     pub fix_rounds: u32,
     /// Longest run of one acceptance command.
@@ -334,6 +338,7 @@ impl Default for Defaults {
             allow_bypass_permissions: false,
             allowed_roots: Vec::new(),
             sandbox: false,
+            queue: true,
             fix_rounds: 2,
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
@@ -847,6 +852,9 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
     }
     if let Some(v) = d.sandbox {
         defaults.sandbox = v;
+    }
+    if let Some(v) = d.queue {
+        defaults.queue = v;
     }
     if let Some(v) = d.fix_rounds {
         if v <= 10 {

@@ -222,12 +222,13 @@ impl Manager {
             }
             (None, Isolation::None) => (None, plan.origin_cwd.clone()),
         };
-        let rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
+        let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
+        let admission = self.first_look(&mut rec, &target, config.defaults.queue);
         self.store.save(&rec)?;
 
         let (cancel_rx, done_tx, prog_tx) = self.track(&id);
         let me = self.clone();
-        let job = Job::new(
+        let mut job = Job::new(
             rec.clone(),
             target,
             claude,
@@ -235,6 +236,7 @@ impl Manager {
             &plan,
             &config.defaults,
         );
+        job.admission = Some(admission);
         tokio::spawn(async move {
             let id = job.rec.id.clone();
             me.run(job, cancel_rx, prog_tx).await;
@@ -395,6 +397,10 @@ pub(super) struct Job {
     pub(super) probe_budget: Duration,
     /// The shim's guard for this job's model faults.
     pub(super) policy: crate::shim::Policy,
+    /// Its lease on a slot, or its place in the queue.
+    pub(super) admission: Option<super::admit::Admission>,
+    /// The call named the endpoint (or resumes a job): no failover.
+    pub(super) pinned: bool,
 }
 
 impl Job {
@@ -428,6 +434,8 @@ impl Job {
                 repair: true,
                 stop_on_fatal: true,
             },
+            admission: None,
+            pinned: plan.endpoint.is_some(),
         }
     }
 }

@@ -7,10 +7,12 @@
 //! reported as `lost`, with the reason.
 
 pub mod accept;
+pub mod admit;
 pub mod batch;
 pub mod dir;
 pub mod evict;
 pub mod faults;
+pub mod lease;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
@@ -390,6 +392,10 @@ pub struct JobListItem {
     /// The sentence about the model, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_note: Option<String>,
+    /// A queued job: where it stands ("queued: 2nd for qwen3-coder on
+    /// `gpu1`, behind …").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 impl JobRecord {
@@ -464,6 +470,10 @@ impl JobRecord {
             task: crate::fmt::first_chars(&self.task, 80),
             text_only: self.outcome.is_some_and(|o| o.text_only),
             model_note: self.model_note.clone(),
+            waiting: (self.status == Status::Queued)
+                .then(|| self.last_activity.clone())
+                .flatten()
+                .filter(|a| a.starts_with("queued: ")),
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
+use super::admit::Admission;
 use super::dir::JobDir;
 use super::manager::{Job, MAX_TIMEOUT_S, Manager, Progress};
 use super::{JobRecord, Status, accept, faults, metrics};
@@ -150,6 +151,35 @@ fn progress_of(
     }
 }
 
+/// Finishes the record of a run that returned or unwound without finishing
+/// it (a panic in a phase): a job of a live owner is never left `queued` or
+/// `running`. Every phase finishes the record itself, so on a normal end
+/// this finds it ended and does nothing.
+struct EndGuard<'a> {
+    manager: &'a Manager,
+    id: String,
+}
+
+impl Drop for EndGuard<'_> {
+    fn drop(&mut self) {
+        let store = &self.manager.store;
+        let Ok(mut rec) = store.load_raw(&self.id) else {
+            return;
+        };
+        if rec.status.terminal() {
+            return;
+        }
+        tracing::error!("job {} stopped before it finished", self.id);
+        rec.status = Status::Failed;
+        rec.error = Some(
+            "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
+        );
+        rec.finished = Some(now_ts());
+        store.save_or_log(&rec);
+        self.manager.unmark_active(&rec.endpoint, &rec.id);
+    }
+}
+
 /// The job's end: its status, its error (when there is one), when it
 /// finished and how long it took since `started`.
 fn finish(rec: &mut JobRecord, status: Status, error: Option<String>, started: Instant) {
@@ -171,15 +201,66 @@ impl Manager {
         self.unmark_active(&rec.endpoint, &rec.id);
     }
 
+    /// The admission phase: the job's lease on a slot (`None`: not
+    /// leased), once it has one; or the stop that ended its wait.
+    async fn admitted(
+        &self,
+        job: &mut Job,
+        rec: &mut JobRecord,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> Result<Option<super::lease::Lease>, Stop> {
+        match job.admission.take() {
+            Some(Admission::Go(l)) => Ok(l),
+            Some(Admission::Wait(ticket)) => {
+                self.wait_for_slot(job, rec, ticket, cancel, progress).await
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A job cancelled or timed out while it waited for a slot.
+    fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
+        let (status, error) = match stop {
+            Stop::Cancelled => (
+                Status::Cancelled,
+                "cancelled while it waited for a slot".to_string(),
+            ),
+            Stop::Timeout => (
+                Status::Timeout,
+                format!(
+                    "timed out after {} s (timeout_s) while it waited for a slot: raise timeout_s, run fewer jobs at once, or start the server with more --parallel slots",
+                    rec.timeout_s
+                ),
+            ),
+            Stop::Refused(why) => (Status::Failed, why.clone()),
+        };
+        finish(rec, status, Some(error), started);
+        rec.last_activity = Some(format!("{} while queued", status.as_str()));
+        self.store.save_or_log(rec);
+    }
+
     pub(super) async fn run(
         &self,
-        job: Job,
+        mut job: Job,
         mut cancel: watch::Receiver<bool>,
         progress: watch::Sender<Progress>,
     ) {
         let mut rec = job.rec.clone();
+        let _end = EndGuard {
+            manager: self,
+            id: rec.id.clone(),
+        };
         let dir = rec.log_dir.clone();
         let started = Instant::now();
+        // Held for the whole job: dropped when `run` returns.
+        let _lease = match self
+            .admitted(&mut job, &mut rec, &mut cancel, &progress)
+            .await
+        {
+            Ok(l) => l,
+            Err(stop) => return self.stop_while_queued(&mut rec, &stop, started),
+        };
         let shared = self.mark_active(&rec.endpoint, &rec.id);
 
         if let Err(e) = self.load_model(&job, &mut rec).await {
@@ -846,5 +927,56 @@ mod tests {
             e.unwrap(),
             "claude exited (a signal) without a result; see /j/events.jsonl"
         );
+    }
+
+    #[test]
+    fn a_run_that_ends_without_finishing_its_record_fails_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Manager::new(crate::context::Context {
+            explicit_config: None,
+            state_dir: tmp.path().to_path_buf(),
+        });
+        let id = super::super::new_id().unwrap();
+        let dir = m.store.dir(&id).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
+            "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
+            "isolation": "none", "status": "running", "created": now_ts(), "started": null,
+            "finished": null, "elapsed_s": null, "session_id": null, "result": null,
+            "error": null, "num_turns": null, "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
+            "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
+            "context": null, "metrics": null, "queued_note": null,
+            "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
+            "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
+            "resumed_from": null, "pid": null, "owner_pid": std::process::id()
+        }))
+        .unwrap();
+        m.store.save(&rec).unwrap();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _end = EndGuard {
+                manager: &m,
+                id: id.clone(),
+            };
+            panic!("a phase panicked");
+        }));
+        assert!(unwound.is_err());
+        let after = m.store.load(&id).unwrap();
+        assert_eq!(after.status, Status::Failed);
+        assert!(
+            after
+                .error
+                .unwrap()
+                .starts_with("the job stopped before it finished")
+        );
+        // A record the run finished is left as it is.
+        rec.status = Status::Succeeded;
+        m.store.save(&rec).unwrap();
+        drop(EndGuard {
+            manager: &m,
+            id: id.clone(),
+        });
+        assert_eq!(m.store.load(&id).unwrap().status, Status::Succeeded);
     }
 }

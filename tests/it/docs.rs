@@ -1155,6 +1155,11 @@ const DEFAULT_MEANINGS: &[Meaning] = &[
         "run delegates' Bash in Claude Code's own sandbox (`--settings {\"sandbox\":{\"enabled\":true,\"failIfUnavailable\":true,\"allowUnsandboxedCommands\":false}}`): commands write only inside the job's tree (and temp), and get no network (the delegate's own API traffic to the shim is not a Bash command and is unaffected). Needs `bubblewrap` and `socat` on Linux; without them the job fails at start with Claude Code's sentence naming them, it never runs unsandboxed. Off by default because builds need their caches (`~/.cargo`, `~/.npm`) and package registries",
     ),
     (
+        "queue",
+        None,
+        "each job takes a lease on one slot of its endpoint (a lock file under the state dir, shared by every localagents process of the user, released when its process ends) and, when every slot of every endpoint serving the model is leased, waits in a first-come queue per model that `run_agent`, `list_jobs`, `localagents status` and the CLI spinner show (another endpoint serving the model with a free slot takes the job first); a server that reports no slots (vLLM) is not leased; `false` starts every job at once, for servers whose slots are not the limit",
+    ),
+    (
         "fix_rounds",
         None,
         "fix rounds after a failed acceptance command (at most 10)",

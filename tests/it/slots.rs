@@ -1,10 +1,13 @@
 //! Many jobs on one server (issue 24): what a user sees when jobs lost
 //! their slot's cache.
 
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 
-use crate::support::fake_llama;
+use crate::jobs::{call, serve};
 use crate::support::harness::Harness;
+use crate::support::{fake_llama, script};
 
 /// A finished job's record on `endpoint` whose turns lost the cache.
 fn lost_job(state: &std::path::Path, endpoint: &str, n: u8, losses: u64, tokens: u64) {
@@ -88,4 +91,212 @@ async fn without_lost_slots_nothing_is_said() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(v.get("slot_losses").is_none(), "{text}");
     served.cancel().await;
+}
+
+/// A record of job `id` in `e`'s state dir.
+fn record(e: &crate::jobs::Env, id: &str) -> serde_json::Value {
+    let path = e.state.join("jobs").join(id).join("job.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Wait until `cond` holds of job `id`'s record (or panic after `limit`).
+async fn wait_record(
+    e: &crate::jobs::Env,
+    id: &str,
+    limit: Duration,
+    what: &str,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> Duration {
+    let t = Instant::now();
+    loop {
+        let r = record(e, id);
+        if cond(&r) {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < limit, "job {id}: {what} never came: {r:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The delegate's Bash command runs until its job is stopped.
+fn waiting_fake_script(fake: &fake_llama::FakeLlama) {
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": "tail -f /dev/null", "description": "wait"}),
+        )],
+        "done",
+    ));
+}
+
+async fn start(c: &Client, task: &str) -> serde_json::Value {
+    let (err, v) = call(
+        c,
+        "run_agent",
+        json!({"task": task, "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    v
+}
+
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+fn running(r: &serde_json::Value) -> bool {
+    r["status"] == "running"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        slots: 2,
+        ..crate::jobs::strict_fake_opts()
+    })
+    .await;
+    waiting_fake_script(&fake);
+    let e = crate::jobs::env_for(fake.url());
+    let one = serve(&e, None).await;
+    let two = serve(&e, None).await;
+    let a = start(&one, "Job A.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = start(&two, "Job B.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in [&a, &b] {
+        wait_record(&e, id, Duration::from_secs(30), "running", running).await;
+    }
+    // The third, from the first server: every slot is leased.
+    let v = start(&one, "Job C.").await;
+    let c = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["status"], "queued", "{v}");
+    let line = v["last_activity"].as_str().unwrap();
+    assert!(
+        line.starts_with("queued: 1st for gemma3-270m on `box`, behind ")
+            && line.contains(&a)
+            && line.contains(&b),
+        "{line}"
+    );
+    let (_, list) = call(&two, "list_jobs", json!({})).await;
+    let item = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == c.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(item["status"], "queued", "{item}");
+    assert_eq!(item["waiting"], line, "{item}");
+    let out = crate::jobs::localagents(&e, &["status"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("job {c} {line}")), "{text}");
+    // Still waiting a while later: nothing freed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(record(&e, &c)["status"], "queued");
+
+    // SIGKILL of the server that runs B frees B's slot: C starts.
+    let owner = record(&e, &b)["owner_pid"].as_i64().unwrap() as i32;
+    // SAFETY: the `localagents serve` this test started (its record says so).
+    #[allow(clippy::disallowed_methods)] // the test kills on purpose
+    unsafe {
+        libc::kill(owner, libc::SIGKILL)
+    };
+    let took = wait_record(&e, &c, Duration::from_secs(30), "running", running).await;
+    eprintln!("SIGKILL of B's server -> C running in {took:?}");
+    assert_eq!(record(&e, &c)["endpoint"], "box");
+
+    // A fourth waits behind A and C, and starts when A is cancelled.
+    let d = start(&one, "Job D.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(record(&e, &d)["status"], "queued");
+    let (_, v) = call(&one, "cancel_job", json!({"job_id": a})).await;
+    assert_eq!(v["status"], "cancelled", "{v}");
+    wait_record(&e, &d, Duration::from_secs(30), "running", running).await;
+    for id in [&c, &d] {
+        let (_, v) = call(&one, "cancel_job", json!({"job_id": id})).await;
+        assert_eq!(v["status"], "cancelled", "{v}");
+    }
+    let _ = two.cancel().await;
+    one.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
+    let opts = || fake_llama::LlamaOpts {
+        slots: 1,
+        ..crate::jobs::strict_fake_opts()
+    };
+    let (f1, f2) = (
+        fake_llama::spawn(opts()).await,
+        fake_llama::spawn(opts()).await,
+    );
+    waiting_fake_script(&f1);
+    waiting_fake_script(&f2);
+    let e = crate::jobs::env_for(f1.url());
+    std::fs::write(
+        &e.cfg,
+        format!(
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n  spare:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n",
+            f1.url(),
+            f2.url()
+        ),
+    )
+    .unwrap();
+    let c = serve(&e, None).await;
+    let a = start(&c, "Job A.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_record(&e, &a, Duration::from_secs(30), "running", running).await;
+    let first = record(&e, &a)["endpoint"].as_str().unwrap().to_string();
+    let b = start(&c, "Job B.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_record(&e, &b, Duration::from_secs(30), "running", running).await;
+    let second = record(&e, &b)["endpoint"].as_str().unwrap().to_string();
+    assert_ne!(first, second, "both jobs on `{first}`");
+    for id in [&a, &b] {
+        let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
+        assert_eq!(v["status"], "cancelled", "{v}");
+    }
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_queue_off_every_job_starts_at_once() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        slots: 1,
+        ..crate::jobs::strict_fake_opts()
+    })
+    .await;
+    waiting_fake_script(&fake);
+    let e = crate::jobs::env_for(fake.url());
+    let cfg = std::fs::read_to_string(&e.cfg).unwrap();
+    std::fs::write(
+        &e.cfg,
+        cfg.replace("defaults:\n", "defaults:\n  queue: false\n"),
+    )
+    .unwrap();
+    let c = serve(&e, None).await;
+    let a = start(&c, "Job A.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = start(&c, "Job B.").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in [&a, &b] {
+        wait_record(&e, id, Duration::from_secs(30), "running", running).await;
+    }
+    for id in [&a, &b] {
+        let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
+        assert_eq!(v["status"], "cancelled", "{v}");
+    }
+    c.cancel().await.unwrap();
 }

@@ -1,0 +1,170 @@
+//! Admission: a job starts only when it holds a lease on a slot of an
+//! endpoint that serves its model ([`super::lease`]), first come first
+//! served across every localagents process of the user.
+//!
+//! The first look happens in [`Manager::start`], so `run_agent`'s answer
+//! already says where the job stands; the wait itself is the first phase of
+//! the job's run, where cancel and `timeout_s` stop it like any other
+//! phase. Another endpoint that serves the same model with a free slot
+//! takes the job (failover) unless the call named an endpoint or resumes a
+//! job (whose session is best continued where its cache is).
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::lease::{self, Lease, Ticket};
+use super::manager::{Job, Manager, Progress};
+use super::run::Stop;
+use super::{JobRecord, dir::JobDir};
+use crate::registry::Target;
+
+/// How often a waiting job looks again (a lease is a local lock: cheap).
+const POLL: Duration = Duration::from_millis(100);
+/// How often it asks the registry for other endpoints serving its model.
+const REFRESH: Duration = Duration::from_secs(2);
+
+/// Where a job stands on admission.
+#[derive(Debug)]
+pub enum Admission {
+    /// It may start: with a lease (`None`: the endpoint's slots are not
+    /// known, or `defaults.queue` is off).
+    Go(Option<Lease>),
+    /// It waits, holding its place.
+    Wait(Ticket),
+}
+
+/// Slots of an endpoint, when it says.
+fn slots_of(t: &Target) -> Option<u64> {
+    t.probe.slots.map(|s| s.total).filter(|n| *n > 0)
+}
+
+/// A lease on a slot of the first of `targets` that has one free, with
+/// that target's index.
+fn lease_any(state_dir: &std::path::Path, targets: &[Target], job: &str) -> Option<(Lease, usize)> {
+    for (i, t) in targets.iter().enumerate() {
+        let Some(total) = slots_of(t) else { continue };
+        match lease::try_lease(state_dir, &t.resolved.endpoint, total, job) {
+            Ok(Some(l)) => return Some((l, i)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                "cannot take a slot lease on `{}` ({e}); the job does not wait for it",
+                t.resolved.endpoint
+            ),
+        }
+    }
+    None
+}
+
+/// "queued: 2nd for qwen3-coder on `gpu1`, behind 20261201-…".
+fn waiting_line(place: &lease::Place, t: &Target, holders: &[String]) -> String {
+    let behind = match &place.head {
+        Some(h) => h.clone(),
+        None => holders.join(", "),
+    };
+    let behind = if behind.is_empty() {
+        String::new()
+    } else {
+        format!(", behind {behind}")
+    };
+    format!(
+        "queued: {} for {} on `{}`{behind} (every slot is taken; it starts when one frees)",
+        lease::ordinal(place.ahead + 1),
+        t.resolved.served_id,
+        t.resolved.endpoint,
+    )
+}
+
+impl Manager {
+    /// The first look, at start: a free slot now, or a place in the queue
+    /// (and the record says which).
+    pub(super) fn first_look(&self, rec: &mut JobRecord, t: &Target, queue: bool) -> Admission {
+        let Some(total) = slots_of(t).filter(|_| queue) else {
+            return Admission::Go(None);
+        };
+        let state = &self.ctx.state_dir;
+        let ticket = match Ticket::take(state, &t.resolved.served_id, &rec.id) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("cannot join the queue ({e}); the job starts without a lease");
+                return Admission::Go(None);
+            }
+        };
+        let place = ticket.place();
+        if place.ahead == 0
+            && let Some((l, _)) = lease_any(state, std::slice::from_ref(t), &rec.id)
+        {
+            return Admission::Go(Some(l));
+        }
+        let holders = lease::holders(state, &t.resolved.endpoint, total);
+        rec.last_activity = Some(waiting_line(&place, t, &holders));
+        Admission::Wait(ticket)
+    }
+
+    /// Wait in the queue until a slot of an endpoint serving the model is
+    /// free and no one is ahead; the job may move to that endpoint.
+    pub(super) async fn wait_for_slot(
+        &self,
+        job: &mut Job,
+        rec: &mut JobRecord,
+        ticket: Ticket,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> Result<Option<Lease>, Stop> {
+        let state = self.ctx.state_dir.clone();
+        let marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(Duration::from_secs(rec.timeout_s))
+            .unwrap_or(now + Duration::from_secs(super::manager::MAX_TIMEOUT_S));
+        let mut targets = vec![job.target.clone()];
+        let mut refreshed: Option<Instant> = None;
+        loop {
+            if !job.pinned && refreshed.is_none_or(|r| r.elapsed() >= REFRESH) {
+                refreshed = Some(Instant::now());
+                let served = job.target.resolved.served_id.clone();
+                if let Ok(mut all) =
+                    crate::registry::resolve_targets(&self.ctx, Some(&served), None).await
+                {
+                    // The job's own endpoint first.
+                    all.sort_by_key(|t| t.resolved.endpoint != job.target.resolved.endpoint);
+                    targets = all;
+                }
+            }
+            let place = ticket.place();
+            if place.ahead == 0
+                && let Some((l, i)) = lease_any(&state, &targets, &rec.id)
+            {
+                let t = &targets[i];
+                if t.resolved.endpoint != job.target.resolved.endpoint {
+                    rec.endpoint = t.resolved.endpoint.clone();
+                    rec.base_url = t.resolved.base_url.clone();
+                    rec.context = t.resolved.context;
+                    job.target = t.clone();
+                }
+                rec.last_activity = Some("queued: a slot is free, starting".into());
+                self.store.save_or_log(rec);
+                return Ok(Some(l));
+            }
+            let total = slots_of(&job.target).unwrap_or(1);
+            let holders = lease::holders(&state, &job.target.resolved.endpoint, total);
+            let line = waiting_line(&place, &job.target, &holders);
+            if rec.last_activity.as_deref() != Some(line.as_str()) {
+                rec.last_activity = Some(line.clone());
+                self.store.save_or_log(rec);
+                let _ = progress.send(Progress {
+                    last_activity: line,
+                    ..Default::default()
+                });
+            }
+            tokio::select! {
+                _ = cancel.changed() => return Err(Stop::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => return Err(Stop::Timeout),
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if marker.exists() {
+                return Err(Stop::Cancelled);
+            }
+        }
+    }
+}
