@@ -142,29 +142,42 @@ async fn start(c: &Client, task: &str) -> serde_json::Value {
 
 type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
 
+/// [`start`], its id.
+async fn start_id(c: &Client, task: &str) -> String {
+    start(c, task).await["id"].as_str().unwrap().to_string()
+}
+
+/// A fake llama.cpp with `slots` slots whose delegate waits until stopped.
+async fn waiting_fake(slots: u64) -> fake_llama::FakeLlama {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        slots,
+        ..crate::jobs::strict_fake_opts()
+    })
+    .await;
+    waiting_fake_script(&fake);
+    fake
+}
+
+/// Cancel each job; each must end cancelled.
+async fn cancel_all(c: &Client, ids: &[&String]) {
+    for id in ids {
+        let (_, v) = call(c, "cancel_job", json!({"job_id": id})).await;
+        assert_eq!(v["status"], "cancelled", "{v}");
+    }
+}
+
 fn running(r: &serde_json::Value) -> bool {
     r["status"] == "running"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        slots: 2,
-        ..crate::jobs::strict_fake_opts()
-    })
-    .await;
-    waiting_fake_script(&fake);
+    let fake = waiting_fake(2).await;
     let e = crate::jobs::env_for(fake.url());
     let one = serve(&e, None).await;
     let two = serve(&e, None).await;
-    let a = start(&one, "Job A.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let b = start(&two, "Job B.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = start_id(&one, "Job A.").await;
+    let b = start_id(&two, "Job B.").await;
     for id in [&a, &b] {
         wait_record(&e, id, Duration::from_secs(30), "running", running).await;
     }
@@ -208,34 +221,19 @@ async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn
     assert_eq!(record(&e, &c)["endpoint"], "box");
 
     // A fourth waits behind A and C, and starts when A is cancelled.
-    let d = start(&one, "Job D.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let d = start_id(&one, "Job D.").await;
     assert_eq!(record(&e, &d)["status"], "queued");
     let (_, v) = call(&one, "cancel_job", json!({"job_id": a})).await;
     assert_eq!(v["status"], "cancelled", "{v}");
     wait_record(&e, &d, Duration::from_secs(30), "running", running).await;
-    for id in [&c, &d] {
-        let (_, v) = call(&one, "cancel_job", json!({"job_id": id})).await;
-        assert_eq!(v["status"], "cancelled", "{v}");
-    }
+    cancel_all(&one, &[&c, &d]).await;
     let _ = two.cancel().await;
     one.cancel().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
-    let opts = || fake_llama::LlamaOpts {
-        slots: 1,
-        ..crate::jobs::strict_fake_opts()
-    };
-    let (f1, f2) = (
-        fake_llama::spawn(opts()).await,
-        fake_llama::spawn(opts()).await,
-    );
-    waiting_fake_script(&f1);
-    waiting_fake_script(&f2);
+    let (f1, f2) = (waiting_fake(1).await, waiting_fake(1).await);
     let e = crate::jobs::env_for(f1.url());
     std::fs::write(
         &e.cfg,
@@ -247,34 +245,20 @@ async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
     )
     .unwrap();
     let c = serve(&e, None).await;
-    let a = start(&c, "Job A.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = start_id(&c, "Job A.").await;
     wait_record(&e, &a, Duration::from_secs(30), "running", running).await;
     let first = record(&e, &a)["endpoint"].as_str().unwrap().to_string();
-    let b = start(&c, "Job B.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let b = start_id(&c, "Job B.").await;
     wait_record(&e, &b, Duration::from_secs(30), "running", running).await;
     let second = record(&e, &b)["endpoint"].as_str().unwrap().to_string();
     assert_ne!(first, second, "both jobs on `{first}`");
-    for id in [&a, &b] {
-        let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
-        assert_eq!(v["status"], "cancelled", "{v}");
-    }
+    cancel_all(&c, &[&a, &b]).await;
     c.cancel().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_queue_off_every_job_starts_at_once() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        slots: 1,
-        ..crate::jobs::strict_fake_opts()
-    })
-    .await;
-    waiting_fake_script(&fake);
+    let fake = waiting_fake(1).await;
     let e = crate::jobs::env_for(fake.url());
     let cfg = std::fs::read_to_string(&e.cfg).unwrap();
     std::fs::write(
@@ -283,20 +267,11 @@ async fn with_queue_off_every_job_starts_at_once() {
     )
     .unwrap();
     let c = serve(&e, None).await;
-    let a = start(&c, "Job A.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let b = start(&c, "Job B.").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = start_id(&c, "Job A.").await;
+    let b = start_id(&c, "Job B.").await;
     for id in [&a, &b] {
         wait_record(&e, id, Duration::from_secs(30), "running", running).await;
     }
-    for id in [&a, &b] {
-        let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
-        assert_eq!(v["status"], "cancelled", "{v}");
-    }
+    cancel_all(&c, &[&a, &b]).await;
     c.cancel().await.unwrap();
 }
