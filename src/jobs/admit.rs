@@ -34,26 +34,49 @@ pub enum Admission {
     Wait(Ticket),
 }
 
+/// The queue a job waits in: its model's, or for a job bound to one
+/// endpoint that model's on that endpoint (so it never waits behind a job
+/// that waits for another endpoint).
+fn queue_of(t: &Target, pinned: bool) -> String {
+    if pinned {
+        format!("{}@{}", t.resolved.served_id, t.resolved.endpoint)
+    } else {
+        t.resolved.served_id.clone()
+    }
+}
+
 /// Slots of an endpoint, when it says.
 fn slots_of(t: &Target) -> Option<u64> {
     t.probe.slots.map(|s| s.total).filter(|n| *n > 0)
 }
 
-/// A lease on a slot of the first of `targets` that has one free, with
-/// that target's index.
-fn lease_any(state_dir: &std::path::Path, targets: &[Target], job: &str) -> Option<(Lease, usize)> {
+/// What a look for a free slot found.
+enum Found {
+    /// A lease on a slot of `targets[i]`.
+    Lease(Lease, usize),
+    /// Leases cannot be taken at all (the state dir refuses the lock
+    /// files): the job goes on without one, as with `queue: false`.
+    Unleasable,
+    Nothing,
+}
+
+/// A lease on a slot of the first of `targets` that has one free.
+fn lease_any(state_dir: &std::path::Path, targets: &[Target], job: &str) -> Found {
     for (i, t) in targets.iter().enumerate() {
         let Some(total) = slots_of(t) else { continue };
         match lease::try_lease(state_dir, &t.resolved.endpoint, total, job) {
-            Ok(Some(l)) => return Some((l, i)),
+            Ok(Some(l)) => return Found::Lease(l, i),
             Ok(None) => {}
-            Err(e) => tracing::warn!(
-                "cannot take a slot lease on `{}` ({e}); the job does not wait for it",
-                t.resolved.endpoint
-            ),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot take a slot lease on `{}` ({e}); the job starts without one",
+                    t.resolved.endpoint
+                );
+                return Found::Unleasable;
+            }
         }
     }
-    None
+    Found::Nothing
 }
 
 /// "queued: 2nd for qwen3-coder on `gpu1`, behind 20261201-…".
@@ -75,15 +98,43 @@ fn waiting_line(place: &lease::Place, t: &Target, holders: &[String]) -> String 
     )
 }
 
+/// The targets after a refresh: the job's own endpoint first; an endpoint
+/// whose fresh probe lost its slot count (a probe that timed out) keeps the
+/// one it had, so the job can still be admitted there.
+fn merge_targets(old: &[Target], mut fresh: Vec<Target>, own: &str) -> Vec<Target> {
+    for t in &mut fresh {
+        if t.probe.slots.is_none()
+            && let Some(o) = old
+                .iter()
+                .find(|o| o.resolved.endpoint == t.resolved.endpoint)
+        {
+            t.probe.slots = o.probe.slots;
+        }
+    }
+    if !fresh.iter().any(|t| t.resolved.endpoint == own)
+        && let Some(o) = old.iter().find(|o| o.resolved.endpoint == own)
+    {
+        fresh.push(o.clone());
+    }
+    fresh.sort_by_key(|t| t.resolved.endpoint != own);
+    fresh
+}
+
 impl Manager {
     /// The first look, at start: a free slot now, or a place in the queue
     /// (and the record says which).
-    pub(super) fn first_look(&self, rec: &mut JobRecord, t: &Target, queue: bool) -> Admission {
+    pub(super) fn first_look(
+        &self,
+        rec: &mut JobRecord,
+        t: &Target,
+        queue: bool,
+        pinned: bool,
+    ) -> Admission {
         let Some(total) = slots_of(t).filter(|_| queue) else {
             return Admission::Go(None);
         };
         let state = &self.ctx.state_dir;
-        let ticket = match Ticket::take(state, &t.resolved.served_id, &rec.id) {
+        let ticket = match Ticket::take(state, &queue_of(t, pinned), &rec.id) {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!("cannot join the queue ({e}); the job starts without a lease");
@@ -91,10 +142,12 @@ impl Manager {
             }
         };
         let place = ticket.place();
-        if place.ahead == 0
-            && let Some((l, _)) = lease_any(state, std::slice::from_ref(t), &rec.id)
-        {
-            return Admission::Go(Some(l));
+        if place.ahead == 0 {
+            match lease_any(state, std::slice::from_ref(t), &rec.id) {
+                Found::Lease(l, _) => return Admission::Go(Some(l)),
+                Found::Unleasable => return Admission::Go(None),
+                Found::Nothing => {}
+            }
         }
         let holders = lease::holders(state, &t.resolved.endpoint, total);
         rec.last_activity = Some(waiting_line(&place, t, &holders));
@@ -123,28 +176,48 @@ impl Manager {
             if !job.pinned && refreshed.is_none_or(|r| r.elapsed() >= REFRESH) {
                 refreshed = Some(Instant::now());
                 let served = job.target.resolved.served_id.clone();
-                if let Ok(mut all) =
-                    crate::registry::resolve_targets(&self.ctx, Some(&served), None).await
-                {
-                    // The job's own endpoint first.
-                    all.sort_by_key(|t| t.resolved.endpoint != job.target.resolved.endpoint);
-                    targets = all;
+                let refresh = crate::registry::resolve_targets(&self.ctx, Some(&served), None);
+                let fresh = tokio::select! {
+                    r = refresh => r.ok(),
+                    _ = cancel.changed() => return Err(Stop::Cancelled),
+                    _ = tokio::time::sleep_until(deadline) => return Err(Stop::Timeout),
+                };
+                if let Some(all) = fresh {
+                    targets = merge_targets(&targets, all, &job.target.resolved.endpoint);
                 }
             }
             let place = ticket.place();
-            if place.ahead == 0
-                && let Some((l, i)) = lease_any(&state, &targets, &rec.id)
-            {
-                let t = &targets[i];
-                if t.resolved.endpoint != job.target.resolved.endpoint {
-                    rec.endpoint = t.resolved.endpoint.clone();
-                    rec.base_url = t.resolved.base_url.clone();
-                    rec.context = t.resolved.context;
-                    job.target = t.clone();
+            if place.ahead == 0 {
+                match lease_any(&state, &targets, &rec.id) {
+                    Found::Lease(l, i) => {
+                        let t = &targets[i];
+                        if t.resolved.endpoint != job.target.resolved.endpoint {
+                            // A load there could swap out another job's model.
+                            if !job.force
+                                && let Err(why) = super::evict::check_load(
+                                    &self.store,
+                                    &t.probe,
+                                    &t.resolved.served_id,
+                                )
+                            {
+                                let skip = t.resolved.endpoint.clone();
+                                tracing::info!("not moving job {} to `{skip}`: {why}", rec.id);
+                                drop(l);
+                                targets.retain(|x| x.resolved.endpoint != skip);
+                                continue;
+                            }
+                            rec.endpoint = t.resolved.endpoint.clone();
+                            rec.base_url = t.resolved.base_url.clone();
+                            rec.context = t.resolved.context;
+                            job.target = t.clone();
+                        }
+                        rec.last_activity = Some("queued: a slot is free, starting".into());
+                        self.store.save_or_log(rec);
+                        return Ok(Some(l));
+                    }
+                    Found::Unleasable => return Ok(None),
+                    Found::Nothing => {}
                 }
-                rec.last_activity = Some("queued: a slot is free, starting".into());
-                self.store.save_or_log(rec);
-                return Ok(Some(l));
             }
             let total = slots_of(&job.target).unwrap_or(1);
             let holders = lease::holders(&state, &job.target.resolved.endpoint, total);

@@ -166,13 +166,17 @@ impl Ticket {
             .unwrap_or(0);
         let name = format!("{nanos:024}-{}.lock", component(job));
         let path = dir.join(&name);
-        let f = open_lock(&path)?;
+        // Locked under a name the queue does not read, then moved in: a
+        // waiter never sees it unlocked (and takes it for a dead one).
+        let staging = dir.join(format!("{name}.new"));
+        let f = open_lock(&staging)?;
         if !try_lock(&f)? {
             return Err(std::io::Error::other(format!(
                 "{} is locked by another process",
-                path.display()
+                staging.display()
             )));
         }
+        std::fs::rename(&staging, &path)?;
         Ok(Ticket {
             _file: f,
             path,
@@ -284,6 +288,14 @@ mod tests {
         std::fs::write(&stale, "").unwrap();
         assert_eq!(second.place().ahead, 1);
         assert!(!stale.exists(), "removed on the way");
+        // A ticket still being made (locked under its staging name, then
+        // renamed in) is neither counted nor removed.
+        let making = tmp
+            .path()
+            .join("queue/qwen3-coder/000000000000000000000002-job-x.lock.new");
+        std::fs::write(&making, "").unwrap();
+        assert_eq!(second.place().ahead, 1);
+        assert!(making.exists());
         drop(first);
         assert_eq!(
             third.place(),

@@ -223,7 +223,12 @@ impl Manager {
             (None, Isolation::None) => (None, plan.origin_cwd.clone()),
         };
         let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
-        let admission = self.first_look(&mut rec, &target, config.defaults.queue);
+        let admission = self.first_look(
+            &mut rec,
+            &target,
+            config.defaults.queue,
+            plan.endpoint.is_some(),
+        );
         self.store.save(&rec)?;
 
         let (cancel_rx, done_tx, prog_tx) = self.track(&id);
@@ -238,9 +243,14 @@ impl Manager {
         );
         job.admission = Some(admission);
         tokio::spawn(async move {
-            let id = job.rec.id.clone();
+            // Untracked however the run ends (a panic in it too): its
+            // waiters wake, and `running_ids` forgets it.
+            let _untrack = Untrack {
+                manager: me.clone(),
+                id: job.rec.id.clone(),
+                done: done_tx,
+            };
             me.run(job, cancel_rx, prog_tx).await;
-            me.untrack(&id, &done_tx);
         });
         Ok(rec)
     }
@@ -272,6 +282,7 @@ impl Manager {
     }
 
     /// The job has ended: drop its handle, wake its waiters.
+    /// ([`Untrack`] calls it when a job's task ends.)
     pub(super) fn untrack(&self, id: &str, done: &watch::Sender<bool>) {
         if let Ok(mut r) = self.running.lock() {
             r.remove(id);
@@ -381,6 +392,19 @@ impl Manager {
     }
 }
 
+/// Calls [`Manager::untrack`] when a job's task ends, however it ends.
+struct Untrack {
+    manager: Arc<Manager>,
+    id: String,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Untrack {
+    fn drop(&mut self) {
+        self.manager.untrack(&self.id, &self.done);
+    }
+}
+
 pub(super) struct Job {
     pub(super) rec: JobRecord,
     pub(super) target: Target,
@@ -401,6 +425,8 @@ pub(super) struct Job {
     pub(super) admission: Option<super::admit::Admission>,
     /// The call named the endpoint (or resumes a job): no failover.
     pub(super) pinned: bool,
+    /// Load the model even if that may swap out a running job's model.
+    pub(super) force: bool,
 }
 
 impl Job {
@@ -436,6 +462,7 @@ impl Job {
             },
             admission: None,
             pinned: plan.endpoint.is_some(),
+            force: plan.force,
         }
     }
 }

@@ -213,7 +213,14 @@ impl Manager {
         match job.admission.take() {
             Some(Admission::Go(l)) => Ok(l),
             Some(Admission::Wait(ticket)) => {
-                self.wait_for_slot(job, rec, ticket, cancel, progress).await
+                let lease = self
+                    .wait_for_slot(job, rec, ticket, cancel, progress)
+                    .await?;
+                // What the server says now, not before the wait: its
+                // slots, counters and the model's state.
+                job.target.probe = probe::probe(&job.target.endpoint, job.probe_budget).await;
+                rec.queued_note = None;
+                Ok(lease)
             }
             None => Ok(None),
         }
@@ -261,6 +268,7 @@ impl Manager {
             Ok(l) => l,
             Err(stop) => return self.stop_while_queued(&mut rec, &stop, started),
         };
+        let queued_for = started.elapsed();
         let shared = self.mark_active(&rec.endpoint, &rec.id);
 
         if let Err(e) = self.load_model(&job, &mut rec).await {
@@ -288,9 +296,11 @@ impl Manager {
 
         let task =
             std::fs::read_to_string(JobDir::at(&dir).task()).unwrap_or_else(|_| rec.task.clone());
+        // The time it waited for a slot counts toward timeout_s.
         let now = tokio::time::Instant::now();
+        let left = Duration::from_secs(rec.timeout_s).saturating_sub(queued_for);
         let deadline = now
-            .checked_add(Duration::from_secs(rec.timeout_s))
+            .checked_add(left)
             .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
         let resume = if rec.resumed_from.is_some() {
             rec.session_id.clone()
