@@ -18,6 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::lease::Lease;
 use super::manager::{Manager, Progress, StartError};
 use super::{JobError, JobKind, JobRecord, Status};
 use crate::complete::{self, Ask, Completion, Options};
@@ -88,6 +89,34 @@ pub fn lanes(t: &Target) -> usize {
     t.probe.slots.map(|s| s.free as usize).unwrap_or(1).max(1)
 }
 
+/// The lanes a batch may use on `t` and the slot leases it holds for them
+/// ([`super::lease`]): one lease a lane, up to [`lanes`]. A slot a job has
+/// leased is not the batch's even while that job's request is not sent
+/// yet. With no lease to be had (every slot leased, or `queue` off, or the
+/// endpoint's slots unknown) the batch still gets one lane, which the
+/// server queues, as before leases.
+fn leased_lanes(state_dir: &Path, t: &Target, id: &str, queue: bool) -> (usize, Vec<Lease>) {
+    let want = lanes(t);
+    let Some(total) = t.probe.slots.map(|s| s.total).filter(|n| *n > 0 && queue) else {
+        return (want, Vec::new());
+    };
+    let mut held = Vec::new();
+    while held.len() < want {
+        match super::lease::try_lease(state_dir, &t.resolved.endpoint, total, id) {
+            Ok(Some(l)) => held.push(l),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot take a slot lease on `{}` ({e})",
+                    t.resolved.endpoint
+                );
+                return (want, Vec::new());
+            }
+        }
+    }
+    (held.len().max(1), held)
+}
+
 /// A batch's first record: running from the start, in `base`.
 fn record(id: &str, dir: &Path, t: &Target, args: &BatchArgs) -> JobRecord {
     let mut rec = JobRecord::new(id, JobKind::Batch, dir, t, args.base.clone());
@@ -127,6 +156,14 @@ impl Manager {
         crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
         let rec = record(&id, &dir, &targets[0], &args);
         self.store.save(&rec)?;
+        let queue = targets[0].config.defaults.queue;
+        let targets: Vec<(Target, usize, Vec<Lease>)> = targets
+            .into_iter()
+            .map(|t| {
+                let (n, held) = leased_lanes(&self.ctx.state_dir, &t, &id, queue);
+                (t, n, held)
+            })
+            .collect();
         let (cancel, done, progress) = self.track(&id);
         let me = self.clone();
         let out = rec.clone();
@@ -141,14 +178,14 @@ impl Manager {
     async fn run_batch(
         &self,
         mut rec: JobRecord,
-        targets: Vec<Target>,
+        targets: Vec<(Target, usize, Vec<Lease>)>,
         args: BatchArgs,
         cancel: watch::Receiver<bool>,
         progress: watch::Sender<Progress>,
     ) -> JobRecord {
         let started = Instant::now();
         let total = args.items.len();
-        let config = targets[0].config.clone();
+        let config = targets[0].0.config.clone();
         let shared = Arc::new(Shared {
             log: rec.log_dir.clone(),
             base: args.base,
@@ -161,8 +198,11 @@ impl Manager {
         });
         let mut lanes_used = Vec::new();
         let mut workers = Vec::new();
-        for t in targets {
-            let n = lanes(&t).min(total);
+        // Held until every worker is done.
+        let mut leases = Vec::new();
+        for (t, n, held) in targets {
+            leases.extend(held);
+            let n = n.min(total);
             lanes_used.push(format!("{}×{n}", t.resolved.endpoint));
             let t = Arc::new(t);
             for _ in 0..n {
@@ -173,6 +213,7 @@ impl Manager {
         for w in workers {
             let _ = w.await;
         }
+        drop(leases);
         let cancelled = *cancel.borrow();
         let elapsed = started.elapsed().as_secs_f64();
         let results = shared.results.lock().map(|r| r.clone()).unwrap_or_default();

@@ -275,3 +275,25 @@ async fn with_queue_off_every_job_starts_at_once() {
     cancel_all(&c, &[&a, &b]).await;
     c.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_takes_only_the_slots_no_job_has_leased() {
+    let fake = waiting_fake(2).await;
+    let e = crate::jobs::env_for(fake.url());
+    let c = serve(&e, None).await;
+    let items = json!({"items": [{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}]});
+    // Nothing leased: the batch fans out over both slots.
+    let (err, v) = call(&c, "local_batch", items.clone()).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["batch"]["lanes"], json!(["box×2"]), "{v}");
+    // A job holds one slot (the fake reports it free all the while: only
+    // the lease says it is taken).
+    let a = start_id(&c, "Job A.").await;
+    wait_record(&e, &a, Duration::from_secs(30), "running", running).await;
+    let (err, v) = call(&c, "local_batch", items).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["batch"]["lanes"], json!(["box×1"]), "{v}");
+    assert_eq!(v["batch"]["succeeded"], 3, "{v}");
+    cancel_all(&c, &[&a]).await;
+    c.cancel().await.unwrap();
+}
