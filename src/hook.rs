@@ -115,15 +115,8 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
     let sdir = session_dir(state_dir, &inp.session_id);
     let store = Store::new(state_dir);
     let now = chrono::Utc::now();
-    // Ids start with their creation time: skip old ones without reading them.
-    let oldest = (now - chrono::Duration::hours(WINDOW_H * 2))
-        .format("%Y%m%d-%H%M%S")
-        .to_string();
     let mut out = Vec::new();
-    for id in store.ids() {
-        if id.as_str() < oldest.as_str() {
-            break; // newest first: the rest are older
-        }
+    for id in store.ids_since(Some(now - chrono::Duration::hours(WINDOW_H * 2))) {
         if out.len() >= MAX_LINES || !valid_id(&id) || sdir.join(&id).exists() {
             continue;
         }

@@ -170,12 +170,7 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
         rows.len() - 1
     };
     let mut found: Vec<(usize, Usage, bool)> = Vec::new();
-    let oldest = cutoff.map(|c| c.format("%Y%m%d-%H%M%S").to_string());
-    for id in store.ids() {
-        // Ids start with their creation time, newest first.
-        if oldest.as_deref().is_some_and(|o| id.as_str() < o) {
-            break;
-        }
+    for id in store.ids_since(cutoff) {
         if !valid_id(&id) {
             continue;
         }

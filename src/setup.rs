@@ -304,6 +304,10 @@ fn endpoint_findings(
         }
         out.push((level, line));
     }
+    let losses = crate::jobs::metrics::recent_slot_losses(
+        &crate::jobs::Store::new(&ctx.state_dir),
+        crate::jobs::metrics::SLOT_LOSS_DAYS,
+    );
     for st in crate::registry::builtin_answered(config, probes) {
         if !st.up {
             if config.endpoints_are_builtin() {
@@ -319,13 +323,18 @@ fn endpoint_findings(
             ));
             continue;
         }
-        up_endpoint_findings(ctx, &st, out);
+        up_endpoint_findings(ctx, &st, &losses, out);
     }
 }
 
 /// The doctor's lines on an endpoint that is up: its models and windows,
 /// chat template, `/metrics`, and whether each model was evaluated.
-fn up_endpoint_findings(ctx: &Context, st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
+fn up_endpoint_findings(
+    ctx: &Context,
+    st: &probe::EndpointStatus,
+    losses: &[crate::jobs::metrics::SlotLosses],
+    out: &mut Vec<(Level, String)>,
+) {
     let models: Vec<String> = st
         .models
         .iter()
@@ -366,12 +375,8 @@ fn up_endpoint_findings(ctx: &Context, st: &probe::EndpointStatus, out: &mut Vec
     if st.backend == "llama.cpp" && !st.metrics {
         out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
     }
-    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-    let store = crate::jobs::Store::new(&ctx.state_dir);
-    for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
-        if l.endpoint == st.name {
-            out.push((Level::Warn, l.line(days)));
-        }
+    for l in losses.iter().filter(|l| l.endpoint == st.name) {
+        out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
     }
     for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(st)) {
         let lvl = if e.evaluated && e.stale.is_none() {

@@ -166,10 +166,7 @@ impl Manager {
     ) -> Result<Option<Lease>, Stop> {
         let state = self.ctx.state_dir.clone();
         let marker = JobDir::at(&rec.log_dir).cancel_marker();
-        let now = tokio::time::Instant::now();
-        let deadline = now
-            .checked_add(Duration::from_secs(rec.timeout_s))
-            .unwrap_or(now + Duration::from_secs(super::manager::MAX_TIMEOUT_S));
+        let deadline = super::manager::deadline_in(Duration::from_secs(rec.timeout_s));
         let mut targets = vec![job.target.clone()];
         let mut refreshed: Option<Instant> = None;
         loop {

@@ -34,6 +34,14 @@ pub const MAX_WAIT: Duration = Duration::from_secs(110);
 /// refused at the API and clamped from config.
 pub const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
+/// The instant `d` from now, or [`MAX_TIMEOUT_S`] from now when `d` is
+/// too far for the clock.
+pub(super) fn deadline_in(d: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(d)
+        .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S))
+}
+
 /// Why a job could not start: its own checks ([`super::plan`]), or a
 /// lower layer's error with that layer's sentence.
 #[derive(Debug, thiserror::Error)]

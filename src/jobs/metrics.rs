@@ -276,15 +276,8 @@ impl SlotLosses {
 /// Lost slots per endpoint over the jobs of the last `days` days, the
 /// endpoints with any, in the order first seen (newest job first).
 pub fn recent_slot_losses(store: &super::Store, days: i64) -> Vec<SlotLosses> {
-    let oldest = (chrono::Utc::now() - chrono::Duration::days(days))
-        .format("%Y%m%d-%H%M%S")
-        .to_string();
     let mut out: Vec<SlotLosses> = Vec::new();
-    for id in store.ids() {
-        // Ids start with their creation time, newest first.
-        if id.as_str() < oldest.as_str() {
-            break;
-        }
+    for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
         let Some(b) = store.brief(&id) else { continue };
         let Some(m) = b.metrics.filter(|m| m.slot_losses > 0) else {
             continue;

@@ -589,6 +589,18 @@ impl Store {
         ids
     }
 
+    /// The ids of jobs created at or after `since` (all, with `None`),
+    /// newest first. Ids start with their UTC creation time, so older ones
+    /// are never read.
+    pub fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String> {
+        let mut ids = self.ids();
+        if let Some(since) = since {
+            let oldest = since.format("%Y%m%d-%H%M%S").to_string();
+            ids.retain(|id| id.as_str() >= oldest.as_str());
+        }
+        ids
+    }
+
     /// Records, newest first (unreadable ones skipped).
     pub fn list(&self, status: Option<Status>, limit: usize) -> Vec<JobRecord> {
         let mut out = Vec::new();

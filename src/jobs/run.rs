@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::admit::Admission;
 use super::dir::JobDir;
-use super::manager::{Job, MAX_TIMEOUT_S, Manager, Progress};
+use super::manager::{Job, Manager, Progress};
 use super::{JobRecord, Status, accept, faults, metrics};
 use crate::probe;
 use crate::runner;
@@ -297,11 +297,9 @@ impl Manager {
         let task =
             std::fs::read_to_string(JobDir::at(&dir).task()).unwrap_or_else(|_| rec.task.clone());
         // The time it waited for a slot counts toward timeout_s.
-        let now = tokio::time::Instant::now();
-        let left = Duration::from_secs(rec.timeout_s).saturating_sub(queued_for);
-        let deadline = now
-            .checked_add(left)
-            .unwrap_or(now + Duration::from_secs(MAX_TIMEOUT_S));
+        let deadline = super::manager::deadline_in(
+            Duration::from_secs(rec.timeout_s).saturating_sub(queued_for),
+        );
         let resume = if rec.resumed_from.is_some() {
             rec.session_id.clone()
         } else {
