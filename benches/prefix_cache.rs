@@ -20,9 +20,6 @@ mod server;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
-
-use localagents::probe::metrics;
 use localagents::shim::fold;
 use serde_json::{Value, json};
 
@@ -34,76 +31,7 @@ fn start_server() -> server::Server {
 /// Record a real session: 6 tool calls, then a final answer. `lean`: with
 /// the delegate's lean flags (`--tools`, no auto-memory, no MCP servers).
 async fn record(lean: bool) -> Vec<Value> {
-    let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        ..Default::default()
-    })
-    .await;
-    fake.set_script(support::script::tools_then_text(
-        vec![
-            (
-                "Bash",
-                json!({"command": "ls", "description": "list files"}),
-            ),
-            (
-                "Write",
-                json!({"file_path": "notes.txt", "content": "one\n"}),
-            ),
-            ("Read", json!({"file_path": "notes.txt"})),
-            (
-                "Edit",
-                json!({"file_path": "notes.txt", "old_string": "one", "new_string": "two"}),
-            ),
-            (
-                "Bash",
-                json!({"command": "cat notes.txt", "description": "show notes"}),
-            ),
-            ("Glob", json!({"pattern": "*.txt"})),
-        ],
-        "Done: notes.txt says two.",
-    ));
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work) = (tmp.path().join("home"), tmp.path().join("work"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    let mut env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
-    let mut args = vec![
-        "--model",
-        "gemma3-270m",
-        "--permission-mode",
-        "acceptEdits",
-        "--allowedTools",
-        "Bash,Read,Write,Edit,Glob",
-        "--max-turns",
-        "10",
-    ];
-    if lean {
-        args.extend([
-            "--tools",
-            "Bash,Read,Write,Edit,Glob",
-            "--strict-mcp-config",
-        ]);
-        env.push(("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()));
-        env.push(("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS".into(), "1".into()));
-    }
-    let cmd = support::claude::command(
-        &home,
-        &work,
-        &env,
-        &args,
-        "Create notes.txt, then change it.",
-    );
-    let run = support::claude::run(cmd, Duration::from_secs(120)).await;
-    assert_eq!(
-        run.result().map(|r| r["subtype"].clone()),
-        Some("success".into()),
-        "{}",
-        run.stderr
-    );
-    fake.bodies()
-        .into_iter()
-        .filter(|b| b.get("tools").is_some())
-        .collect()
+    support::session::record(lean, "Create notes.txt, then change it.").await
 }
 
 /// Older Claude Code: one new system entry after each tool-result turn.
@@ -159,67 +87,15 @@ fn folded(body: &Value) -> Value {
     serde_json::from_slice(&out).unwrap()
 }
 
-struct Turn {
-    processed: u64,
-    cached: u64,
-    metrics_processed: f64,
-    metrics_cached: f64,
-    secs: f64,
-}
+use support::session::Turn;
 
 async fn replay(bodies: &[Value]) -> Vec<Turn> {
     let server = start_server();
-    let client = localagents::probe::http_client();
     let mut turns = Vec::new();
     for b in bodies {
-        let mut b = b.clone();
-        b["stream"] = json!(false);
-        b["max_tokens"] = json!(1);
-        b["temperature"] = json!(0);
-        let scrape = || async {
-            let t = client
-                .get(format!("{}/metrics", server.url))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            metrics::parse(&t)
-        };
-        let before = scrape().await;
-        let t = Instant::now();
-        let r = client
-            .post(format!("{}/v1/messages", server.url))
-            .json(&b)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let v: Value = r.json().await.unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        assert!(status.is_success(), "{status}: {v}");
-        let after = scrape().await;
-        let d =
-            |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
-        turns.push(Turn {
-            processed: v["usage"]["input_tokens"].as_u64().unwrap_or(0),
-            cached: v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
-            metrics_processed: d("llamacpp:prompt_tokens_total"),
-            metrics_cached: d("llamacpp:prompt_tokens_cached_total"),
-            secs,
-        });
+        turns.push(support::session::send(&server.url, b).await);
     }
     turns
-}
-
-fn ratio(t: &Turn) -> f64 {
-    let all = t.processed + t.cached;
-    if all == 0 {
-        0.0
-    } else {
-        t.cached as f64 / all as f64
-    }
 }
 
 fn report(name: &str, folded: &[Turn], hoisted: &[Turn]) {
@@ -236,17 +112,17 @@ fn report(name: &str, folded: &[Turn], hoisted: &[Turn]) {
             f.cached,
             f.metrics_processed,
             f.metrics_cached,
-            ratio(f),
+            f.ratio(),
             f.secs,
             h.processed,
             h.cached,
             h.metrics_processed,
             h.metrics_cached,
-            ratio(h),
+            h.ratio(),
             h.secs
         );
     }
-    let mean = |t: &[Turn]| t[1..].iter().map(ratio).sum::<f64>() / (t.len() - 1) as f64;
+    let mean = |t: &[Turn]| t[1..].iter().map(Turn::ratio).sum::<f64>() / (t.len() - 1) as f64;
     let total = |t: &[Turn]| t.iter().map(|x| x.secs).sum::<f64>();
     let later = |t: &[Turn]| t[1..].iter().map(|x| x.secs).sum::<f64>();
     println!(
@@ -278,8 +154,8 @@ async fn in_job() {
     let af: Vec<Value> = after.iter().map(folded).collect();
     let bt = replay(&bf).await;
     let at = replay(&af).await;
-    let mean = |t: &[Turn]| t[1..].iter().map(ratio).sum::<f64>() / (t.len() - 1) as f64;
-    let min = |t: &[Turn]| t[1..].iter().map(ratio).fold(1.0, f64::min);
+    let mean = |t: &[Turn]| t[1..].iter().map(Turn::ratio).sum::<f64>() / (t.len() - 1) as f64;
+    let min = |t: &[Turn]| t[1..].iter().map(Turn::ratio).fold(1.0, f64::min);
     let prompt = |t: &[Turn]| t[0].processed + t[0].cached;
     println!(
         "#### In-job cache ratio, previous delegate flags vs lean (`cargo bench --bench prefix_cache -- --in-job`)\n"

@@ -14,7 +14,8 @@
 #   scripts/e2e-real.sh bench      provision and run the benchmarks on the real
 #                                  server (a job's first request before/after
 #                                  lean delegates, the prefix cache) and the
-#                                  smallest-window one (fake + real CLI)
+#                                  smallest-window one (fake + real CLI), two
+#                                  sessions on one server's slots
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -124,6 +125,7 @@ case "${1:-run}" in
     cargo bench --locked --bench oneshot
     cargo bench --locked --bench prefix_cache
     cargo bench --locked --bench window
+    cargo bench --locked --bench slots
     ;;
   run)
     provision

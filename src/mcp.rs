@@ -769,6 +769,10 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     let store = manager.store.clone();
     // Off the start-up path: it reads every job record.
     drop(tokio::spawn(async move { store.reap_lost().await }));
+    // The session's first job starts from the cache (off the start-up
+    // path too; it sends nothing where it could cost anything).
+    let warm = manager.clone();
+    drop(tokio::spawn(async move { warm.prewarm().await }));
     tokio::select! {
         r = service.waiting() => { r?; }
         _ = crate::signals::wait_for_shutdown() => {}

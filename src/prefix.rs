@@ -149,18 +149,21 @@ pub async fn capture_first_request(
                 }
                 String::from_utf8_lossy(&e).into_owned()
             });
-            let got = tokio::time::timeout(limit, rx.wait_for(|s| *s)).await;
+            // A bool at once: the watch guard must not live across an await.
+            let got = tokio::time::timeout(limit, rx.wait_for(|s| *s))
+                .await
+                .is_ok_and(|r| r.is_ok());
             crate::process::stop_group(pgid, Duration::from_secs(2)).await;
             let _ = child.inner_mut().wait().await;
             let stderr = drain.await.unwrap_or_default();
             match got {
-                Ok(Ok(_)) => cap
+                true => cap
                     .first
                     .lock()
                     .ok()
                     .and_then(|f| f.clone())
                     .ok_or_else(|| "no request recorded".to_string()),
-                _ => Err(format!(
+                false => Err(format!(
                     "claude sent no request within {} s{}",
                     limit.as_secs(),
                     match stderr.lines().last() {
@@ -228,11 +231,16 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
 /// Measure the fixed prompt of `config`'s delegates, in an empty temporary
 /// directory (so no project's files are part of it).
 pub async fn measure(config: &Config, claude: &Path) -> Result<FixedPrompt, String> {
+    Ok(FixedPrompt::from_body(&capture(config, claude).await?))
+}
+
+/// The first request of `config`'s delegates, whole, captured in an empty
+/// temporary directory (what `measure` weighs and the prewarm sends).
+pub async fn capture(config: &Config, claude: &Path) -> Result<Value, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory ({e})"))?;
-    let body = capture_first_request(
+    capture_first_request(
         |url| job_launch(config, claude, dir.path(), url),
         Duration::from_secs(60),
     )
-    .await?;
-    Ok(FixedPrompt::from_body(&body))
+    .await
 }

@@ -85,6 +85,7 @@ pub(super) struct DefaultsShape {
     pub allowed_roots: Option<Vec<String>>,
     pub sandbox: Option<bool>,
     pub queue: Option<bool>,
+    pub prewarm: Option<bool>,
     pub fix_rounds: Option<u32>,
     pub acceptance_timeout_s: Option<u64>,
     pub load_timeout_s: Option<u64>,
@@ -263,6 +264,9 @@ pub struct Defaults {
     /// A job takes a lease on one slot of its endpoint and waits in a
     /// queue when every slot is leased.
     pub queue: bool,
+    /// Send the delegate's fixed prefix to each idle server when `serve`
+    /// starts.
+    pub prewarm: bool,
     /// Fix rounds after a failed acceptance command.
     pub fix_rounds: u32,
     /// Longest run of one acceptance command.
@@ -339,6 +343,7 @@ impl Default for Defaults {
             allowed_roots: Vec::new(),
             sandbox: false,
             queue: true,
+            prewarm: true,
             fix_rounds: 2,
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
@@ -855,6 +860,9 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
     }
     if let Some(v) = d.queue {
         defaults.queue = v;
+    }
+    if let Some(v) = d.prewarm {
+        defaults.prewarm = v;
     }
     if let Some(v) = d.fix_rounds {
         if v <= 10 {

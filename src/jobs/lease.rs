@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 /// A name safe as one path component (endpoint and model names are checked
 /// by the config, served ids come from a server).
-fn component(name: &str) -> String {
+pub(crate) fn component(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| {

@@ -173,6 +173,26 @@ impl Manager {
         self.shim.get_or_try_init(|| Shim::start(0)).await
     }
 
+    /// Prewarm the idle servers with the delegate's fixed prefix
+    /// ([`super::prewarm`]), through this process's shim.
+    pub async fn prewarm(&self) -> Vec<super::prewarm::Warmed> {
+        let loaded = match crate::config::load(&self.ctx.discovery()) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!("prewarm skipped: {e}");
+                return Vec::new();
+            }
+        };
+        let shim = match self.shim().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("prewarm skipped: cannot start the shim on 127.0.0.1 ({e})");
+                return Vec::new();
+            }
+        };
+        super::prewarm::run(&loaded.config, &self.ctx.state_dir, shim).await
+    }
+
     /// Jobs running in this process.
     pub fn running_ids(&self) -> Vec<String> {
         self.running
@@ -437,6 +457,17 @@ pub(super) struct Job {
     pub(super) force: bool,
 }
 
+/// The shim's guard for a job's route (the prewarm's too, so its request
+/// is folded as a job's is).
+pub fn job_policy(d: &crate::config::Defaults) -> crate::shim::Policy {
+    crate::shim::Policy {
+        loop_limit: d.loop_limit,
+        thinking: d.thinking,
+        repair: true,
+        stop_on_fatal: true,
+    }
+}
+
 impl Job {
     /// What the job's run needs beside its record: the plan's command and
     /// rounds, and the config's timeouts and delegate settings.
@@ -462,12 +493,7 @@ impl Job {
             default_append: d.system_prompt_append.clone(),
             dump: d.dump_requests || env_dump(),
             probe_budget: Duration::from_secs_f64(d.probe_timeout_s),
-            policy: crate::shim::Policy {
-                loop_limit: d.loop_limit,
-                thinking: d.thinking,
-                repair: true,
-                stop_on_fatal: true,
-            },
+            policy: job_policy(d),
             admission: None,
             pinned: plan.endpoint.is_some(),
             force: plan.force,

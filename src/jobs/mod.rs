@@ -17,6 +17,7 @@ pub mod limits;
 pub mod manager;
 pub mod metrics;
 pub mod plan;
+pub mod prewarm;
 pub mod review;
 pub mod run;
 

@@ -70,3 +70,16 @@ pub fn request(
         None => req,
     }
 }
+
+/// At most `cap` bytes of a response's body (what arrived before an error
+/// or the cap; the rest is not read).
+pub async fn read_at_most(mut resp: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    while bytes.len() < cap {
+        match resp.chunk().await {
+            Ok(Some(c)) => bytes.extend_from_slice(&c[..c.len().min(cap - bytes.len())]),
+            _ => break,
+        }
+    }
+    bytes
+}

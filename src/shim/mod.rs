@@ -604,15 +604,9 @@ const LOADING_POLL: Duration = Duration::from_millis(500);
 /// At most this much of a backend's error body is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-async fn read_error(mut resp: reqwest::Response) -> (u16, Value, String) {
+async fn read_error(resp: reqwest::Response) -> (u16, Value, String) {
     let status = resp.status().as_u16();
-    let mut bytes = Vec::new();
-    while bytes.len() < MAX_ERROR_BODY {
-        match resp.chunk().await {
-            Ok(Some(c)) => bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]),
-            _ => break,
-        }
-    }
+    let bytes = crate::probe::client::read_at_most(resp, MAX_ERROR_BODY).await;
     let text = first_500(&bytes);
     let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(text.clone()));
     (status, v, text)

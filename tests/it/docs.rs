@@ -1160,6 +1160,11 @@ const DEFAULT_MEANINGS: &[Meaning] = &[
         "each job takes a lease on one slot of its endpoint (a lock file under the state dir, shared by every localagents process of the user, released when its process ends) and, when every slot of every endpoint serving the model is leased, waits in a first-come queue per model that `run_agent`, `list_jobs`, `localagents status` and the CLI spinner show (another endpoint serving the model with a free slot takes the job first); a server that reports no slots (vLLM) is not leased; `false` starts every job at once, for servers whose slots are not the limit",
     ),
     (
+        "prewarm",
+        None,
+        "when `serve` starts, send the delegate's fixed prefix (its `system` and `tools`, captured as `doctor` captures them) once as a 1-token request to each idle server that reports its slots, so the session's first job starts from the cache; never to a sleeping server, a model a router or llama-swap has not loaded, a server with a slot processing, or an endpoint where a job holds a slot; `false` sends nothing",
+    ),
+    (
         "fix_rounds",
         None,
         "fix rounds after a failed acceptance command (at most 10)",

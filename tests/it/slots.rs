@@ -297,3 +297,56 @@ async fn a_batch_takes_only_the_slots_no_job_has_leased() {
     cancel_all(&c, &[&a]).await;
     c.cancel().await.unwrap();
 }
+
+/// Issue 24, part 4: `serve` prewarms an idle server with the delegate's
+/// fixed prefix: one 1-token request, not streamed, whose `system` and
+/// `tools` are byte for byte those of a job's first request, logged under
+/// `<state>/prewarm/<endpoint>/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_prewarms_an_idle_server_with_the_jobs_own_prefix() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::text("done"));
+    let e = crate::jobs::env_for(fake.url());
+    let c = serve(&e, None).await;
+    let one_token = |b: &serde_json::Value| b["max_tokens"] == 1 && b["stream"] == false;
+    crate::support::until("the prewarm's request", Duration::from_secs(60), || {
+        fake.bodies().iter().any(one_token)
+    })
+    .await;
+    let warm = fake.bodies().into_iter().find(one_token).unwrap();
+    let log = e.state.join("prewarm").join("box").join("requests.jsonl");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("\"status\":200"),
+        "{}: {logged}",
+        log.display()
+    );
+    // A job's first request starts with the same bytes.
+    // With the config's own tools, as the prewarm captured them.
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say done.", "model": "gemma-3-270m"}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_record(&e, &id, Duration::from_secs(60), "success", |r| {
+        r["status"] == "succeeded"
+    })
+    .await;
+    let job_first = fake
+        .bodies()
+        .into_iter()
+        .find(|b| !one_token(b) && b.get("tools").is_some())
+        .unwrap();
+    assert_eq!(warm["system"], job_first["system"]);
+    assert_eq!(warm["tools"], job_first["tools"]);
+    assert_eq!(warm["model"], job_first["model"]);
+    drop(c);
+}

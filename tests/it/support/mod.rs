@@ -14,6 +14,7 @@ pub mod net;
 pub mod plugin_install;
 pub mod route;
 pub mod script;
+pub mod session;
 pub mod stats;
 
 /// A fresh HTTP client for a test to talk to a shim or a fake. reqwest is

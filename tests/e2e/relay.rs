@@ -1,0 +1,141 @@
+//! A scripted model in front of the real llama-server: the tiny model
+//! cannot carry a multi-turn task, so a relay decides each answer from a
+//! script (the tool calls a task needs) while the real server does the
+//! part that is measured here, the prompt processing. Each `/v1/messages`
+//! body is sent on to the real server as it came, cut to one output token
+//! and not streamed; its real `usage` (tokens processed, tokens cached)
+//! goes back with the scripted answer, so the shim logs what the server
+//! counted. Everything else (`/props`, `/slots`, `/v1/models`,
+//! `count_tokens`, `/metrics`) is passed through, so the probe sees the
+//! real server.
+//!
+//! `one_at_a_time` forwards one request at a time: the two jobs' requests
+//! then reach the server interleaved but never overlapping, the case in
+//! which llama-server routes by prompt similarity alone (an overlapping
+//! request cannot take a busy slot).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::support::script::{self, Script};
+
+struct Relay {
+    upstream: String,
+    client: reqwest::Client,
+    script: Script,
+    one_at_a_time: Option<tokio::sync::Mutex<()>>,
+}
+
+pub struct Running {
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    let mut cut = req.clone();
+    cut["max_tokens"] = 1.into();
+    cut["stream"] = false.into();
+    let _turn = match &r.one_at_a_time {
+        Some(m) => Some(m.lock().await),
+        None => None,
+    };
+    let up = match r
+        .client
+        .post(format!("{}/v1/messages", r.upstream))
+        .json(&cut)
+        .send()
+        .await
+    {
+        Ok(u) => u,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status = up.status();
+    let bytes = up.bytes().await.unwrap_or_default();
+    if !status.is_success() {
+        // The real server's own error, as it sent it.
+        return (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response();
+    }
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let usage = &answer["usage"];
+    let (input, cached) = (
+        usage["input_tokens"].as_u64().unwrap_or(0),
+        usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
+    );
+    let model = answer["model"].as_str().unwrap_or("gemma3-270m");
+    let reply = (r.script)(&req);
+    if req["stream"] == true {
+        (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            script::message_sse(model, &reply, input, cached),
+        )
+            .into_response()
+    } else {
+        axum::Json(script::message_json(model, &reply, input, cached)).into_response()
+    }
+}
+
+async fn pass(
+    State(r): State<Arc<Relay>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut req = r
+        .client
+        .request(method, format!("{}{path}", r.upstream))
+        .body(body);
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        req = req.header(header::CONTENT_TYPE, ct);
+    }
+    match req.send().await {
+        Ok(up) => {
+            let status = up.status();
+            let ct = up.headers().get(header::CONTENT_TYPE).cloned();
+            let bytes = up.bytes().await.unwrap_or_default();
+            let mut resp = Response::new(Body::from(bytes));
+            *resp.status_mut() = status;
+            if let Some(ct) = ct {
+                resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            resp
+        }
+        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    }
+}
+
+/// A relay to the real server at `upstream` answering by `script`.
+pub async fn start(upstream: &str, script: Script, one_at_a_time: bool) -> Running {
+    let relay = Arc::new(Relay {
+        upstream: upstream.trim_end_matches('/').to_string(),
+        client: crate::support::http_client(),
+        script,
+        one_at_a_time: one_at_a_time.then(|| tokio::sync::Mutex::new(())),
+    });
+    let app = Router::new()
+        .route("/v1/messages", axum::routing::post(messages))
+        .fallback(pass)
+        .with_state(relay);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Running { url, task }
+}
