@@ -9,7 +9,7 @@
 //!    alternation (A1 B1 A2 B2 …, never overlapping, the way two jobs'
 //!    requests arrive while each one's tools run) on `--parallel 1`, on
 //!    `--parallel 2 --kv-unified` at the default `--slot-prompt-similarity`
-//!    and with `-sps 0.9`.
+//!    and with `-sps 0.5` and `0.9`.
 //! 3. Count what each row processed and how long it took, and the turns
 //!    `context_lost` (the jobs' own records) counts as lost.
 //!
@@ -54,6 +54,19 @@ const ROWS: &[Row] = &[
     Row {
         name: "`--parallel 2 --kv-unified`, interleaved (default `-sps 0.10`)",
         args: &["-c", "32768", "--parallel", "2", "--kv-unified"],
+        interleaved: true,
+    },
+    Row {
+        name: "`--parallel 2 --kv-unified -sps 0.5`, interleaved",
+        args: &[
+            "-c",
+            "32768",
+            "--parallel",
+            "2",
+            "--kv-unified",
+            "-sps",
+            "0.5",
+        ],
         interleaved: true,
     },
     Row {
@@ -132,8 +145,11 @@ async fn run_row(row: &Row, sessions: &[Vec<Value>; 2]) -> Measured {
     Measured { turns }
 }
 
-fn range(xs: impl Iterator<Item = f64>) -> (f64, f64) {
-    xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)))
+/// Median and largest.
+fn median_max(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    let mut v: Vec<f64> = xs.collect();
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[v.len() - 1])
 }
 
 fn main() {
@@ -175,15 +191,15 @@ fn main() {
             measured[0].turns[0][0].processed + measured[0].turns[0][0].cached,
         );
         println!(
-            "| server | tokens processed ({requests} requests) | time | a later turn: new tokens | its time | turns losing the cache (`context_lost`) |"
+            "| server | tokens processed ({requests} requests) | time | later turns: new tokens, median (max) | their time, median (max) | later turns losing the cache (`context_lost`) |"
         );
         println!("|---|---|---|---|---|---|");
         for (row, m) in ROWS.iter().zip(&measured) {
-            let (lo, hi) = range(m.later().map(|t| t.processed as f64));
-            let (slo, shi) = range(m.later().map(|t| t.secs));
+            let (med, max) = median_max(m.later().map(|t| t.processed as f64));
+            let (smed, smax) = median_max(m.later().map(|t| t.secs));
             let (lost, of) = m.lost();
             println!(
-                "| {} | {} | {:.0} s | {lo:.0}-{hi:.0} | {slo:.1}-{shi:.1} s | {lost} of {of} |",
+                "| {} | {} | {:.0} s | {med:.0} ({max:.0}) | {smed:.1} s ({smax:.1} s) | {lost} of {of} |",
                 row.name,
                 localagents::fmt::thousands(m.processed()),
                 m.secs(),

@@ -149,7 +149,7 @@ impl JobMetrics {
             "another client's requests took the slot"
         };
         let fix = if llama_cpp {
-            ": start llama-server with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once"
+            ": start llama-server with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once"
         } else {
             ""
         };
@@ -262,7 +262,7 @@ impl SlotLosses {
     /// days (3 jobs, 15,900 tokens re-processed): …the fix".
     pub fn line(&self, days: i64) -> String {
         format!(
-            "jobs on `{}` lost their slot's cache on {} {} in the last {days} days ({} {}, {} tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once",
+            "jobs on `{}` lost their slot's cache on {} {} in the last {days} days ({} {}, {} tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once",
             self.endpoint,
             self.turns,
             if self.turns == 1 { "turn" } else { "turns" },
@@ -430,7 +430,7 @@ mod tests {
         assert_eq!(m.reprocessed_tokens, 474 + 2601);
         assert_eq!(
             m.cache_note(true).unwrap(),
-            "lost its cache on 2 of 4 turns: 3,075 tokens re-processed; another client's requests took the slot: start llama-server with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once"
+            "lost its cache on 2 of 4 turns: 3,075 tokens re-processed; another client's requests took the slot: start llama-server with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once"
         );
         let short = serde_json::to_value(m.short()).unwrap();
         assert_eq!(

@@ -762,7 +762,7 @@ it restarted; run it again or `resume_job`).
 | "could not build a grammar for the offered tools" | llama.cpp cannot compile the tools' schemas into a grammar; the job ended at its first request | ask the user to upgrade llama.cpp, or pass a narrower `allowed_tools` |
 | "stuck: the model called X N times in a row with the same result" | the model looped (a note at 3, a stop at 6: `defaults.loop_limit`) | resume with guidance on what to do instead, or try another model |
 | `model_note` "the model answered in text only" | no tool called, no file changed | do not review an empty diff: try another model |
-| `cache_note` "lost its cache on N of M turns" | another request took the job's slot on the server, which then processed the job's conversation again each turn | tell the user the fix it names (`--slot-prompt-similarity 0.5`, `--parallel` at least the jobs at once); run fewer jobs at once meanwhile |
+| `cache_note` "lost its cache on N of M turns" | another request took the job's slot on the server, which then processed the job's conversation again each turn | tell the user the fix it names (`--slot-prompt-similarity 0.9`, `--parallel` at least the jobs at once); run fewer jobs at once meanwhile |
 | `model_faults.repaired_tool_calls` | the server left tool calls in the text; localagents turned them into real ones | review as usual; tell the user the server's tool parser or template misses calls |
 | `model_faults.unparsed_tool_text` | the text held a call that could not be used (unknown tool, missing keys) | the model may be too small for the task |
 | `model_faults.empty_responses` | the server returned answers with nothing in them | ask the user to check the server's log |

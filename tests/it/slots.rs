@@ -58,7 +58,7 @@ async fn status_doctor_and_list_models_name_the_fix_when_jobs_lost_their_slot() 
     let (_fake, h) = box_endpoint().await;
     lost_job(h.state_dir(), "box", 1, 5, 12_000);
     lost_job(h.state_dir(), "box", 2, 1, 900);
-    let line = "jobs on `box` lost their slot's cache on 6 turns in the last 7 days (2 jobs, 12,900 tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.5 (or higher) and --parallel at least the number of jobs you run at once";
+    let line = "jobs on `box` lost their slot's cache on 6 turns in the last 7 days (2 jobs, 12,900 tokens re-processed): another request took their slot; for llama-server, start it with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once";
 
     let out = h.command(["status"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
