@@ -92,7 +92,7 @@ async fn async_main() {
         std::fs::create_dir_all(d).unwrap();
     }
     let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n", fake.url())).unwrap();
+    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url())).unwrap();
 
     let cmd = tokio::process::Command::new(BIN).configure(|c| {
         c.arg("--config")

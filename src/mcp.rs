@@ -772,12 +772,16 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     // The session's first job starts from the cache (off the start-up
     // path too; it sends nothing where it could cost anything).
     let warm = manager.clone();
-    drop(tokio::spawn(async move { warm.prewarm().await }));
-    tokio::select! {
-        r = service.waiting() => { r?; }
-        _ = crate::signals::wait_for_shutdown() => {}
-    }
+    let prewarm = tokio::spawn(async move { warm.prewarm().await });
+    let ended = tokio::select! {
+        r = service.waiting() => r.map(drop),
+        _ = crate::signals::wait_for_shutdown() => Ok(()),
+    };
+    // A prewarm still under way stops here (its capture's claude with it:
+    // the guard ends when the task drops the lifeline).
+    prewarm.abort();
     manager.shutdown().await;
+    ended?;
     Ok(())
 }
 

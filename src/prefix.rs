@@ -139,13 +139,15 @@ pub async fn capture_first_request(
             let err = child.stderr().take();
             let drain = tokio::spawn(async move {
                 use tokio::io::AsyncReadExt;
-                let mut sink = Vec::new();
                 if let Some(mut o) = out {
-                    let _ = o.read_to_end(&mut sink).await;
+                    let _ = tokio::io::copy(&mut o, &mut tokio::io::sink()).await;
                 }
+                // Keep the first 64 KiB (its last line is reported), read
+                // the rest into nothing so claude never blocks on the pipe.
                 let mut e = Vec::new();
                 if let Some(mut s) = err {
-                    let _ = s.read_to_end(&mut e).await;
+                    let _ = (&mut s).take(64 * 1024).read_to_end(&mut e).await;
+                    let _ = tokio::io::copy(&mut s, &mut tokio::io::sink()).await;
                 }
                 String::from_utf8_lossy(&e).into_owned()
             });
@@ -181,6 +183,18 @@ pub async fn capture_first_request(
 /// The launch of a delegate for `config`'s defaults in `cwd`, as a job
 /// would start it (task "Reply with one word.").
 pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) -> Launch {
+    job_launch_with(config, claude, cwd, base_url, &Default::default())
+}
+
+/// [`job_launch`] with an endpoint's `env` (Claude Code reads some of it
+/// into its tool descriptions, so it can change the prefix).
+pub fn job_launch_with(
+    config: &Config,
+    claude: &Path,
+    cwd: &Path,
+    base_url: &str,
+    env: &indexmap::IndexMap<String, String>,
+) -> Launch {
     let d = &config.defaults;
     let endpoint = Endpoint {
         name: "capture".into(),
@@ -188,7 +202,7 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
         backend: None,
         host: None,
         notes: None,
-        env: Default::default(),
+        env: env.clone(),
         api_key_env: None,
         allow_insecure_key: false,
     };
@@ -231,15 +245,22 @@ pub fn job_launch(config: &Config, claude: &Path, cwd: &Path, base_url: &str) ->
 /// Measure the fixed prompt of `config`'s delegates, in an empty temporary
 /// directory (so no project's files are part of it).
 pub async fn measure(config: &Config, claude: &Path) -> Result<FixedPrompt, String> {
-    Ok(FixedPrompt::from_body(&capture(config, claude).await?))
+    Ok(FixedPrompt::from_body(
+        &capture(config, claude, &Default::default()).await?,
+    ))
 }
 
-/// The first request of `config`'s delegates, whole, captured in an empty
-/// temporary directory (what `measure` weighs and the prewarm sends).
-pub async fn capture(config: &Config, claude: &Path) -> Result<Value, String> {
+/// The first request of `config`'s delegates on an endpoint with `env`,
+/// whole, captured in an empty temporary directory (what `measure` weighs
+/// and the prewarm sends). A project's own settings are not part of it.
+pub async fn capture(
+    config: &Config,
+    claude: &Path,
+    env: &indexmap::IndexMap<String, String>,
+) -> Result<Value, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory ({e})"))?;
     capture_first_request(
-        |url| job_launch(config, claude, dir.path(), url),
+        |url| job_launch_with(config, claude, dir.path(), url, env),
         Duration::from_secs(60),
     )
     .await

@@ -523,6 +523,7 @@ mod tests {
             total: 2,
             busy: 2 - f,
             free: f,
+            unused: None,
         });
         st
     }

@@ -10,16 +10,23 @@
 //! the job's own command line, against a capture server) and sent once as
 //! a 1-token request through the shim, as a job's request would go.
 //!
-//! Never where it could cost anything: not on a sleeping server (it would
-//! wake it), not on a model a router or llama-swap has not loaded (it
-//! would load it), not while a slot is processing, and not while a job of
-//! any localagents process holds a lease on the endpoint (its slot is
-//! idle between turns, and a prewarm there could take its cache).
+//! Only on a server nothing has used since it started: every slot idle
+//! and empty (llama-server's `/slots` shows `id_task` on a slot once it has
+//! served a request), so no one's cache is taken, no job of any
+//! localagents process holding a lease, not asleep (a request would wake
+//! it), and only for models a router or llama-swap has loaded (a request
+//! would load one). Checked again right before sending, since the capture
+//! takes seconds. It sends one request per slot at once: llama-server
+//! gives a request the idle slot whose cached prompt it matches best and
+//! skips empty slots in that search, so with `--slot-prompt-similarity
+//! 0.9` a job whose brief is long would land on an empty slot and start
+//! cold; with every slot warm, whichever slot a job gets holds the prefix.
 //! `defaults.prewarm: false` turns it off.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -37,7 +44,10 @@ pub const DIR: &str = "prewarm";
 pub struct Warmed {
     pub endpoint: String,
     pub model: String,
-    /// Tokens the server processed and found cached, or why it failed.
+    /// Requests sent (one per slot).
+    pub slots: u64,
+    /// Tokens the server processed and found cached over them, or why the
+    /// first one that failed did.
     pub outcome: Result<(u64, u64), String>,
     pub ms: u64,
 }
@@ -50,12 +60,29 @@ fn skip_reason(p: &EndpointStatus, leased: usize) -> Option<&'static str> {
     if p.kind == Some(ServerKind::Sleeping) {
         return Some("asleep (a request would wake it)");
     }
-    match &p.slots {
-        None => Some("no slot counts (only servers that report their slots are prewarmed)"),
-        Some(s) if s.busy > 0 => Some("a slot is processing"),
-        Some(_) if leased > 0 => Some("a job holds a slot"),
+    let Some(s) = &p.slots else {
+        return Some("no slot counts (only servers that report their slots are prewarmed)");
+    };
+    if s.busy > 0 {
+        return Some("a slot is processing");
+    }
+    if leased > 0 {
+        return Some("a job holds a slot");
+    }
+    match s.unused {
+        None => Some("its /slots does not say whether a slot is empty"),
+        Some(n) if n < s.total => Some(
+            "a slot has served requests since the server started (its cache may be somebody's)",
+        ),
         Some(_) => None,
     }
+}
+
+/// The endpoint's probe now, and why it would be passed over.
+fn check(state_dir: &Path, p: &EndpointStatus) -> Option<&'static str> {
+    let total = p.slots.as_ref().map_or(0, |s| s.total);
+    let leased = super::lease::holders(state_dir, &p.name, total).len();
+    skip_reason(p, leased)
 }
 
 /// The loaded models of an endpoint: a plain server's one model, or what a
@@ -78,16 +105,16 @@ pub fn request_body(captured: &Value) -> Value {
     body
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 struct Answer {
     usage: AnswerUsage,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 struct AnswerUsage {
+    #[serde(default)]
     input_tokens: u64,
+    #[serde(default)]
     cache_read_input_tokens: u64,
 }
 
@@ -97,19 +124,19 @@ pub async fn run(config: &Config, state_dir: &Path, shim: &Shim) -> Vec<Warmed> 
     if !config.defaults.prewarm {
         return Vec::new();
     }
-    let probes = probe::probe_all(config).await;
-    let mut todo = Vec::new();
-    for p in &probes {
-        let total = p.slots.as_ref().map_or(0, |s| s.total);
-        let leased = super::lease::holders(state_dir, &p.name, total).len();
-        if let Some(why) = skip_reason(p, leased) {
-            tracing::debug!(endpoint = %p.name, "prewarm skipped: {why}");
-            continue;
-        }
-        for m in loaded_models(p) {
-            todo.push((p.clone(), m.clone()));
-        }
-    }
+    let candidates = |probes: Vec<EndpointStatus>| -> Vec<EndpointStatus> {
+        probes
+            .into_iter()
+            .filter(|p| match check(state_dir, p) {
+                Some(why) => {
+                    tracing::debug!(endpoint = %p.name, "prewarm skipped: {why}");
+                    false
+                }
+                None => !loaded_models(p).is_empty(),
+            })
+            .collect()
+    };
+    let todo = candidates(probe::probe_all(config).await);
     if todo.is_empty() {
         return Vec::new();
     }
@@ -120,33 +147,55 @@ pub async fn run(config: &Config, state_dir: &Path, shim: &Shim) -> Vec<Warmed> 
             return Vec::new();
         }
     };
-    let captured = match crate::prefix::capture(config, &claude).await {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(
-                "prewarm skipped: the delegate's first request could not be captured: {e}"
-            );
-            return Vec::new();
-        }
+    let env_of = |name: &str| {
+        config
+            .endpoint(name)
+            .map(|e| e.env.clone())
+            .unwrap_or_default()
     };
-    let body = request_body(&captured);
-    let mut out = Vec::new();
-    for (p, m) in todo {
-        let w = warm_one(config, state_dir, shim, &p, &m, &body).await;
-        match &w.outcome {
-            Ok((input, cached)) => tracing::info!(
-                endpoint = %w.endpoint, model = %w.model,
-                "prewarmed the delegate prefix: {input} tokens, {cached} already cached, {} ms", w.ms
-            ),
-            Err(e) => {
-                tracing::warn!(endpoint = %w.endpoint, model = %w.model, "prewarm failed: {e}")
-            }
+    // One capture per distinct endpoint env (Claude Code reads some of it
+    // into its tool descriptions).
+    let mut captured: Vec<(IndexMap<String, String>, Result<Value, String>)> = Vec::new();
+    for p in &todo {
+        let env = env_of(&p.name);
+        if !captured.iter().any(|(e, _)| *e == env) {
+            let body = crate::prefix::capture(config, &claude, &env).await;
+            captured.push((env, body));
         }
-        out.push(w);
+    }
+    // The capture took seconds: look again, and warm only what still
+    // qualifies.
+    let now = candidates(probe::probe_all(config).await);
+    let mut out = Vec::new();
+    for p in now.iter().filter(|p| todo.iter().any(|t| t.name == p.name)) {
+        let env = env_of(&p.name);
+        let body = match captured.iter().find(|(e, _)| *e == env).map(|(_, b)| b) {
+            Some(Ok(b)) => request_body(b),
+            Some(Err(e)) => {
+                tracing::warn!(endpoint = %p.name, "prewarm skipped: the delegate's first request could not be captured: {e}");
+                continue;
+            }
+            None => continue,
+        };
+        for m in loaded_models(p) {
+            let w = warm_one(config, state_dir, shim, p, m, &body).await;
+            match &w.outcome {
+                Ok((input, cached)) => tracing::info!(
+                    endpoint = %w.endpoint, model = %w.model,
+                    "prewarmed {} slots with the delegate prefix: {input} tokens, {cached} already cached, {} ms", w.slots, w.ms
+                ),
+                Err(e) => {
+                    tracing::warn!(endpoint = %w.endpoint, model = %w.model, "prewarm failed: {e}")
+                }
+            }
+            out.push(w);
+        }
     }
     out
 }
 
+/// One request per slot, all at once, so each lands on its own slot (a
+/// busy slot is never chosen).
 async fn warm_one(
     config: &Config,
     state_dir: &Path,
@@ -156,10 +205,20 @@ async fn warm_one(
     body: &Value,
 ) -> Warmed {
     let started = Instant::now();
-    let outcome = send(config, state_dir, shim, p, m, body).await;
+    let n = p.slots.as_ref().map_or(1, |s| s.total.max(1));
+    let results =
+        futures::future::join_all((0..n).map(|_| send(config, state_dir, shim, p, m, body))).await;
+    let mut outcome = Ok((0, 0));
+    for r in results {
+        outcome = match (outcome, r) {
+            (Ok((i, c)), Ok((i2, c2))) => Ok((i + i2, c + c2)),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        };
+    }
     Warmed {
         endpoint: p.name.clone(),
         model: m.id.clone(),
+        slots: n,
         outcome,
         ms: started.elapsed().as_millis() as u64,
     }
@@ -213,7 +272,8 @@ async fn send(
         .json(body)
         .send()
         .await
-        .map_err(|e| format!("no answer ({e})"))?;
+        // The URL holds the route's token: leave it out.
+        .map_err(|e| format!("no answer ({})", e.without_url()))?;
     let status = r.status().as_u16();
     let bytes = probe::client::read_at_most(r, 1 << 20).await;
     if status != 200 {
@@ -222,7 +282,12 @@ async fn send(
             crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200)
         ));
     }
-    let a: Answer = serde_json::from_slice(&bytes).unwrap_or_default();
+    let a: Answer = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "an answer without usage ({e}): {}",
+            crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200)
+        )
+    })?;
     Ok((a.usage.input_tokens, a.usage.cache_read_input_tokens))
 }
 
@@ -249,20 +314,32 @@ mod tests {
     }
 
     #[test]
-    fn only_an_idle_unleased_awake_server_is_prewarmed() {
-        let idle = Some(Slots {
-            total: 2,
-            busy: 0,
-            free: 2,
-        });
+    fn only_an_unused_idle_unleased_awake_server_is_prewarmed() {
+        let slots = |busy: u64, unused: Option<u64>| {
+            Some(Slots {
+                total: 2,
+                busy,
+                free: 2 - busy,
+                unused,
+            })
+        };
+        let idle = slots(0, Some(2));
         assert_eq!(skip_reason(&up(idle), 0), None);
         assert_eq!(skip_reason(&up(idle), 1), Some("a job holds a slot"));
-        let busy = Some(Slots {
-            total: 2,
-            busy: 1,
-            free: 1,
-        });
+        let busy = slots(1, Some(1));
         assert_eq!(skip_reason(&up(busy), 0), Some("a slot is processing"));
+        let used = slots(0, Some(1));
+        assert!(
+            skip_reason(&up(used), 0)
+                .unwrap()
+                .contains("served requests")
+        );
+        let unknown = slots(0, None);
+        assert!(
+            skip_reason(&up(unknown), 0)
+                .unwrap()
+                .contains("does not say")
+        );
         assert!(skip_reason(&up(None), 0).is_some());
         let mut asleep = up(idle);
         asleep.kind = Some(ServerKind::Sleeping);

@@ -273,11 +273,29 @@ pub struct Slot {
     pub is_processing: Field<bool>,
     /// Older builds: non-zero while processing.
     pub state: Field<u64>,
+    /// The last task the slot served; absent until it has served one.
+    pub id_task: Field<i64>,
+    pub n_prompt_tokens: Field<u64>,
 }
 
 impl Slot {
     pub fn busy(&self) -> bool {
         self.is_processing.value() == Some(&true) || self.state.value().is_some_and(|v| *v != 0)
+    }
+
+    /// Has it served a request since the server started (so its cache may
+    /// hold somebody's prompt)? llama-server 11434 adds `id_task` and
+    /// `n_prompt_tokens` to a slot once it has; older builds show
+    /// `id_task: -1` on any idle slot, which tells nothing (`None`).
+    pub fn used(&self) -> Option<bool> {
+        if self.n_prompt_tokens.value().is_some_and(|n| *n > 0) {
+            return Some(true);
+        }
+        match self.id_task.value() {
+            Some(id) if *id >= 0 => Some(true),
+            Some(_) => None,
+            None => Some(false),
+        }
     }
 }
 

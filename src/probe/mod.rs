@@ -201,6 +201,10 @@ pub struct Slots {
     pub total: u64,
     pub busy: u64,
     pub free: u64,
+    /// Slots that have served nothing since the server started (their
+    /// cache is empty), when `/slots` tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused: Option<u64>,
 }
 
 /// Queue state (vLLM `/metrics`).
@@ -676,10 +680,16 @@ fn slot_counts(
             .iter()
             .filter(|s| s.value().is_some_and(answer::Slot::busy))
             .count() as u64;
+        // Known only when every slot tells.
+        let unused = arr
+            .iter()
+            .map(|s| s.value().and_then(answer::Slot::used))
+            .try_fold(0u64, |n, used| used.map(|u| n + u64::from(!u)));
         return Some(Slots {
             total,
             busy,
             free: total.saturating_sub(busy),
+            unused,
         });
     }
     let total = props?.total_slots.value().copied()?;
@@ -689,6 +699,7 @@ fn slot_counts(
         total,
         busy,
         free: total - busy,
+        unused: None,
     })
 }
 

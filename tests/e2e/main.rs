@@ -1233,106 +1233,151 @@ async fn t15_two_sessions_share_a_slot_at_the_default_similarity() {
     }
 }
 
+/// A job's first `/v1/messages` line and its record: `localagents run
+/// BRIEF` in `d`'s tree (off the runtime's threads: it blocks).
+async fn first_request(d: &Dirs, brief: &str) -> (Value, Value) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--config")
+        .arg(&d.cfg)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .args([
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--max-turns",
+            "1",
+            "--json",
+            brief,
+        ])
+        .env("HOME", &d.home)
+        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+        .current_dir(&d.work);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert!(!reqs.is_empty(), "{rec}");
+    (rec, reqs[0].clone())
+}
+
+/// Processed and cached tokens of a request log line.
+fn tokens_of(r: &Value) -> (u64, u64) {
+    (
+        r["usage"]["input"].as_u64().unwrap(),
+        r["usage"]["cache_read"].as_u64().unwrap(),
+    )
+}
+
+/// A fresh server with `args`; `serve` starts and prewarms it; then one job
+/// with `brief`. Returns the prewarm's log lines, the job's record and its
+/// first request.
+async fn prewarmed(args: &[&str], brief: &str) -> (Vec<Value>, Value, Value) {
+    let srv = start_server(args);
+    let d = dirs(&srv.url, "");
+    repo(&d.work);
+    let served = support::harness::Harness::new()
+        .config_file(&d.cfg)
+        .state_at(&d.state)
+        .home_dir(&d.home)
+        .cwd(&d.work)
+        .claude(need("LOCALAGENTS_CLAUDE"))
+        .serve()
+        .await;
+    let slots: usize = scrape_slots(&srv.url);
+    let log = d.state.join("prewarm").join("real").join("requests.jsonl");
+    let lines = || -> Vec<Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    support::until(
+        "the prewarm's requests, one a slot",
+        Duration::from_secs(300),
+        || lines().len() == slots,
+    )
+    .await;
+    let warm = lines();
+    for w in &warm {
+        assert_eq!(w["status"], 200, "{w}");
+    }
+    let (rec, first) = first_request(&d, brief).await;
+    served.cancel().await;
+    (warm, rec, first)
+}
+
+/// How many slots the server at `url` has (`/slots`).
+fn scrape_slots(url: &str) -> usize {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("{url}/slots")])
+        .output()
+        .unwrap();
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len()
+}
+
 /// Issue 24, part 4: the first job of a session, cold and after the
-/// prewarm that `serve` sends at start. Each on a freshly started server
-/// (nothing cached); the prewarmed job's first request finds the
-/// delegate's fixed prefix in the cache.
+/// prewarm that `serve` sends at start, each on a freshly started server
+/// (nothing cached): the prewarmed job's first request finds the
+/// delegate's fixed prefix in the cache. Also with `-sps 0.9` and a brief
+/// long enough that the job's first prompt matches no slot by similarity:
+/// llama-server gives it the least recently used slot, which the prewarm
+/// warmed too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t16_serve_prewarms_the_delegate_prefix() {
-    let first_request = |d: &Dirs, cwd: &Path| -> (Value, Value) {
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(&d.cfg)
-            .arg("--state-dir")
-            .arg(&d.state)
-            .args([
-                "run",
-                "--model",
-                "gemma3-270m",
-                "--max-turns",
-                "1",
-                "--json",
-                "Say hello.",
-            ])
-            .env("HOME", &d.home)
-            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
-            .current_dir(cwd)
-            .output()
-            .unwrap();
-        let rec: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
-            .into_iter()
-            .filter(|l| l["path"] == "/v1/messages")
-            .collect();
-        assert!(!reqs.is_empty(), "{rec}");
-        (rec, reqs[0].clone())
-    };
-    let tokens = |r: &Value| -> (u64, u64) {
-        (
-            r["usage"]["input"].as_u64().unwrap(),
-            r["usage"]["cache_read"].as_u64().unwrap(),
-        )
-    };
     // Cold: a fresh server, no serve.
     let srv = start_server(&["-c", "32768"]);
     let d = dirs(&srv.url, "");
     repo(&d.work);
-    let (cold_rec, cold) = first_request(&d, &d.work);
+    let (cold_rec, cold) = first_request(&d, "Say hello.").await;
     drop(srv);
-    // Prewarmed: a fresh server, then `serve` starts and prewarms it.
-    let srv = start_server(&["-c", "32768"]);
-    let d2 = dirs(&srv.url, "");
-    repo(&d2.work);
-    let served = support::harness::Harness::new()
-        .config_file(&d2.cfg)
-        .state_at(&d2.state)
-        .home_dir(&d2.home)
-        .cwd(&d2.work)
-        .claude(need("LOCALAGENTS_CLAUDE"))
-        .serve()
-        .await;
-    let log = d2.state.join("prewarm").join("real").join("requests.jsonl");
-    let first_line = || {
-        std::fs::read_to_string(&log)
-            .ok()
-            .and_then(|t| t.lines().next().map(str::to_string))
-    };
-    support::until("the prewarm's request", Duration::from_secs(240), || {
-        first_line().is_some()
-    })
-    .await;
-    let warm: Value = serde_json::from_str(&first_line().unwrap()).unwrap();
-    assert_eq!(warm["status"], 200, "{warm}");
-    let (warm_in, warm_cached) = tokens(&warm);
-    let (warm_rec, first) = first_request(&d2, &d2.work);
-    served.cancel().await;
-    let (cold_in, cold_cached) = tokens(&cold);
-    let (in_, cached) = tokens(&first);
-    eprintln!(
-        "t16 cold first turn: {} ({} processed, {} cached, {} ms); prewarm: {} processed, {} cached, {} ms; prewarmed first turn: {} ({} processed, {} cached, {} ms)",
-        cold_rec["first_turn"],
-        cold_in,
-        cold_cached,
-        cold["ms"],
-        warm_in,
-        warm_cached,
-        warm["ms"],
-        warm_rec["first_turn"],
-        in_,
-        cached,
-        first["ms"],
-    );
+    let (cold_in, cold_cached) = tokens_of(&cold);
     assert!(
         cold_cached * 10 < cold_in + cold_cached,
         "a fresh server has nothing cached: {cold}"
     );
-    // The prefix is everything of the prewarm's prompt but its one-word
-    // task and what follows it; the job's request shares at least 90% of it.
-    assert!(
-        cached * 10 >= (warm_in + warm_cached) * 9,
-        "the prewarmed job's first request found the prefix cached: {first} (prewarm {warm})"
+    eprintln!(
+        "t16 cold first turn: {} ({cold_in} processed, {cold_cached} cached, {} ms)",
+        cold_rec["first_turn"], cold["ms"]
     );
+    let long: String = std::iter::once("Task: read the notes. ".to_string())
+        .chain((0..60).map(|i| format!("In the notes, line {i} reads value {}. ", i * 7 + 3)))
+        .collect();
+    for (name, args, brief) in [
+        ("default similarity", &["-c", "32768"][..], "Say hello."),
+        (
+            "-sps 0.9, a long brief",
+            &["-c", "65536", "--parallel", "2", "-sps", "0.9"][..],
+            long.as_str(),
+        ),
+    ] {
+        let (warm, rec, first) = prewarmed(args, brief).await;
+        let (warm_in, warm_cached) = tokens_of(&warm[0]);
+        let (in_, cached) = tokens_of(&first);
+        eprintln!(
+            "t16 {name}: prewarm {} requests, each {warm_in} processed, {warm_cached} cached, {} ms; prewarmed first turn: {} ({in_} processed, {cached} cached, {} ms)",
+            warm.len(),
+            warm[0]["ms"],
+            rec["first_turn"],
+            first["ms"],
+        );
+        // The prefix is the prewarm's prompt but its one-word task and what
+        // follows it; the job's first request shares at least 90% of it.
+        assert!(
+            cached * 10 >= (warm_in + warm_cached) * 9,
+            "{name}: the prewarmed job's first request found the prefix cached: {first} (prewarm {warm:?})"
+        );
+    }
 }
 
 /// The script of a delegate's multi-turn task: `turns` Bash calls whose

@@ -1162,7 +1162,7 @@ const DEFAULT_MEANINGS: &[Meaning] = &[
     (
         "prewarm",
         None,
-        "when `serve` starts, send the delegate's fixed prefix (its `system` and `tools`, captured as `doctor` captures them) once as a 1-token request to each idle server that reports its slots, so the session's first job starts from the cache; never to a sleeping server, a model a router or llama-swap has not loaded, a server with a slot processing, or an endpoint where a job holds a slot; `false` sends nothing",
+        "when `serve` starts, send the delegate's fixed prefix (its `system` and `tools`, captured as `doctor` captures them) as a 1-token request to each slot of a server nothing has used since it started (every slot idle and empty per `/slots`), so the session's first job starts from the cache; never to a sleeping server, a model a router or llama-swap has not loaded, a server that reports no slots, or an endpoint where a job holds a slot; `false` sends nothing",
     ),
     (
         "fix_rounds",

@@ -111,7 +111,7 @@ async fn a_batch_uses_every_endpoint_of_the_model_and_a_failing_item_fails_alone
     std::fs::write(
         &e.cfg,
         format!(
-            "endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\n  two:\n    base_url: {}\n    backend: llama.cpp\n",
+            "endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\n  two:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  prewarm: false\n",
             a.url(),
             b.url()
         ),

@@ -298,12 +298,13 @@ async fn a_batch_takes_only_the_slots_no_job_has_leased() {
     c.cancel().await.unwrap();
 }
 
-/// Issue 24, part 4: `serve` prewarms an idle server with the delegate's
-/// fixed prefix: one 1-token request, not streamed, whose `system` and
-/// `tools` are byte for byte those of a job's first request, logged under
-/// `<state>/prewarm/<endpoint>/`.
+/// Issue 24, part 4: `serve` prewarms a server nothing has used yet with
+/// the delegate's fixed prefix: one 1-token request per slot, not
+/// streamed, whose `system` and `tools` are byte for byte those of a job's
+/// first request, logged under `<state>/prewarm/<endpoint>/`. A second
+/// `serve` finds the slots used and sends nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_prewarms_an_idle_server_with_the_jobs_own_prefix() {
+async fn serve_prewarms_an_unused_server_with_the_jobs_own_prefix() {
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: 32768,
@@ -312,21 +313,25 @@ async fn serve_prewarms_an_idle_server_with_the_jobs_own_prefix() {
     .await;
     fake.set_script(script::text("done"));
     let e = crate::jobs::env_for(fake.url());
+    // The shared config turns it off; this one leaves the default (on).
+    let cfg = std::fs::read_to_string(&e.cfg).unwrap();
+    std::fs::write(&e.cfg, cfg.replace("  prewarm: false\n", "")).unwrap();
     let c = serve(&e, None).await;
-    let one_token = |b: &serde_json::Value| b["max_tokens"] == 1 && b["stream"] == false;
-    crate::support::until("the prewarm's request", Duration::from_secs(60), || {
-        fake.bodies().iter().any(one_token)
-    })
-    .await;
-    let warm = fake.bodies().into_iter().find(one_token).unwrap();
     let log = e.state.join("prewarm").join("box").join("requests.jsonl");
-    let logged = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        logged.contains("\"status\":200"),
-        "{}: {logged}",
-        log.display()
-    );
-    // A job's first request starts with the same bytes.
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    // The shim writes its log line once the answer is through.
+    crate::support::until(
+        "the prewarm's two requests",
+        Duration::from_secs(60),
+        || logged().lines().count() == 2,
+    )
+    .await;
+    for line in logged().lines() {
+        assert!(line.contains("\"status\":200"), "{}: {line}", log.display());
+    }
+    let one_token = |b: &serde_json::Value| b["max_tokens"] == 1 && b["stream"] == false;
+    let warm: Vec<_> = fake.bodies().into_iter().filter(one_token).collect();
+    assert_eq!(warm.len(), 2, "one a slot");
     // With the config's own tools, as the prewarm captured them.
     let (err, v) = call(
         &c,
@@ -345,8 +350,16 @@ async fn serve_prewarms_an_idle_server_with_the_jobs_own_prefix() {
         .into_iter()
         .find(|b| !one_token(b) && b.get("tools").is_some())
         .unwrap();
-    assert_eq!(warm["system"], job_first["system"]);
-    assert_eq!(warm["tools"], job_first["tools"]);
-    assert_eq!(warm["model"], job_first["model"]);
-    drop(c);
+    let text = |v: &serde_json::Value| serde_json::to_string(v).unwrap();
+    for w in &warm {
+        assert_eq!(text(&w["system"]), text(&job_first["system"]));
+        assert_eq!(text(&w["tools"]), text(&job_first["tools"]));
+        assert_eq!(w["model"], job_first["model"]);
+    }
+    c.cancel().await.unwrap();
+    // The slots have served requests now, so another session's serve
+    // sends nothing (the rule is `jobs::prewarm`'s unit test): `/slots`
+    // says so.
+    let st = crate::jobs::localagents_json(&e, &["status", "--json"]).await;
+    assert_eq!(st["endpoints"][0]["slots"]["unused"], 0, "{st}");
 }

@@ -31,7 +31,7 @@ fn env(url: &str) -> Env {
     let e = env_for(url);
     std::fs::write(
         &e.cfg,
-        format!("endpoints:\n  swap:\n    base_url: {url}\nmodels:\n  gemma:\n    context: 16384\ndefaults:\n  max_turns: 6\n  setting_sources: []\n"),
+        format!("endpoints:\n  swap:\n    base_url: {url}\nmodels:\n  gemma:\n    context: 16384\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"),
     )
     .unwrap();
     e

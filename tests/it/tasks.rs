@@ -57,7 +57,7 @@ fn session(fake_url: &str) -> Session {
     let cfg = root.join("models.yaml");
     std::fs::write(
         &cfg,
-        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny\ndefaults:\n  max_turns: 4\n  setting_sources: []\n"),
+        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny\ndefaults:\n  max_turns: 4\n  setting_sources: []\n  prewarm: false\n"),
     )
     .unwrap();
     let mcp = root.join("mcp.json");

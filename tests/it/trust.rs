@@ -67,7 +67,7 @@ async fn the_delegate_inherits_no_provider_switch_no_real_key_and_no_backend_key
     std::fs::write(
         &cfg,
         format!(
-            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_BACKEND_KEY\ndefaults:\n  setting_sources: []\n  max_turns: 3\n",
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_BACKEND_KEY\ndefaults:\n  setting_sources: []\n  max_turns: 3\n  prewarm: false\n",
             fake.url()
         ),
     )
@@ -145,7 +145,7 @@ async fn the_state_is_private() {
     std::fs::write(
         &cfg,
         format!(
-            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  dump_requests: true\n",
+            "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  dump_requests: true\n  prewarm: false\n",
             fake.url()
         ),
     )

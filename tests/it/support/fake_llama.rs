@@ -241,13 +241,24 @@ async fn slots(State(st): State<Arc<LlamaState>>) -> Response {
         );
     }
     let busy = st.busy.load(Ordering::SeqCst);
+    // As llama-server 11434 answers (measured): a slot that has served
+    // nothing since the start has no `id_task` and no prompt counts; one
+    // that has keeps its last task's. The first slots count as the ones
+    // that served the requests answered so far.
+    let served = st.bodies.lock().map(|b| b.len() as u64).unwrap_or(0);
     let arr: Vec<Value> = (0..o.slots)
         .map(|i| {
-            json!({
-                "id": i, "id_task": if i < busy { 7 } else { -1 }, "n_ctx": o.n_ctx,
-                "speculative": false, "is_processing": i < busy,
+            let mut slot = json!({
+                "id": i, "n_ctx": o.n_ctx, "speculative": false, "is_processing": i < busy,
                 "params": {"n_predict": -1}, "next_token": {"has_next_token": true, "n_decoded": 0}
-            })
+            });
+            if i < busy.max(served) {
+                slot["id_task"] = json!(7 + i);
+                slot["n_prompt_tokens"] = json!(29);
+                slot["n_prompt_tokens_processed"] = json!(29);
+                slot["n_prompt_tokens_cache"] = json!(0);
+            }
+            slot
         })
         .collect();
     axum::Json(Value::Array(arr)).into_response()
