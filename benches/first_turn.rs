@@ -23,10 +23,9 @@ mod support;
 use support::git::{git, repo};
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use localagents::prefix::{self, FixedPrompt};
-use localagents::probe::metrics;
 use localagents::runner::Launch;
 use localagents::shim::fold;
 use serde_json::{Value, json};
@@ -60,53 +59,7 @@ async fn capture(claude: &Path, home: &Path, cwd: &Path, legacy: bool) -> Value 
     serde_json::from_slice(&out).unwrap()
 }
 
-struct Sent {
-    processed: u64,
-    cached: u64,
-    metrics_processed: f64,
-    metrics_cached: f64,
-    secs: f64,
-}
-
-async fn send(url: &str, body: &Value) -> Sent {
-    let client = localagents::probe::http_client();
-    let mut b = body.clone();
-    b["stream"] = json!(false);
-    b["max_tokens"] = json!(1);
-    b["temperature"] = json!(0);
-    let scrape = || async {
-        let t = client
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        metrics::parse(&t)
-    };
-    let m0 = scrape().await;
-    let t = Instant::now();
-    let r = client
-        .post(format!("{url}/v1/messages"))
-        .json(&b)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let v: Value = r.json().await.unwrap();
-    let secs = t.elapsed().as_secs_f64();
-    assert!(status.is_success(), "{status}: {v}");
-    let m1 = scrape().await;
-    let d = |k: &str| m1.get(k).copied().unwrap_or(0.0) - m0.get(k).copied().unwrap_or(0.0);
-    Sent {
-        processed: v["usage"]["input_tokens"].as_u64().unwrap_or(0),
-        cached: v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
-        metrics_processed: d("llamacpp:prompt_tokens_total"),
-        metrics_cached: d("llamacpp:prompt_tokens_cached_total"),
-        secs,
-    }
-}
+use support::session::send;
 
 /// Tokens of `system` + `tools` by the server's own count.
 async fn fixed_tokens(url: &str, body: &Value) -> Option<u64> {

@@ -94,17 +94,7 @@ async fn async_main() {
     let cfg = tmp.path().join("models.yaml");
     std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url())).unwrap();
 
-    let cmd = tokio::process::Command::new(BIN).configure(|c| {
-        c.arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("serve")
-            .env("HOME", &home)
-            .env("LOCALAGENTS_CLAUDE", &claude)
-            .current_dir(&work);
-    });
-    let transport = TokioChildProcess::new(cmd).unwrap();
+    let transport = serve_transport(&cfg, &state, &home, &claude, &work);
     let serve_pid = transport.id().unwrap();
     let client = ().serve(transport).await.unwrap();
 
@@ -307,6 +297,27 @@ async fn async_main() {
     );
 }
 
+/// `localagents serve` with `cfg` and `state`, as the MCP client's transport.
+fn serve_transport(
+    cfg: &Path,
+    state: &Path,
+    home: &Path,
+    claude: &Path,
+    work: &Path,
+) -> TokioChildProcess {
+    let cmd = tokio::process::Command::new(BIN).configure(|c| {
+        c.arg("--config")
+            .arg(cfg)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("serve")
+            .env("HOME", home)
+            .env("LOCALAGENTS_CLAUDE", claude)
+            .current_dir(work);
+    });
+    TokioChildProcess::new(cmd).unwrap()
+}
+
 fn record(state: &Path, id: &str) -> Value {
     serde_json::from_slice(&std::fs::read(state.join("jobs").join(id).join("job.json")).unwrap())
         .unwrap()
@@ -351,17 +362,7 @@ async fn queue_admission(claude: &Path, home: &Path, work: &Path) -> (Vec<f64>, 
     std::fs::create_dir_all(&state).unwrap();
     let cfg = tmp.path().join("models.yaml");
     std::fs::write(&cfg, format!("endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url())).unwrap();
-    let cmd = tokio::process::Command::new(BIN).configure(|c| {
-        c.arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("serve")
-            .env("HOME", home)
-            .env("LOCALAGENTS_CLAUDE", claude)
-            .current_dir(work);
-    });
-    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let client = ().serve(serve_transport(&cfg, &state, home, claude, work)).await.unwrap();
     let start = |task: String| {
         let client = &client;
         async move {
