@@ -398,11 +398,27 @@ impl RunAgentParams {
             acceptance: p.acceptance,
             fix_rounds: p.fix_rounds,
             force: p.force,
+            tool_use_id: None,
         })
     }
 }
 
 type ToolResult<T> = Result<Reply<T>, api::Error>;
+
+/// The key under which Claude Code names the tool call in a `tools/call`'s
+/// `_meta` (2.1.328; checked in its source and by `tasks::a_job_knows_the_tool_call_that_started_it`).
+pub const TOOL_USE_ID_META: &str = "claudecode/toolUseId";
+
+/// The tool call's id from `meta`, if it looks like one (the client's
+/// word, so only a short id of ASCII letters, digits, `_` and `-`).
+fn tool_use_id(meta: &rmcp::model::RequestMetaObject) -> Option<String> {
+    let id = meta.get(TOOL_USE_ID_META)?.as_str()?;
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    ok.then(|| id.to_string())
+}
 
 #[tool_router]
 impl Server {
@@ -434,7 +450,8 @@ impl Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, api::Error> {
         let wait_s = p.wait_s.unwrap_or(0);
-        let args = p.into_args(self.project.clone())?;
+        let mut args = p.into_args(self.project.clone())?;
+        args.tool_use_id = tool_use_id(&ctx.meta);
         let started = api::run_agent(&self.manager, args, 0).await?;
         // A client that speaks the tasks extension (Claude Code, interactive,
         // protocol 2026-07-28) gets the job as a task at once: it polls

@@ -97,6 +97,8 @@ pub struct RunArgs {
     pub fix_rounds: Option<u32>,
     /// Load the model even if that may unload one a running job uses.
     pub force: bool,
+    /// The tool call that asked for it (see [`super::JobRecord::tool_use_id`]).
+    pub tool_use_id: Option<String>,
 }
 
 /// Live progress of a running job (for the CLI spinner).

@@ -257,6 +257,11 @@ pub struct JobRecord {
     pub disallowed_tools: Vec<String>,
     pub system_prompt_append: Option<String>,
     pub resumed_from: Option<String>,
+    /// The id of the tool call that started the job, as Claude Code sends
+    /// it (`_meta["claudecode/toolUseId"]` of `tools/call`): the session
+    /// transcript that holds it is the session that delegated the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
     /// The job guard's pid (= the process group of guard and delegate).
     pub pid: Option<u32>,
     /// Who that pid was, so it is never signalled once it is another process.

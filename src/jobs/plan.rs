@@ -54,6 +54,8 @@ pub struct JobPlan {
     pub fix_rounds: u32,
     /// Load the model even if a running job uses another one.
     pub force: bool,
+    /// The tool call that asked for it.
+    pub tool_use_id: Option<String>,
 }
 
 /// What a resume keeps of the job it continues.
@@ -157,6 +159,7 @@ impl JobPlan {
             acceptance,
             fix_rounds,
             force: args.force,
+            tool_use_id: args.tool_use_id.clone(),
         })
     }
 }
@@ -319,6 +322,7 @@ impl JobRecord {
             disallowed_tools: Vec::new(),
             system_prompt_append: None,
             resumed_from: None,
+            tool_use_id: None,
             pid: None,
             guard: None,
             owner_pid: std::process::id(),
@@ -347,6 +351,7 @@ impl JobRecord {
         rec.isolation = plan.isolation;
         rec.session_id = plan.resumed.as_ref().and_then(|p| p.session_id.clone());
         rec.resumed_from = plan.resumed.as_ref().map(|p| p.id.clone());
+        rec.tool_use_id = plan.tool_use_id.clone();
         rec.worktree = worktree;
         rec.last_activity = Some(load_first(t).unwrap_or_else(|| "queued".into()));
         rec.queued_note = t.resolved.queued_note.clone();

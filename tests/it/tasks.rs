@@ -8,7 +8,6 @@
 //! - `-p`: the same server answers the plain way (job id, then wait_job).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -188,17 +187,10 @@ async fn interactive_claude_code_gets_the_job_result_as_a_task_without_wait_job(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn print_mode_claude_code_gets_the_plain_job_reply() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 131072,
-        ..Default::default()
-    })
-    .await;
-    let s = session(fake.url());
-    fake.set_script(top_level_and_delegate(s.done.clone()));
-    let out = tokio::process::Command::new(claude::binary())
+/// `claude -p` as the top-level session asking the local agent to say
+/// hello (one run_agent call).
+async fn print_mode(s: &Session, fake_url: &str) -> std::process::Output {
+    tokio::process::Command::new(claude::binary())
         .args([
             "-p",
             "--output-format",
@@ -222,16 +214,97 @@ async fn print_mode_claude_code_gets_the_plain_job_reply() {
         ])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(top_level_env(&s, fake.url()))
+        .envs(top_level_env(s, fake_url))
         .current_dir(&s.work)
         .output()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_mode_claude_code_gets_the_plain_job_reply() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    fake.set_script(top_level_and_delegate(s.done.clone()));
+    let out = print_mode(&s, fake.url()).await;
     let events = String::from_utf8_lossy(&out.stdout);
     // The tool result is the job reply (id, status, still_running), not a task.
     assert!(events.contains("still_running"), "{events}");
     assert!(!events.contains("moved to the background"), "{events}");
     let jobs = job_records(&s.state);
     assert_eq!(jobs.len(), 1, "{jobs:?}");
-    let _ = Duration::from_secs(0);
+}
+
+/// Issue 25's link from a job to the session that delegated it: Claude
+/// Code 2.1.328 names the tool call in `tools/call`'s
+/// `_meta["claudecode/toolUseId"]`; the job records it, and the session's
+/// own transcript under `~/.claude/projects/` holds that `tool_use` with
+/// the assistant turn's `usage`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_knows_the_tool_call_that_started_it() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    fake.set_script(top_level_and_delegate(s.done.clone()));
+    let out = print_mode(&s, fake.url()).await;
+    let jobs = job_records(&s.state);
+    assert_eq!(
+        jobs.len(),
+        1,
+        "{jobs:?} {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let id = jobs[0]["tool_use_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no tool_use_id: {}", jobs[0]))
+        .to_string();
+    // It is the id the top-level model's run_agent call had: the next
+    // top-level request answers it.
+    let answered = format!("\"tool_use_id\":\"{id}\"");
+    assert!(
+        fake.bodies()
+            .iter()
+            .any(|b| b.to_string().contains(&answered)),
+        "no request answers {id}"
+    );
+    // The session's transcript holds it, with the turn's usage.
+    let mut found = Vec::new();
+    let mut stack = vec![s.home.join(".claude").join("projects")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                for line in text.lines() {
+                    let Ok(v) = serde_json::from_str::<Value>(line) else {
+                        continue;
+                    };
+                    let calls = v["message"]["content"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|b| b["type"] == "tool_use" && b["id"] == id.as_str())
+                    });
+                    if v["type"] == "assistant" && calls {
+                        found.push(v);
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]["message"]["usage"]["output_tokens"].is_u64(),
+        "{}",
+        found[0]
+    );
 }
