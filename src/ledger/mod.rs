@@ -11,6 +11,8 @@
 //! price), not a bill; Claude's own tokens for briefs and reviews are not
 //! subtracted.
 
+pub mod transcript;
+
 use std::path::Path;
 
 use schemars::JsonSchema;
