@@ -73,7 +73,12 @@ fn main() {
     let mut jobs = 0;
     for _ in 0..RUNS {
         let t = Instant::now();
-        let s = localagents::ledger::savings(&state, &config, localagents::ledger::Since::All);
+        let s = localagents::ledger::savings(
+            &state,
+            &config,
+            localagents::ledger::Since::All,
+            &state.join("no-transcripts"),
+        );
         inproc.push(t.elapsed().as_secs_f64() * 1000.0);
         jobs = s.jobs;
         let t = Instant::now();

@@ -160,7 +160,14 @@ pub fn savings(
     since: crate::ledger::Since,
 ) -> Result<crate::ledger::Savings, Error> {
     let cfg = config::load(&ctx.discovery())?.config;
-    Ok(crate::ledger::savings(&ctx.state_dir, &cfg, since))
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let projects = crate::ledger::transcript::projects_dir(home.as_deref());
+    Ok(crate::ledger::savings(
+        &ctx.state_dir,
+        &cfg,
+        since,
+        &projects,
+    ))
 }
 
 /// The ledger's one line for the last 7 days (status, list_models).

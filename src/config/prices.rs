@@ -91,9 +91,42 @@ pub fn lookup(user: &indexmap::IndexMap<String, Price>, model: &str) -> Option<P
         .or_else(|| BUILTIN.iter().find(|(m, _)| *m == model).map(|(_, p)| *p))
 }
 
+/// The price table's name for an API model id: without a trailing
+/// `-YYYYMMDD` date, the version's `-4-5` as `-4.5`.
+pub fn table_name(model: &str) -> String {
+    let mut m = model;
+    if let Some((head, date)) = m.rsplit_once('-')
+        && date.len() == 8
+        && date.bytes().all(|b| b.is_ascii_digit())
+    {
+        m = head;
+    }
+    if let Some((head, minor)) = m.rsplit_once('-')
+        && !minor.is_empty()
+        && minor.bytes().all(|b| b.is_ascii_digit())
+        && let Some((name, major)) = head.rsplit_once('-')
+        && !major.is_empty()
+        && major.bytes().all(|b| b.is_ascii_digit())
+    {
+        return format!("{name}-{major}.{minor}");
+    }
+    m.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_model_ids_find_their_table_name() {
+        assert_eq!(
+            table_name("claude-sonnet-4-5-20250929"),
+            "claude-sonnet-4.5"
+        );
+        assert_eq!(table_name("claude-opus-4-6"), "claude-opus-4.6");
+        assert_eq!(table_name("claude-sonnet-5"), "claude-sonnet-5");
+        assert_eq!(table_name("gemma3-270m"), "gemma3-270m");
+    }
 
     #[test]
     fn the_formula_and_the_override() {

@@ -415,6 +415,13 @@ impl Config {
         super::prices::lookup(&self.prices, &self.defaults.reference_model)
     }
 
+    /// The list price of `model` as Anthropic's API names it
+    /// (`claude-sonnet-4-5-20250929` is the table's `claude-sonnet-4.5`).
+    pub fn price_of(&self, model: &str) -> Option<super::prices::Price> {
+        super::prices::lookup(&self.prices, model)
+            .or_else(|| super::prices::lookup(&self.prices, &super::prices::table_name(model)))
+    }
+
     /// These token counts at the reference model's list prices, in USD
     /// rounded to 1/100 cent.
     pub fn equivalent_usd(&self, input: u64, cache_read: u64, output: u64) -> Option<f64> {

@@ -113,6 +113,8 @@ pub struct RecordBrief {
     pub cache_note: Option<String>,
     #[serde(default)]
     pub metrics: Option<BriefMetrics>,
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
 }
 
 /// The figures a scan reads of a record's metrics.

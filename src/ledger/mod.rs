@@ -109,6 +109,44 @@ pub struct Row {
     pub completions: u64,
     pub tokens: Tokens,
     pub equivalent_usd: Option<f64>,
+    /// Claude's own side of these jobs (see [`Orchestrated`]).
+    pub orchestration: Orchestrated,
+    /// `equivalent_usd` less the orchestration's cost, over the jobs whose
+    /// session was found (and every completion); null without a price.
+    pub net_usd: Option<f64>,
+}
+
+/// Claude's own tokens for delegating: the brief, the polls and the
+/// results it read, from the delegating sessions' transcripts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct Orchestrated {
+    /// Jobs whose session transcript was found.
+    pub jobs: u64,
+    /// Jobs counted gross only: started outside a Claude Code session
+    /// (`localagents run`), or its transcript is gone.
+    pub jobs_without_transcript: u64,
+    pub output_tokens: u64,
+    /// Our tool results, estimated at 3 bytes a token.
+    pub result_tokens: u64,
+    /// Result tokens times the later messages that carried them.
+    pub result_reads: u64,
+    /// At the session's own model's list price (the reference model's when
+    /// the price table has no entry for it).
+    pub usd: Option<f64>,
+}
+
+impl Orchestrated {
+    fn add(&mut self, o: &transcript::Orchestration, usd: Option<f64>) {
+        self.jobs += 1;
+        self.output_tokens += o.output_tokens;
+        self.result_tokens += o.result_tokens;
+        self.result_reads += o.result_reads;
+        self.usd = match (self.usd, usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (None, b) if self.jobs == 1 => b,
+            _ => None,
+        };
+    }
 }
 
 /// `localagents savings --json`.
@@ -124,9 +162,18 @@ pub struct Savings {
     pub tokens: Tokens,
     /// Null when the reference model has no price (add `prices.<model>`).
     pub equivalent_usd: Option<f64>,
+    pub orchestration: Orchestrated,
+    /// `equivalent_usd` less the orchestration, over the jobs whose
+    /// session was found and every completion (what delegating saved).
+    pub net_usd: Option<f64>,
     pub by_model: Vec<Row>,
     pub meaning: &'static str,
+    /// How the net figure is computed.
+    pub net_meaning: &'static str,
 }
+
+/// How the net figure is computed, in one sentence.
+pub const NET_MEANING: &str = "net = the list-price equivalent of the local tokens (what Claude would have spent at those same token counts, an estimate) less Claude's own tokens for delegating: the output of its turns that called localagents tools, and our tool results it carried as input (written to the prompt cache once, read from it after), at its model's list price; jobs whose session transcript was not found count gross only";
 
 /// A line of `complete/completions.jsonl`.
 #[derive(Deserialize)]
@@ -149,8 +196,14 @@ fn after(ts: &str, cutoff: Option<chrono::DateTime<chrono::Utc>>) -> bool {
     }
 }
 
-/// Add up the jobs and completions under `state_dir` since `since`.
-pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
+/// A row, its usage, and for a job its id and the tool call that started
+/// it (`None`: a completion).
+type Found = (usize, Usage, Option<(String, Option<String>)>);
+
+/// Add up the jobs and completions under `state_dir` since `since`, and
+/// what their delegating sessions spent, from the transcripts under
+/// `projects` (Claude Code's `projects` dir).
+pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path) -> Savings {
     let cutoff = since.cutoff();
     let store = Store::new(state_dir);
     let mut rows: Vec<Row> = Vec::new();
@@ -168,10 +221,12 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
             completions: 0,
             tokens: Tokens::default(),
             equivalent_usd: None,
+            orchestration: Orchestrated::default(),
+            net_usd: None,
         });
         rows.len() - 1
     };
-    let mut found: Vec<(usize, Usage, bool)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     for id in store.ids_since(cutoff) {
         if !valid_id(&id) {
             continue;
@@ -193,7 +248,11 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
         } else {
             b.usage
         };
-        found.push((row(&b.served_id, &b.endpoint), usage, true));
+        found.push((
+            row(&b.served_id, &b.endpoint),
+            usage,
+            Some((id.clone(), b.tool_use_id.clone())),
+        ));
     }
     if let Ok(text) = std::fs::read_to_string(state_dir.join("complete/completions.jsonl")) {
         for line in text.lines() {
@@ -201,25 +260,64 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
                 continue;
             };
             if let (true, Some(r)) = (after(&d.ts, cutoff), d.result) {
-                found.push((row(&d.model, &d.endpoint), r.usage, false));
+                found.push((row(&d.model, &d.endpoint), r.usage, None));
             }
         }
     }
+    let calls: Vec<(String, String)> = found
+        .iter()
+        .filter_map(|(_, _, j)| match j {
+            Some((id, Some(call))) => Some((id.clone(), call.clone())),
+            _ => None,
+        })
+        .collect();
+    // A session's transcript is written while it runs, so one older than
+    // the period holds none of its jobs.
+    let modified_since = cutoff.map(std::time::SystemTime::from);
+    let orchestrations = transcript::scan(projects, &calls, modified_since);
     let (mut tokens, mut jobs, mut completions) = (Tokens::default(), 0, 0);
-    for (i, u, is_job) in found {
+    let mut all = Orchestrated::default();
+    // Per row: the gross of what the net covers (found jobs and completions).
+    let mut covered: Vec<Tokens> = vec![Tokens::default(); rows.len()];
+    let mut covered_all = Tokens::default();
+    for (i, u, job) in found {
         let r = &mut rows[i];
         r.tokens.add(&u);
         tokens.add(&u);
-        if is_job {
-            r.jobs += 1;
-            jobs += 1;
-        } else {
-            r.completions += 1;
-            completions += 1;
+        match job {
+            Some((id, _)) => {
+                r.jobs += 1;
+                jobs += 1;
+                match orchestrations.get(&id) {
+                    Some(o) => {
+                        let usd = orchestration_usd(config, o);
+                        r.orchestration.add(o, usd);
+                        all.add(o, usd);
+                        covered[i].add(&u);
+                        covered_all.add(&u);
+                    }
+                    None => {
+                        r.orchestration.jobs_without_transcript += 1;
+                        all.jobs_without_transcript += 1;
+                    }
+                }
+            }
+            None => {
+                r.completions += 1;
+                completions += 1;
+                covered[i].add(&u);
+                covered_all.add(&u);
+            }
         }
     }
-    for r in &mut rows {
+    let net = |gross: &Tokens, o: &Orchestrated| -> Option<f64> {
+        let g = gross.usd(config)?;
+        let cost = if o.jobs == 0 { 0.0 } else { o.usd? };
+        Some(((g - cost) * 10_000.0).round() / 10_000.0)
+    };
+    for (r, c) in rows.iter_mut().zip(&covered) {
         r.equivalent_usd = r.tokens.usd(config);
+        r.net_usd = net(c, &r.orchestration);
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.tokens.total()));
     Savings {
@@ -229,9 +327,23 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since) -> Savings {
         completions,
         tokens,
         equivalent_usd: tokens.usd(config),
+        net_usd: net(&covered_all, &all),
+        orchestration: all,
         by_model: rows,
         meaning: MEANING,
+        net_meaning: NET_MEANING,
     }
+}
+
+/// The orchestration's cost at its session model's list price, else the
+/// reference model's.
+fn orchestration_usd(config: &Config, o: &transcript::Orchestration) -> Option<f64> {
+    let price = o
+        .model
+        .as_deref()
+        .and_then(|m| config.price_of(m))
+        .or_else(|| config.reference_price())?;
+    Some((o.usd(&price) * 10_000.0).round() / 10_000.0)
 }
 
 /// "2.3 M", "45.6 k", "312".
@@ -268,8 +380,30 @@ pub fn line(s: &Savings, since: Since) -> String {
             s.reference_model, s.reference_model
         ),
     };
+    let o = &s.orchestration;
+    let gross_only = match o.jobs_without_transcript {
+        0 => String::new(),
+        1 => " (1 job without a session transcript counted gross)".into(),
+        n => format!(" ({n} jobs without a session transcript counted gross)"),
+    };
+    let net = match (o.jobs, s.net_usd, o.usd) {
+        (0, _, _) if s.jobs > 0 => {
+            "; no session transcript found, so nothing of Claude's own is subtracted".to_string()
+        }
+        (0, _, _) => String::new(),
+        (_, Some(n), Some(c)) => format!(
+            "; net {} after Claude's own {} for delegating{gross_only}",
+            dollars(n),
+            dollars(c)
+        ),
+        _ => format!(
+            "; Claude's own tokens for delegating: {} out, {} of results read{gross_only}",
+            short(o.output_tokens),
+            short(o.result_reads)
+        ),
+    };
     format!(
-        "{}: {count}, {} tokens local{money}",
+        "{}: {count}, {} tokens local{money}{net}",
         since.words(),
         short(s.tokens.total())
     )
@@ -301,12 +435,29 @@ mod tests {
                 output: 10_000,
             },
             equivalent_usd: Some(4.2),
+            orchestration: Orchestrated::default(),
+            net_usd: Some(4.2),
             by_model: Vec::new(),
             meaning: MEANING,
+            net_meaning: NET_MEANING,
         };
         assert_eq!(
             line(&s, Since::Days(7)),
-            "last 7 days: 14 jobs, 3.1 M tokens local ≈ $4.20 at claude-sonnet-4.5 list prices"
+            "last 7 days: 14 jobs, 3.1 M tokens local ≈ $4.20 at claude-sonnet-4.5 list prices; no session transcript found, so nothing of Claude's own is subtracted"
+        );
+        let s = Savings {
+            orchestration: Orchestrated {
+                jobs: 12,
+                jobs_without_transcript: 2,
+                usd: Some(0.3),
+                ..Orchestrated::default()
+            },
+            net_usd: Some(3.6),
+            ..s
+        };
+        assert_eq!(
+            line(&s, Since::Days(7)),
+            "last 7 days: 14 jobs, 3.1 M tokens local ≈ $4.20 at claude-sonnet-4.5 list prices; net $3.60 after Claude's own $0.30 for delegating (2 jobs without a session transcript counted gross)"
         );
     }
 }

@@ -147,6 +147,73 @@ pub fn orchestration(text: &str, job_id: &str, tool_use_id: &str) -> Orchestrati
     o
 }
 
+impl Orchestration {
+    /// What it cost at `price` under Anthropic's prompt caching: output at
+    /// the output price; each result written into the cache once (1.25
+    /// times the input price) by the message after it, then read from the
+    /// cache by the rest.
+    pub fn usd(&self, price: &crate::config::prices::Price) -> f64 {
+        let rereads = self.result_reads.saturating_sub(self.result_tokens);
+        (self.output_tokens as f64 * price.output
+            + self.result_tokens.min(self.result_reads) as f64 * price.input * CACHE_WRITE
+            + rereads as f64 * price.cache_read)
+            / 1_000_000.0
+    }
+}
+
+/// Anthropic's 5-minute cache write, times the input price.
+pub const CACHE_WRITE: f64 = 1.25;
+
+/// The orchestration of each job of `jobs` (job id, tool call id) found in
+/// the transcripts under `projects`: each transcript is read once, and only
+/// those written since `since` (seconds since the epoch), if given.
+pub fn scan(
+    projects: &Path,
+    jobs: &[(String, String)],
+    since: Option<std::time::SystemTime>,
+) -> HashMap<String, Orchestration> {
+    let mut out = HashMap::new();
+    let mut pending: Vec<&(String, String)> = jobs.iter().collect();
+    let Ok(dirs) = std::fs::read_dir(projects) else {
+        return out;
+    };
+    'all: for d in dirs.flatten() {
+        if !d.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let p = f.path();
+            if p.extension().is_none_or(|x| x != "jsonl") {
+                continue;
+            }
+            let fresh = match (since, f.metadata().and_then(|m| m.modified())) {
+                (Some(s), Ok(m)) => m >= s,
+                _ => true,
+            };
+            if !fresh {
+                continue;
+            }
+            let Some(text) = read_bounded(&p) else {
+                continue;
+            };
+            pending.retain(|(job, call)| {
+                if !text.contains(&format!("\"id\":\"{call}\"")) {
+                    return true;
+                }
+                out.insert(job.clone(), orchestration(&text, job, call));
+                false
+            });
+            if pending.is_empty() {
+                break 'all;
+            }
+        }
+    }
+    out
+}
+
 /// Read at most [`CAP`] bytes of a regular file (no link, no FIFO).
 fn read_bounded(path: &Path) -> Option<String> {
     let meta = std::fs::symlink_metadata(path).ok()?;
@@ -193,10 +260,13 @@ pub fn find(projects: &Path, tool_use_id: &str) -> Option<(PathBuf, String)> {
 
 /// Claude Code's `projects` dir: `$CLAUDE_CONFIG_DIR/projects`, else
 /// `~/.claude/projects`.
-pub fn projects_dir(home: &Path) -> PathBuf {
-    match std::env::var_os("CLAUDE_CONFIG_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("projects"),
-        _ => home.join(".claude").join("projects"),
+/// (No home and no `CLAUDE_CONFIG_DIR`: a path that does not exist, so
+/// every job counts gross only.)
+pub fn projects_dir(home: Option<&Path>) -> PathBuf {
+    match (std::env::var_os("CLAUDE_CONFIG_DIR"), home) {
+        (Some(d), _) if !d.is_empty() => PathBuf::from(d).join("projects"),
+        (_, Some(h)) => h.join(".claude").join("projects"),
+        _ => PathBuf::from("/nonexistent/.claude/projects"),
     }
 }
 

@@ -308,3 +308,129 @@ async fn a_job_knows_the_tool_call_that_started_it() {
         found[0]
     );
 }
+
+/// Issue 25, the net ledger: two jobs delegated by two real Claude Code
+/// sessions (`-p`, driven by the fake, transcripts written by the CLI)
+/// and one started from the shell. `savings` takes Claude's side from the
+/// transcripts; this test reads them on its own: the output tokens of the
+/// assistant messages that called our tools (each message once) and the
+/// size of our tool results at 3 bytes a token. The shell job has no
+/// transcript: gross only, and said so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savings_subtracts_what_the_delegating_sessions_spent() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    fake.set_script(top_level_and_delegate(s.done.clone()));
+    for _ in 0..2 {
+        print_mode(&s, fake.url()).await;
+    }
+    let cfg = s.mcp.parent().unwrap().join("models.yaml");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&s.state)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &s.home)
+            .env("LOCALAGENTS_CLAUDE", claude::binary())
+            .current_dir(&s.work)
+            .output()
+            .unwrap()
+    };
+    let shell = run(&["run", "--model", "gemma-3-270m", "--json", "Say hello."]);
+    assert!(
+        shell.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shell.stderr)
+    );
+    let jobs = job_records(&s.state);
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    let calls: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| j["tool_use_id"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(calls.len(), 2, "{jobs:?}");
+    // The independent reading.
+    let (mut output, mut results) = (std::collections::HashMap::new(), 0u64);
+    let mut ours = std::collections::HashSet::new();
+    let projects = s.home.join(".claude").join("projects");
+    for d in std::fs::read_dir(&projects).unwrap().flatten() {
+        for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+            if f.path().extension().is_none_or(|x| x != "jsonl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(f.path()).unwrap();
+            for line in text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            {
+                let blocks = line["message"]["content"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for b in &blocks {
+                    if line["type"] == "assistant"
+                        && b["type"] == "tool_use"
+                        && b["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("mcp__localagents__"))
+                    {
+                        ours.insert(b["id"].as_str().unwrap().to_string());
+                        output.insert(
+                            line["message"]["id"].as_str().unwrap().to_string(),
+                            line["message"]["usage"]["output_tokens"].as_u64().unwrap(),
+                        );
+                    }
+                    if line["type"] == "user"
+                        && b["type"] == "tool_result"
+                        && ours.contains(b["tool_use_id"].as_str().unwrap_or(""))
+                    {
+                        results += (serde_json::to_string(&b["content"]).unwrap().len() as u64)
+                            .div_ceil(3);
+                    }
+                }
+            }
+        }
+    }
+    let out = run(&["savings", "--json"]);
+    let sv: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let o = &sv["orchestration"];
+    assert_eq!(o["jobs"], 2, "{sv:#}");
+    assert_eq!(o["jobs_without_transcript"], 1, "{sv:#}");
+    assert_eq!(o["output_tokens"], output.values().sum::<u64>(), "{sv:#}");
+    assert_eq!(o["result_tokens"], results, "{sv:#}");
+    // net = gross of the covered jobs less the orchestration, at the
+    // price table (the fake's model has no price: the reference model's).
+    let gross_covered: f64 = jobs
+        .iter()
+        .filter(|j| j["tool_use_id"].is_string())
+        .map(|j| {
+            let u = &j["usage"];
+            (u["input"].as_f64().unwrap() * 3.0
+                + u["cache_read"].as_f64().unwrap() * 0.3
+                + u["output"].as_f64().unwrap() * 15.0)
+                / 1e6
+        })
+        .sum();
+    let net = sv["net_usd"].as_f64().unwrap();
+    let cost = o["usd"].as_f64().unwrap();
+    assert!(cost > 0.0, "{sv:#}");
+    assert!(
+        (net - (gross_covered - cost)).abs() < 0.0002,
+        "net {net} vs {gross_covered} - {cost}: {sv:#}"
+    );
+    let text = String::from_utf8_lossy(&run(&["savings"]).stdout).to_string();
+    assert!(
+        text.contains("(1 job without a session transcript counted gross)"),
+        "{text}"
+    );
+}

@@ -37,5 +37,8 @@ pub fn run(ctx: &Context, since: Since, json: bool) -> anyhow::Result<ExitStatus
     }
     writeln!(out, "{}", ledger::line(&s, since))?;
     writeln!(out, "({})", ledger::MEANING)?;
+    if s.orchestration.jobs > 0 {
+        writeln!(out, "({})", ledger::NET_MEANING)?;
+    }
     Ok(ExitStatus::Success)
 }
