@@ -30,6 +30,30 @@ const MAX_LINES: usize = 5;
 struct Input {
     session_id: String,
     cwd: Option<PathBuf>,
+    /// The session's own transcript (Claude Code passes it to every hook):
+    /// a job this session delegated has its tool call there.
+    #[serde(default)]
+    transcript_path: Option<PathBuf>,
+}
+
+/// ", net ≈ $X after Claude's own $Y": the job's net figure, when this
+/// session delegated it and its transcript holds the call.
+fn net(b: &RecordBrief, transcript: Option<&Path>) -> Option<String> {
+    let (call, gross) = (b.tool_use_id.as_deref()?, b.equivalent_usd?);
+    let text = crate::ledger::transcript::read_bounded(transcript?)?;
+    let o = crate::ledger::transcript::orchestration(&text, &b.id, call);
+    if o.calls == 0 {
+        return None;
+    }
+    let config = crate::config::load(&crate::config::Discovery::standard(None))
+        .ok()?
+        .config;
+    let cost = crate::ledger::orchestration_usd(&config, &o)?;
+    Some(format!(
+        ", net ≈ {} after Claude's own {} for delegating",
+        crate::ledger::dollars(gross - cost),
+        crate::ledger::dollars(cost)
+    ))
 }
 
 fn duration(s: f64) -> String {
@@ -41,7 +65,7 @@ fn duration(s: f64) -> String {
     }
 }
 
-fn line(b: &RecordBrief) -> String {
+fn line(b: &RecordBrief, net: Option<String>) -> String {
     let n = b.files_changed.len();
     let files = match (&b.worktree, n) {
         (Some(w), _) if w.kept => format!("{n} files changed in worktree branch {}", w.branch),
@@ -69,7 +93,7 @@ fn line(b: &RecordBrief) -> String {
         ),
         _ if tokens > 0 => format!(", {} tokens local", crate::fmt::thousands(tokens)),
         _ => String::new(),
-    };
+    } + &net.unwrap_or_default();
     let model = [&b.model_note, &b.cache_note]
         .into_iter()
         .flatten()
@@ -147,7 +171,7 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
             .create_new(true)
             .open(sdir.join(&b.id))
         {
-            Ok(_) => out.push(line(&b)),
+            Ok(_) => out.push(line(&b, net(&b, inp.transcript_path.as_deref()))),
             Err(_) => continue,
         }
     }
@@ -205,7 +229,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            line(&b),
+            line(&b, None),
             "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 3m12s, 1 file changed, acceptance passed (cargo test -p foo, 2 rounds); review with job_status."
         );
     }
@@ -219,7 +243,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            line(&b),
+            line(&b, None),
             "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 1m00s, 0 files changed; lost its cache on 6 of 7 turns: 15,900 tokens re-processed; another job shared the slot; review with job_status."
         );
     }

@@ -8,8 +8,9 @@
 //! dollar figure is honest about what it is: the list-price equivalent of
 //! the tokens processed locally (fresh input at the input price, tokens the
 //! local server had cached at the cache-read price, output at the output
-//! price), not a bill; Claude's own tokens for briefs and reviews are not
-//! subtracted.
+//! price), not a bill. Claude's own tokens for delegating come off in the
+//! net figure, read from the delegating sessions' transcripts
+//! ([`transcript`]).
 
 pub mod transcript;
 
@@ -23,7 +24,7 @@ use crate::jobs::{Store, valid_id};
 use crate::shim::sse::Usage;
 
 /// What every figure means, in one sentence (shown with the totals).
-pub const MEANING: &str = "list-price equivalent of the tokens processed locally, not a bill; Claude's own tokens for briefs and reviews are not subtracted";
+pub const MEANING: &str = "list-price equivalent of the tokens processed locally, not a bill";
 
 /// A period: the last N days, or everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,7 +338,7 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
 
 /// The orchestration's cost at its session model's list price, else the
 /// reference model's.
-fn orchestration_usd(config: &Config, o: &transcript::Orchestration) -> Option<f64> {
+pub fn orchestration_usd(config: &Config, o: &transcript::Orchestration) -> Option<f64> {
     let price = o
         .model
         .as_deref()

@@ -215,7 +215,7 @@ pub fn scan(
 }
 
 /// Read at most [`CAP`] bytes of a regular file (no link, no FIFO).
-fn read_bounded(path: &Path) -> Option<String> {
+pub fn read_bounded(path: &Path) -> Option<String> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.file_type().is_file() {
         return None;

@@ -36,6 +36,35 @@ fn top_level_and_delegate(done: std::path::PathBuf) -> script::Script {
     })
 }
 
+/// The top-level session starts the job, then waits for it with
+/// `wait_job` (the id read from run_agent's result), then ends.
+fn delegate_and_wait() -> script::Script {
+    Arc::new(move |req: &Value| {
+        let text = req.to_string();
+        if !text.contains("mcp__localagents__run_agent") {
+            return script::Reply::Text("DELEGATE-REPORT-42".into());
+        }
+        match script::tool_results(req) {
+            0 => script::Reply::Tool {
+                name: "mcp__localagents__run_agent".into(),
+                input: json!({"task": "Say hello.", "model": "gemma-3-270m"}),
+            },
+            1 => {
+                // run_agent's reply, as JSON text inside the tool result.
+                let at = text.rfind("\\\"id\\\":\\\"").map(|i| i + 9);
+                let id: String = at
+                    .map(|i| text[i..].chars().take_while(|c| *c != '\\').collect())
+                    .unwrap_or_default();
+                script::Reply::Tool {
+                    name: "mcp__localagents__wait_job".into(),
+                    input: json!({"job_id": id}),
+                }
+            }
+            _ => script::Reply::Text("The local job is done.".into()),
+        }
+    })
+}
+
 struct Session {
     _tmp: tempfile::TempDir,
     home: std::path::PathBuf,
@@ -208,7 +237,7 @@ async fn print_mode(s: &Session, fake_url: &str) -> std::process::Output {
         .arg(&s.mcp)
         .args([
             "--allowedTools",
-            "mcp__localagents__run_agent",
+            "mcp__localagents__run_agent,mcp__localagents__wait_job",
             "--",
             "Use the local agent to say hello.",
         ])
@@ -325,7 +354,7 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
     })
     .await;
     let s = session(fake.url());
-    fake.set_script(top_level_and_delegate(s.done.clone()));
+    fake.set_script(delegate_and_wait());
     for _ in 0..2 {
         print_mode(&s, fake.url()).await;
     }
@@ -433,4 +462,48 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
         text.contains("(1 job without a session transcript counted gross)"),
         "{text}"
     );
+    // The prompt hook of the session that delegated a job: its line says
+    // the job's net, from the transcript Claude Code hands the hook.
+    let transcript = std::fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "jsonl")
+                && std::fs::read_to_string(p).unwrap().contains(&calls[0])
+        })
+        .unwrap();
+    use std::io::Write;
+    let mut hook = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(&s.state)
+        .args(["hook", "prompt-submit"])
+        .env_clear()
+        .env("HOME", &s.home)
+        .current_dir(&s.work)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = json!({"session_id": "s-net", "cwd": s.work, "hook_event_name": "UserPromptSubmit",
+        "prompt": "hi", "transcript_path": transcript});
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let said = String::from_utf8_lossy(&hook.wait_with_output().unwrap().stdout).to_string();
+    let ours = jobs
+        .iter()
+        .find(|j| j["tool_use_id"] == calls[0].as_str())
+        .unwrap();
+    let line = said
+        .split("localagents job ")
+        .find(|l| l.starts_with(ours["id"].as_str().unwrap()))
+        .unwrap_or_else(|| panic!("no line for {}: {said}", ours["id"]));
+    assert!(line.contains(", net ≈ $"), "{line}");
+    assert!(line.contains("for delegating"), "{line}");
 }
