@@ -36,19 +36,43 @@ struct Input {
     transcript_path: Option<PathBuf>,
 }
 
+/// What the net clause needs, read once per hook call and only when a job
+/// to report has a tool call: the session's transcript and the config.
+#[derive(Default)]
+struct NetSource {
+    read: bool,
+    transcript: Option<String>,
+    config: Option<std::sync::Arc<crate::config::Config>>,
+}
+
+impl NetSource {
+    fn get(&mut self, path: Option<&Path>) -> Option<(&str, &crate::config::Config)> {
+        if !self.read {
+            self.read = true;
+            self.transcript = path.and_then(crate::ledger::transcript::read_bounded);
+            if self.transcript.is_some() {
+                self.config = crate::config::load(&crate::config::Discovery::standard(None))
+                    .ok()
+                    .map(|l| l.config);
+            }
+        }
+        Some((self.transcript.as_deref()?, self.config.as_deref()?))
+    }
+}
+
 /// ", net ≈ $X after Claude's own $Y": the job's net figure, when this
 /// session delegated it and its transcript holds the call.
-fn net(b: &RecordBrief, transcript: Option<&Path>) -> Option<String> {
+fn net(b: &RecordBrief, path: Option<&Path>, src: &mut NetSource) -> Option<String> {
     let (call, gross) = (b.tool_use_id.as_deref()?, b.equivalent_usd?);
-    let text = crate::ledger::transcript::read_bounded(transcript?)?;
-    let o = crate::ledger::transcript::orchestration(&text, &b.id, call);
+    let (text, config) = src.get(path)?;
+    if !text.contains(call) {
+        return None;
+    }
+    let o = crate::ledger::transcript::orchestration(text, &b.id, call);
     if o.calls == 0 {
         return None;
     }
-    let config = crate::config::load(&crate::config::Discovery::standard(None))
-        .ok()?
-        .config;
-    let cost = crate::ledger::orchestration_usd(&config, &o)?;
+    let cost = crate::ledger::orchestration_usd(config, &o)?;
     Some(format!(
         ", net ≈ {} after Claude's own {} for delegating",
         crate::ledger::dollars(gross - cost),
@@ -140,6 +164,7 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
     let store = Store::new(state_dir);
     let now = chrono::Utc::now();
     let mut out = Vec::new();
+    let mut src = NetSource::default();
     for id in store.ids_since(Some(now - chrono::Duration::hours(WINDOW_H * 2))) {
         if out.len() >= MAX_LINES || !valid_id(&id) || sdir.join(&id).exists() {
             continue;
@@ -165,13 +190,16 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
         if crate::paths::private_dir_all(&sdir).is_err() {
             return out;
         }
+        // The line is ready before the marker, so a hook stopped while it
+        // reads the transcript has marked nothing.
+        let text = line(&b, net(&b, inp.transcript_path.as_deref(), &mut src));
         // Only the hook that creates the marker reports the job.
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(sdir.join(&b.id))
         {
-            Ok(_) => out.push(line(&b, net(&b, inp.transcript_path.as_deref()))),
+            Ok(_) => out.push(text),
             Err(_) => continue,
         }
     }

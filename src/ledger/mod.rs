@@ -358,12 +358,14 @@ pub fn short(n: u64) -> String {
     }
 }
 
-/// "$4.20" (cents), "$0.0042" under a cent.
+/// "$4.20" (cents), "$0.0042" under a cent, "-$0.50" below zero.
 pub fn dollars(x: f64) -> String {
-    if x >= 0.01 || x == 0.0 {
-        format!("${x:.2}")
+    let sign = if x < 0.0 { "-" } else { "" };
+    let a = x.abs();
+    if a >= 0.01 || a == 0.0 {
+        format!("{sign}${a:.2}")
     } else {
-        format!("${x:.4}")
+        format!("{sign}${a:.4}")
     }
 }
 
@@ -421,6 +423,14 @@ mod tests {
         for bad in ["7", "0d", "-1d", "99999999999d", "week"] {
             assert!(bad.parse::<Since>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_loss_reads_as_one() {
+        assert_eq!(dollars(-0.5), "-$0.50");
+        assert_eq!(dollars(-0.0042), "-$0.0042");
+        assert_eq!(dollars(4.2), "$4.20");
+        assert_eq!(dollars(0.0), "$0.00");
     }
 
     #[test]

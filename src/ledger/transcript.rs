@@ -46,11 +46,12 @@ pub struct Orchestration {
     /// Output tokens of the assistant messages that made them (each
     /// message counted once: Claude Code writes one line per block).
     pub output_tokens: u64,
-    /// Our tool results for those calls, estimated at
+    /// Our tool results for those calls that a later message sent (so
+    /// wrote into the prompt cache), estimated at
     /// [`crate::shim::BYTES_PER_TOKEN`] bytes a token.
     pub result_tokens: u64,
-    /// Those results times the later assistant messages that carried them
-    /// as input (the first carries them into the cache, the rest read it).
+    /// Those results times the messages after the first that carried them
+    /// (read from the cache).
     pub result_reads: u64,
     /// The session's model (for its prices).
     pub model: Option<String>,
@@ -91,14 +92,26 @@ struct Usage {
     output_tokens: u64,
 }
 
-/// The orchestration of job `job_id`, started by tool call `tool_use_id`,
-/// in a transcript's text. Lines that do not parse are passed over.
-pub fn orchestration(text: &str, job_id: &str, tool_use_id: &str) -> Orchestration {
-    let mut o = Orchestration::default();
-    let mut ours: HashSet<String> = HashSet::new();
-    let mut output: HashMap<String, u64> = HashMap::new();
-    // Each of our results: its tokens, and the assistant messages after it.
-    let mut results: Vec<(u64, HashSet<String>)> = Vec::new();
+/// A transcript's lines as far as the ledger needs them, parsed once.
+struct Parsed {
+    /// (assistant message id, its model, output tokens, its tool_use
+    /// blocks of ours as (call id, job_id input)), in order, or a user
+    /// line's tool results as (answered call id, result tokens).
+    lines: Vec<Entry>,
+}
+
+enum Entry {
+    Assistant {
+        id: String,
+        model: Option<String>,
+        output: u64,
+        calls: Vec<(String, Option<String>)>,
+    },
+    Results(Vec<(String, u64)>),
+}
+
+fn parse(text: &str) -> Parsed {
+    let mut lines = Vec::new();
     for raw in text.lines() {
         let Ok(line) = serde_json::from_str::<Line>(raw) else {
             continue;
@@ -107,42 +120,100 @@ pub fn orchestration(text: &str, job_id: &str, tool_use_id: &str) -> Orchestrati
         match line.kind.as_str() {
             "assistant" => {
                 let Some(id) = m.id.clone() else { continue };
-                for (_, later) in results.iter_mut() {
-                    later.insert(id.clone());
-                }
-                for b in m.content.blocks() {
-                    let name = b["name"].as_str().unwrap_or_default();
-                    let call = b["id"].as_str().unwrap_or_default();
-                    let concerns = b["type"] == "tool_use"
-                        && is_ours(name)
-                        && (call == tool_use_id || b["input"]["job_id"] == job_id);
-                    if concerns && ours.insert(call.to_string()) {
-                        o.calls += 1;
-                        let out = m.usage.as_ref().map_or(0, |u| u.output_tokens);
-                        let e = output.entry(id.clone()).or_default();
-                        *e = (*e).max(out);
-                        if o.model.is_none() {
-                            o.model = m.model.clone();
-                        }
-                    }
-                }
+                let calls = m
+                    .content
+                    .blocks()
+                    .iter()
+                    .filter(|b| {
+                        b["type"] == "tool_use" && is_ours(b["name"].as_str().unwrap_or_default())
+                    })
+                    .filter_map(|b| {
+                        let call = b["id"].as_str()?.to_string();
+                        Some((call, b["input"]["job_id"].as_str().map(str::to_string)))
+                    })
+                    .collect();
+                lines.push(Entry::Assistant {
+                    id,
+                    model: m.model.clone(),
+                    output: m.usage.as_ref().map_or(0, |u| u.output_tokens),
+                    calls,
+                });
             }
             "user" => {
-                for b in m.content.blocks() {
-                    let answers = b["tool_use_id"].as_str().unwrap_or_default();
-                    if b["type"] == "tool_result" && ours.contains(answers) {
+                let results: Vec<(String, u64)> = m
+                    .content
+                    .blocks()
+                    .iter()
+                    .filter(|b| b["type"] == "tool_result")
+                    .filter_map(|b| {
+                        let call = b["tool_use_id"].as_str()?.to_string();
                         let bytes = serde_json::to_vec(&b["content"]).map_or(0, |v| v.len());
-                        results.push((crate::shim::tokens_of_bytes(bytes as u64), HashSet::new()));
-                    }
+                        Some((call, crate::shim::tokens_of_bytes(bytes as u64)))
+                    })
+                    .collect();
+                if !results.is_empty() {
+                    lines.push(Entry::Results(results));
                 }
             }
             _ => {}
         }
     }
+    Parsed { lines }
+}
+
+/// The orchestration of job `job_id`, started by tool call `tool_use_id`,
+/// in a transcript's text. Lines that do not parse are passed over.
+pub fn orchestration(text: &str, job_id: &str, tool_use_id: &str) -> Orchestration {
+    of_job(&parse(text), job_id, tool_use_id)
+}
+
+fn of_job(p: &Parsed, job_id: &str, tool_use_id: &str) -> Orchestration {
+    let mut o = Orchestration::default();
+    let mut ours: HashSet<&str> = HashSet::new();
+    let mut output: HashMap<&str, u64> = HashMap::new();
+    // Distinct assistant messages so far, and for each of our results the
+    // count when it came: the messages after it carried it.
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut results: Vec<(u64, usize)> = Vec::new();
+    for e in &p.lines {
+        match e {
+            Entry::Assistant {
+                id,
+                model,
+                output: out,
+                calls,
+            } => {
+                seen.insert(id);
+                for (call, job) in calls {
+                    let concerns = call == tool_use_id || job.as_deref() == Some(job_id);
+                    if concerns && ours.insert(call) {
+                        o.calls += 1;
+                        let e = output.entry(id).or_default();
+                        *e = (*e).max(*out);
+                        if o.model.is_none() {
+                            o.model = model.clone();
+                        }
+                    }
+                }
+            }
+            Entry::Results(rs) => {
+                for (call, tokens) in rs {
+                    if ours.contains(call.as_str()) {
+                        results.push((*tokens, seen.len()));
+                    }
+                }
+            }
+        }
+    }
     o.output_tokens = output.values().sum();
-    for (tokens, later) in &results {
-        o.result_tokens += tokens;
-        o.result_reads += tokens * later.len() as u64;
+    for (tokens, at) in results {
+        // Sent only if a message came after it: written to the cache by
+        // the first, read from it by the rest.
+        let carried = (seen.len() - at) as u64;
+        if carried > 0 {
+            o.result_tokens += tokens;
+            o.result_reads += tokens * (carried - 1);
+        }
     }
     o
 }
@@ -153,10 +224,9 @@ impl Orchestration {
     /// times the input price) by the message after it, then read from the
     /// cache by the rest.
     pub fn usd(&self, price: &crate::config::prices::Price) -> f64 {
-        let rereads = self.result_reads.saturating_sub(self.result_tokens);
         (self.output_tokens as f64 * price.output
-            + self.result_tokens.min(self.result_reads) as f64 * price.input * CACHE_WRITE
-            + rereads as f64 * price.cache_read)
+            + self.result_tokens as f64 * price.input * CACHE_WRITE
+            + self.result_reads as f64 * price.cache_read)
             / 1_000_000.0
     }
 }
@@ -173,7 +243,12 @@ pub fn scan(
     since: Option<std::time::SystemTime>,
 ) -> HashMap<String, Orchestration> {
     let mut out = HashMap::new();
-    let mut pending: Vec<&(String, String)> = jobs.iter().collect();
+    // Tool call id -> job id, for the calls not found yet.
+    let mut pending: HashMap<&str, &str> =
+        jobs.iter().map(|(j, c)| (c.as_str(), j.as_str())).collect();
+    if pending.is_empty() {
+        return out;
+    }
     let Ok(dirs) = std::fs::read_dir(projects) else {
         return out;
     };
@@ -189,6 +264,7 @@ pub fn scan(
             if p.extension().is_none_or(|x| x != "jsonl") {
                 continue;
             }
+            // `DirEntry::metadata` does not follow a link.
             let fresh = match (since, f.metadata().and_then(|m| m.modified())) {
                 (Some(s), Ok(m)) => m >= s,
                 _ => true,
@@ -199,13 +275,19 @@ pub fn scan(
             let Some(text) = read_bounded(&p) else {
                 continue;
             };
-            pending.retain(|(job, call)| {
-                if !text.contains(&format!("\"id\":\"{call}\"")) {
-                    return true;
+            // One pass over the text for every `"id":"…"` it holds.
+            let here: Vec<(&str, &str)> = ids_in(&text)
+                .filter_map(|id| pending.get_key_value(id).map(|(c, j)| (*c, *j)))
+                .collect();
+            if here.is_empty() {
+                continue;
+            }
+            let parsed = parse(&text);
+            for (call, job) in here {
+                if pending.remove(call).is_some() {
+                    out.insert(job.to_string(), of_job(&parsed, job, call));
                 }
-                out.insert(job.clone(), orchestration(&text, job, call));
-                false
-            });
+            }
             if pending.is_empty() {
                 break 'all;
             }
@@ -214,19 +296,34 @@ pub fn scan(
     out
 }
 
+/// Every `"id":"…"` value in `text`.
+fn ids_in(text: &str) -> impl Iterator<Item = &str> {
+    const KEY: &str = "\"id\":\"";
+    text.match_indices(KEY).filter_map(|(i, _)| {
+        let rest = &text[i + KEY.len()..];
+        rest.find('"').map(|end| &rest[..end])
+    })
+}
+
 /// Read at most [`CAP`] bytes of a regular file (no link, no FIFO).
 pub fn read_bounded(path: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.file_type().is_file() {
+    use std::os::unix::fs::OpenOptionsExt;
+    // No link followed, no FIFO waited on; the type is checked on the
+    // handle, so nothing can be swapped in between.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.file_type().is_file() {
         return None;
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(CAP)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    f.take(CAP).read_to_end(&mut bytes).ok()?;
+    Some(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// The transcript under `projects` (Claude Code's `projects` dir) that
@@ -300,8 +397,9 @@ mod tests {
             serde_json::to_vec(&result["content"]).unwrap().len() as u64,
         );
         assert_eq!(o.result_tokens, tokens);
-        // One assistant message came after it.
-        assert_eq!(o.result_reads, tokens);
+        // One assistant message came after it: it wrote the result into
+        // the cache, and none read it again.
+        assert_eq!(o.result_reads, 0);
         // Another job's id finds nothing.
         assert_eq!(
             orchestration(REAL, "20261202-000000-00000000", "toolu_other"),
