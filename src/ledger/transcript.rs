@@ -249,50 +249,21 @@ pub fn scan(
     if pending.is_empty() {
         return out;
     }
-    let Ok(dirs) = std::fs::read_dir(projects) else {
-        return out;
-    };
-    'all: for d in dirs.flatten() {
-        if !d.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(files) = std::fs::read_dir(d.path()) else {
-            continue;
-        };
-        for f in files.flatten() {
-            let p = f.path();
-            if p.extension().is_none_or(|x| x != "jsonl") {
-                continue;
-            }
-            // `DirEntry::metadata` does not follow a link.
-            let fresh = match (since, f.metadata().and_then(|m| m.modified())) {
-                (Some(s), Ok(m)) => m >= s,
-                _ => true,
-            };
-            if !fresh {
-                continue;
-            }
-            let Some(text) = read_bounded(&p) else {
-                continue;
-            };
-            // One pass over the text for every `"id":"…"` it holds.
-            let here: Vec<(&str, &str)> = ids_in(&text)
-                .filter_map(|id| pending.get_key_value(id).map(|(c, j)| (*c, *j)))
-                .collect();
-            if here.is_empty() {
-                continue;
-            }
-            let parsed = parse(&text);
+    walk(projects, since, |_, text| {
+        // One pass over the text for every `"id":"…"` it holds.
+        let here: Vec<(&str, &str)> = ids_in(text)
+            .filter_map(|id| pending.get_key_value(id).map(|(c, j)| (*c, *j)))
+            .collect();
+        if !here.is_empty() {
+            let parsed = parse(text);
             for (call, job) in here {
                 if pending.remove(call).is_some() {
                     out.insert(job.to_string(), of_job(&parsed, job, call));
                 }
             }
-            if pending.is_empty() {
-                break 'all;
-            }
         }
-    }
+        !pending.is_empty()
+    });
     out
 }
 
@@ -327,14 +298,33 @@ pub fn read_bounded(path: &Path) -> Option<String> {
 }
 
 /// The transcript under `projects` (Claude Code's `projects` dir) that
-/// holds tool call `tool_use_id`, and its text. Looks one level of project
-/// dirs down, at `*.jsonl` regular files only.
+/// holds tool call `tool_use_id`, and its text.
 pub fn find(projects: &Path, tool_use_id: &str) -> Option<(PathBuf, String)> {
     let needle = format!("\"id\":\"{tool_use_id}\"");
-    let dirs = std::fs::read_dir(projects).ok()?;
+    let mut found = None;
+    walk(projects, None, |p, text| {
+        if text.contains(&needle) {
+            found = Some((p.to_path_buf(), text.to_string()));
+            return false;
+        }
+        true
+    });
+    found
+}
+
+/// Each regular `*.jsonl` file one project dir down under `projects`
+/// (written since `since`, if given), read with [`read_bounded`], until
+/// `each` says stop.
+fn walk(
+    projects: &Path,
+    since: Option<std::time::SystemTime>,
+    mut each: impl FnMut(&Path, &str) -> bool,
+) {
+    let Ok(dirs) = std::fs::read_dir(projects) else {
+        return;
+    };
     for d in dirs.flatten() {
-        let Ok(ft) = d.file_type() else { continue };
-        if !ft.is_dir() {
+        if !d.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let Ok(files) = std::fs::read_dir(d.path()) else {
@@ -345,14 +335,21 @@ pub fn find(projects: &Path, tool_use_id: &str) -> Option<(PathBuf, String)> {
             if p.extension().is_none_or(|x| x != "jsonl") {
                 continue;
             }
+            // `DirEntry::metadata` does not follow a link.
+            let fresh = match (since, f.metadata().and_then(|m| m.modified())) {
+                (Some(s), Ok(m)) => m >= s,
+                _ => true,
+            };
+            if !fresh {
+                continue;
+            }
             if let Some(text) = read_bounded(&p)
-                && text.contains(&needle)
+                && !each(&p, &text)
             {
-                return Some((p, text));
+                return;
             }
         }
     }
-    None
 }
 
 /// Claude Code's `projects` dir: `$CLAUDE_CONFIG_DIR/projects`, else

@@ -65,6 +65,18 @@ fn delegate_and_wait() -> script::Script {
     })
 }
 
+/// The fake (both models) and a session's dirs and config for it.
+async fn fake_session() -> (fake_llama::FakeLlama, Session) {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 131072,
+        ..Default::default()
+    })
+    .await;
+    let s = session(fake.url());
+    (fake, s)
+}
+
 struct Session {
     _tmp: tempfile::TempDir,
     home: std::path::PathBuf,
@@ -142,13 +154,7 @@ fn job_records(state: &std::path::Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interactive_claude_code_gets_the_job_result_as_a_task_without_wait_job() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 131072,
-        ..Default::default()
-    })
-    .await;
-    let s = session(fake.url());
+    let (fake, s) = fake_session().await;
     fake.set_script(top_level_and_delegate(s.done.clone()));
     let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/drive_pty.py");
     let out = tokio::process::Command::new("python3")
@@ -252,13 +258,7 @@ async fn print_mode(s: &Session, fake_url: &str) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn print_mode_claude_code_gets_the_plain_job_reply() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 131072,
-        ..Default::default()
-    })
-    .await;
-    let s = session(fake.url());
+    let (fake, s) = fake_session().await;
     fake.set_script(top_level_and_delegate(s.done.clone()));
     let out = print_mode(&s, fake.url()).await;
     let events = String::from_utf8_lossy(&out.stdout);
@@ -276,13 +276,7 @@ async fn print_mode_claude_code_gets_the_plain_job_reply() {
 /// the assistant turn's `usage`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_knows_the_tool_call_that_started_it() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 131072,
-        ..Default::default()
-    })
-    .await;
-    let s = session(fake.url());
+    let (fake, s) = fake_session().await;
     fake.set_script(top_level_and_delegate(s.done.clone()));
     let out = print_mode(&s, fake.url()).await;
     let jobs = job_records(&s.state);
@@ -347,13 +341,7 @@ async fn a_job_knows_the_tool_call_that_started_it() {
 /// transcript: gross only, and said so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn savings_subtracts_what_the_delegating_sessions_spent() {
-    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-        alias: "gemma3-270m".into(),
-        n_ctx: 131072,
-        ..Default::default()
-    })
-    .await;
-    let s = session(fake.url());
+    let (fake, s) = fake_session().await;
     fake.set_script(delegate_and_wait());
     for _ in 0..2 {
         print_mode(&s, fake.url()).await;
