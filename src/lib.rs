@@ -24,6 +24,7 @@
 //! - [`fmt`]: number formatting for sentences.
 //! - [`ledger`]: tokens kept local and their list-price equivalent.
 //! - [`eval`]: which served model can do the work (`localagents eval`).
+//! - [`ui`]: the local page that shows endpoints, jobs and savings (`localagents ui`).
 
 pub mod api;
 pub mod cli;
@@ -48,4 +49,5 @@ pub mod session_start;
 pub mod setup;
 pub mod shim;
 pub mod signals;
+pub mod ui;
 pub mod worktree;

@@ -127,6 +127,48 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Open a file to read, never through a symlink, never blocking on a FIFO,
+/// and only if it is a regular file; every refusal names the path.
+fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(named)?;
+    let meta = f.metadata().map_err(named)?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok((f, meta))
+}
+
+/// The last `max` bytes of a file (all of it when smaller), cut to start on
+/// a whole line, and the file's size: a log page without reading the whole
+/// log. The same refusals as [`read_capped`].
+pub fn read_tail(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let (mut f, meta) = open_regular(path)?;
+    let len = meta.len();
+    let start = len.saturating_sub(max);
+    f.seek(SeekFrom::Start(start))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let mut out = Vec::with_capacity((len - start) as usize);
+    f.take(max)
+        .read_to_end(&mut out)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    if start > 0 {
+        // The first line is a piece of one: drop it.
+        let cut = memchr::memchr(b'\n', &out).map_or(out.len(), |i| i + 1);
+        out.drain(..cut);
+    }
+    Ok((out, len))
+}
+
 /// Read a whole file of at most `cap` bytes, never through a symlink and
 /// never from anything but a regular file (a FIFO would block, a device
 /// would never end). Each refusal names the path.
@@ -165,4 +207,29 @@ pub fn read_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tail_starts_on_a_whole_line_and_refuses_links_and_fifos() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("log");
+        std::fs::write(&f, "one\ntwo\nthree\n").unwrap();
+        assert_eq!(
+            read_tail(&f, 100).unwrap(),
+            (b"one\ntwo\nthree\n".to_vec(), 14)
+        );
+        assert_eq!(read_tail(&f, 8).unwrap(), (b"three\n".to_vec(), 14));
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        assert!(read_tail(&link, 100).is_err());
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_tail(&fifo, 100).unwrap_err();
+        assert!(e.to_string().contains("is not a regular file"), "{e}");
+    }
 }

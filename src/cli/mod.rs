@@ -71,6 +71,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A local web page of endpoints, jobs and savings; prints its URL (127.0.0.1, with a token) and opens nothing.
+    Ui {
+        /// The port (0: a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
     /// List jobs, newest first.
     Jobs {
         /// Print JSON.
@@ -407,6 +413,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Review(args) => commands::complete::review(ctx, args).await,
         Command::Eval(args) => commands::eval::run(ctx, args).await,
         Command::Savings { since, json } => commands::savings::run(&ctx, since, json),
+        Command::Ui { port } => commands::ui::run(ctx, port).await,
         Command::Hook(HookCommand::PromptSubmit) => commands::hook::prompt_submit(&ctx),
         Command::Hook(HookCommand::SessionStart) => commands::hook::session_start(&ctx).await,
         Command::Setup { root } => commands::setup::setup(&ctx, root.as_deref()),

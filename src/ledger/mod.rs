@@ -168,9 +168,55 @@ pub struct Savings {
     /// session was found and every completion (what delegating saved).
     pub net_usd: Option<f64>,
     pub by_model: Vec<Row>,
+    /// Per calendar week (Monday to Sunday, UTC), oldest first; only weeks
+    /// with work.
+    pub by_week: Vec<Period>,
+    /// Per day (UTC), oldest first; only days with work.
+    pub by_day: Vec<Period>,
     pub meaning: &'static str,
     /// How the net figure is computed.
     pub net_meaning: &'static str,
+}
+
+/// One day or week of the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Period {
+    /// Its first day, `YYYY-MM-DD` (UTC; a week starts on Monday).
+    pub start: String,
+    pub jobs: u64,
+    pub completions: u64,
+    pub tokens: Tokens,
+    /// Gross: the list-price equivalent of its local tokens.
+    pub equivalent_usd: Option<f64>,
+    /// Claude's own cost for delegating its jobs (found transcripts only).
+    pub orchestration_usd: Option<f64>,
+    /// As [`Savings::net_usd`], over this period.
+    pub net_usd: Option<f64>,
+    /// Its jobs counted gross only (no session transcript found).
+    pub jobs_without_transcript: u64,
+}
+
+/// What a period adds up while the ledger is read.
+#[derive(Default)]
+struct PeriodSum {
+    jobs: u64,
+    completions: u64,
+    tokens: Tokens,
+    covered: Tokens,
+    orchestration: Orchestrated,
+}
+
+/// The day an RFC 3339 time falls on, in UTC.
+fn day_of(ts: &str) -> Option<chrono::NaiveDate> {
+    chrono::DateTime::parse_from_rfc3339(ts)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc).date_naive())
+}
+
+/// The Monday of a day's week.
+fn week_of(d: chrono::NaiveDate) -> chrono::NaiveDate {
+    use chrono::Datelike;
+    d - chrono::Duration::days(i64::from(d.weekday().num_days_from_monday()))
 }
 
 /// How the net figure is computed, in one sentence.
@@ -197,9 +243,14 @@ fn after(ts: &str, cutoff: Option<chrono::DateTime<chrono::Utc>>) -> bool {
     }
 }
 
-/// A row, its usage, and for a job its id and the tool call that started
-/// it (`None`: a completion).
-type Found = (usize, Usage, Option<(String, Option<String>)>);
+/// A row, its usage, for a job its id and the tool call that started it
+/// (`None`: a completion), and its day.
+type Found = (
+    usize,
+    Usage,
+    Option<(String, Option<String>)>,
+    Option<chrono::NaiveDate>,
+);
 
 /// Add up the jobs and completions under `state_dir` since `since`, and
 /// what their delegating sessions spent, from the transcripts under
@@ -253,6 +304,7 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
             row(&b.served_id, &b.endpoint),
             usage,
             Some((id.clone(), b.tool_use_id.clone())),
+            day_of(&b.created),
         ));
     }
     if let Ok(text) = std::fs::read_to_string(state_dir.join("complete/completions.jsonl")) {
@@ -261,13 +313,13 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
                 continue;
             };
             if let (true, Some(r)) = (after(&d.ts, cutoff), d.result) {
-                found.push((row(&d.model, &d.endpoint), r.usage, None));
+                found.push((row(&d.model, &d.endpoint), r.usage, None, day_of(&d.ts)));
             }
         }
     }
     let calls: Vec<(String, String)> = found
         .iter()
-        .filter_map(|(_, _, j)| match j {
+        .filter_map(|(_, _, j, _)| match j {
             Some((id, Some(call))) => Some((id.clone(), call.clone())),
             _ => None,
         })
@@ -281,14 +333,29 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
     // Per row: the gross of what the net covers (found jobs and completions).
     let mut covered: Vec<Tokens> = vec![Tokens::default(); rows.len()];
     let mut covered_all = Tokens::default();
-    for (i, u, job) in found {
+    let mut days: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum> = Default::default();
+    let mut weeks: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum> = Default::default();
+    for (i, u, job, day) in found {
         let r = &mut rows[i];
         r.tokens.add(&u);
         tokens.add(&u);
+        let mut periods: Vec<&mut PeriodSum> = match day {
+            Some(d) => vec![
+                days.entry(d).or_default(),
+                weeks.entry(week_of(d)).or_default(),
+            ],
+            None => Vec::new(),
+        };
+        for p in periods.iter_mut() {
+            p.tokens.add(&u);
+        }
         match job {
             Some((id, _)) => {
                 r.jobs += 1;
                 jobs += 1;
+                for p in periods.iter_mut() {
+                    p.jobs += 1;
+                }
                 match orchestrations.get(&id) {
                     Some(o) => {
                         let usd = orchestration_usd(config, o);
@@ -296,10 +363,17 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
                         all.add(o, usd);
                         covered[i].add(&u);
                         covered_all.add(&u);
+                        for p in periods.iter_mut() {
+                            p.orchestration.add(o, usd);
+                            p.covered.add(&u);
+                        }
                     }
                     None => {
                         r.orchestration.jobs_without_transcript += 1;
                         all.jobs_without_transcript += 1;
+                        for p in periods.iter_mut() {
+                            p.orchestration.jobs_without_transcript += 1;
+                        }
                     }
                 }
             }
@@ -308,6 +382,10 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
                 completions += 1;
                 covered[i].add(&u);
                 covered_all.add(&u);
+                for p in periods.iter_mut() {
+                    p.completions += 1;
+                    p.covered.add(&u);
+                }
             }
         }
     }
@@ -321,6 +399,24 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
         r.net_usd = net(c, &r.orchestration);
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.tokens.total()));
+    let periods = |m: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum>| -> Vec<Period> {
+        m.into_iter()
+            .map(|(d, p)| Period {
+                start: d.format("%Y-%m-%d").to_string(),
+                jobs: p.jobs,
+                completions: p.completions,
+                tokens: p.tokens,
+                equivalent_usd: p.tokens.usd(config),
+                orchestration_usd: if p.orchestration.jobs == 0 {
+                    Some(0.0)
+                } else {
+                    p.orchestration.usd
+                },
+                net_usd: net(&p.covered, &p.orchestration),
+                jobs_without_transcript: p.orchestration.jobs_without_transcript,
+            })
+            .collect()
+    };
     Savings {
         since: since.to_string(),
         reference_model: config.defaults.reference_model.clone(),
@@ -331,6 +427,8 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
         net_usd: net(&covered_all, &all),
         orchestration: all,
         by_model: rows,
+        by_week: periods(weeks),
+        by_day: periods(days),
         meaning: MEANING,
         net_meaning: NET_MEANING,
     }
@@ -426,6 +524,17 @@ mod tests {
     }
 
     #[test]
+    fn a_week_starts_on_monday() {
+        let d = |s: &str| chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
+        // 2026-12-03 is a Thursday.
+        assert_eq!(week_of(d("2026-12-03")), d("2026-11-30"));
+        assert_eq!(week_of(d("2026-11-30")), d("2026-11-30"));
+        assert_eq!(week_of(d("2026-12-06")), d("2026-11-30"));
+        assert_eq!(day_of("2026-12-03T23:30:00-02:00"), Some(d("2026-12-04")));
+        assert_eq!(day_of("garbage"), None);
+    }
+
+    #[test]
     fn a_loss_reads_as_one() {
         assert_eq!(dollars(-0.5), "-$0.50");
         assert_eq!(dollars(-0.0042), "-$0.0042");
@@ -449,6 +558,8 @@ mod tests {
             orchestration: Orchestrated::default(),
             net_usd: Some(4.2),
             by_model: Vec::new(),
+            by_week: Vec::new(),
+            by_day: Vec::new(),
             meaning: MEANING,
             net_meaning: NET_MEANING,
         };

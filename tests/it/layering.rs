@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("session_start", 7),
     ("setup", 8),
     ("mcp", 8),
+    ("ui", 8),
     ("cli", 9),
 ];
 

@@ -62,6 +62,26 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
     assert_eq!(s["by_model"][0]["endpoint"], "box");
     assert_eq!(s["by_model"][0]["jobs"], 2);
     assert!(s["meaning"].as_str().unwrap().contains("not a bill"));
+    // Per week and per day: both jobs ran today, in this week (UTC).
+    let today = chrono::Utc::now().date_naive();
+    let monday = today
+        - chrono::Duration::days(i64::from(
+            chrono::Datelike::weekday(&today).num_days_from_monday(),
+        ));
+    for (key, start) in [("by_week", monday), ("by_day", today)] {
+        let p = &s[key];
+        assert_eq!(p.as_array().map(Vec::len), Some(1), "{key}: {s}");
+        assert_eq!(p[0]["start"], start.format("%Y-%m-%d").to_string(), "{p}");
+        assert_eq!(p[0]["jobs"], 2, "{p}");
+        assert_eq!(p[0]["tokens"], s["tokens"], "{p}");
+        assert_eq!(p[0]["equivalent_usd"], s["equivalent_usd"], "{p}");
+    }
+    let out = localagents(&e, &["savings"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("week of {}  2 jobs", monday.format("%Y-%m-%d"))),
+        "{text}"
+    );
 
     // Each job carries its own figure; the hook line says it.
     let rec: Value = serde_json::from_slice(

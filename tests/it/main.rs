@@ -28,3 +28,4 @@ mod swap;
 mod tasks;
 mod transport;
 mod trust;
+mod ui;

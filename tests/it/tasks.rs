@@ -445,6 +445,11 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
         (net - (gross_covered - cost)).abs() < 0.0002,
         "net {net} vs {gross_covered} - {cost}: {sv:#}"
     );
+    // Per week: every job ran this week, so its one row is the total.
+    let week = &sv["by_week"][0];
+    assert_eq!(sv["by_week"].as_array().map(Vec::len), Some(1), "{sv:#}");
+    assert_eq!(week["net_usd"], sv["net_usd"], "{sv:#}");
+    assert_eq!(week["orchestration_usd"], o["usd"], "{sv:#}");
     let text = String::from_utf8_lossy(&run(&["savings"]).stdout).to_string();
     assert!(
         text.contains("(1 job without a session transcript counted gross)"),

@@ -13,3 +13,4 @@ pub mod setup;
 pub mod shim;
 pub mod status;
 pub mod trust;
+pub mod ui;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod bench;
+pub mod browser;
 pub mod claude;
 pub mod fake_llama;
 pub mod fake_swap;

@@ -1,0 +1,224 @@
+//! A real headless Chromium, driven over the DevTools protocol on a pipe
+//! (`--remote-debugging-pipe`: Chromium reads commands on fd 3 and writes
+//! answers on fd 4, each a JSON message ended by a NUL byte), so a test can
+//! open a page and ask its live DOM, and wait for a condition there instead
+//! of a clock. `--dump-dom` cannot: it dumps at load, before any live
+//! update. Screenshots use Chromium's own `--screenshot`.
+//!
+//! Chromium comes from Debian's `chromium` package (.ci/run installs it).
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The Chromium binary, when there is one.
+pub fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LOCALAGENTS_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|n| {
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .map(move |d| d.join(n))
+                .collect::<Vec<_>>()
+        })
+        .find(|p| p.is_file())
+}
+
+/// The Chromium binary; under CI its absence fails the test, elsewhere the
+/// test says it is skipped (`None`).
+pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    let c = chromium();
+    if c.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: chromium is not installed; .ci/run installs Debian's chromium"
+        );
+        eprintln!("{test}: SKIPPED: no chromium on PATH (apt-get install chromium)");
+    }
+    c
+}
+
+const FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--mute-audio",
+];
+
+/// `chromium --screenshot` of `url`, `width`×`height`, into `png`.
+pub fn screenshot(bin: &Path, url: &str, png: &Path, width: u32, height: u32) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(bin)
+        .args(FLAGS)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && png.is_file(),
+        "chromium --screenshot {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One Chromium with one page open.
+pub struct Browser {
+    child: Child,
+    to: std::fs::File,
+    from: mpsc::Receiver<Value>,
+    next_id: u64,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors, which we own from here.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+impl Browser {
+    /// Start Chromium and open `url`.
+    pub fn open(bin: &Path, url: &str) -> Browser {
+        use std::os::fd::AsRawFd;
+        let profile = tempfile::tempdir().unwrap();
+        let (cmd_r, cmd_w) = pipe(); // we write commands, Chromium reads fd 3
+        let (ans_r, ans_w) = pipe(); // Chromium writes fd 4, we read
+        let (r3, w4) = (cmd_r.as_raw_fd(), ans_w.as_raw_fd());
+        let mut c = Command::new(bin);
+        c.args(FLAGS)
+            .arg("--remote-debugging-pipe")
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: dup2 is async-signal-safe; it puts the pipe ends on the
+        // fds the protocol names (dup2 clears their close-on-exec flag).
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(r3, 3) < 0 || libc::dup2(w4, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = c.spawn().expect("start chromium");
+        drop((cmd_r, ans_w));
+        let (tx, rx) = mpsc::channel();
+        let mut reader = std::fs::File::from(ans_r);
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            loop {
+                let n = match reader.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(i) = buf.iter().position(|b| *b == 0) {
+                    let msg: Vec<u8> = buf.drain(..=i).collect();
+                    if let Ok(v) = serde_json::from_slice::<Value>(&msg[..msg.len() - 1])
+                        && tx.send(v).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        let mut b = Browser {
+            child,
+            to: std::fs::File::from(cmd_w),
+            from: rx,
+            next_id: 0,
+            session: String::new(),
+            _profile: profile,
+        };
+        let target = b.call(None, "Target.createTarget", json!({"url": url}));
+        let target_id = target["targetId"]
+            .as_str()
+            .expect("a target id")
+            .to_string();
+        let attached = b.call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target_id, "flatten": true}),
+        );
+        b.session = attached["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        b
+    }
+
+    /// Send a command and wait for its answer (60 s at most).
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        let mut bytes = serde_json::to_vec(&msg).unwrap();
+        bytes.push(0);
+        self.to.write_all(&bytes).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self
+                .from
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("chromium: no answer to {method}: {e}"));
+            if v["id"] == id {
+                assert!(v["error"].is_null(), "chromium: {method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    pub fn eval(&mut self, expr: &str) -> Value {
+        let session = self.session.clone();
+        let r = self.call(
+            Some(&session),
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Wait until `expr` is true in the page; panics naming `what` after
+    /// `limit`.
+    pub fn wait_for(&mut self, what: &str, expr: &str, limit: Duration) {
+        let t = Instant::now();
+        loop {
+            if self.eval(expr) == json!(true) {
+                return;
+            }
+            assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
