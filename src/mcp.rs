@@ -188,7 +188,7 @@ pub struct ListJobsParams {
     #[serde(default)]
     #[schemars(with = "Option<Status>")]
     pub status: Option<String>,
-    /// How many, newest first (default 20).
+    /// How many, newest first (default 20, at most 200).
     #[serde(default)]
     pub limit: Option<usize>,
 }
@@ -497,7 +497,7 @@ impl Server {
     async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> ToolResult<JobList> {
         let status = api::parse_arg(p.status.as_deref().filter(|s| !s.trim().is_empty()))?;
         let limit = p.limit.unwrap_or(api::DEFAULT_LIST_LIMIT);
-        api::list_jobs(&self.manager, status, limit).map(Reply)
+        api::list_jobs(&self.manager, status, limit, api::MAX_LIST_LIMIT).map(Reply)
     }
 
     /// A page of a job's transcript, request log or raw events.
@@ -838,7 +838,11 @@ mod tests {
             ("wait_job", format!("up to timeout_s (max {wait})")),
             (
                 "list_jobs",
-                format!("(default {})", api::DEFAULT_LIST_LIMIT),
+                format!(
+                    "(default {}, at most {})",
+                    api::DEFAULT_LIST_LIMIT,
+                    api::MAX_LIST_LIMIT
+                ),
             ),
             ("job_log", format!("(default {})", api::DEFAULT_TAIL_LINES)),
             ("job_diff", format!("(default {})", api::DEFAULT_DIFF_BYTES)),

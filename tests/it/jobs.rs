@@ -1019,3 +1019,40 @@ async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
     assert_eq!(v["status"], "succeeded", "{v}");
     c.cancel().await.unwrap();
 }
+
+/// Issue 26 (#11): `localagents jobs --limit N` lists N jobs, past the 200
+/// it stopped at without a word; `list_jobs` over MCP stops at its cap
+/// (a tool result is read into Claude's context) and says where.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_limit_is_honoured_and_the_tools_cap_says_where_it_stops() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    for n in 0..250u32 {
+        crate::support::write_job_record(&e.state, &format!("20261201-000000-{n:08x}"));
+    }
+    let v = localagents_json(&e, &["jobs", "--json", "--limit", "1000"]).await;
+    assert_eq!(v["count"], 250, "every job listed");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 250);
+    assert_eq!(v["truncated"], false, "{}", v["note"]);
+    assert_eq!(
+        v["jobs"][0]["id"], "20261201-000000-000000f9",
+        "newest first"
+    );
+    let out = localagents(&e, &["jobs", "--limit", "1000"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 250);
+    // Fewer asked than there are: the list says more are there.
+    let v = localagents_json(&e, &["jobs", "--json", "--limit", "10"]).await;
+    assert_eq!(v["count"], 10);
+    assert_eq!(v["truncated"], true);
+
+    let c = serve(&e, None).await;
+    let (err, v) = call(&c, "list_jobs", json!({"limit": 1000})).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["count"], 200, "{}", v["note"]);
+    assert_eq!(v["truncated"], true);
+    let note = v["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("the newest 200 jobs") && note.contains("localagents jobs --limit 1000"),
+        "{note}"
+    );
+}
