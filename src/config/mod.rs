@@ -61,6 +61,14 @@ pub enum ConfigError {
     /// The top level is not a mapping, or a section is not a mapping.
     #[error("{path}: {message}; see models.example.yaml for the layout")]
     Shape { path: PathBuf, message: String },
+    /// The lock beside the sidecar could not be taken.
+    #[error(
+        "cannot lock {path} to update the config beside it ({source}); check that its directory is writable by you"
+    )]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// `--config` / `LOCALAGENTS_CONFIG` names a file that does not exist.
     #[error(
         "config file {path} (from {origin}) does not exist; create it from models.example.yaml or point {origin} elsewhere"
@@ -382,13 +390,20 @@ pub fn set_trusted(sidecar: &Path, dir: &Path, trusted: bool) -> Result<bool, Co
 }
 
 /// Read the sidecar (or start empty), change its top-level mapping, write
-/// it back atomically. A sidecar that does not parse is left alone and
-/// reported, so nothing is lost.
+/// it back atomically, all under the lock beside it
+/// ([`crate::paths::lock_beside`]), so two writers at once (a
+/// `register_endpoint` and a `localagents trust`, in any processes) each
+/// keep the other's update. A sidecar that does not parse is left alone
+/// and reported, so nothing is lost.
 fn edit_sidecar(
     sidecar: &Path,
     writer: &str,
     change: impl FnOnce(&mut Mapping),
 ) -> Result<(), ConfigError> {
+    let _lock = crate::paths::lock_beside(sidecar).map_err(|source| ConfigError::Lock {
+        path: crate::paths::lock_path(sidecar),
+        source,
+    })?;
     let mut root = if sidecar.exists() {
         let text = std::fs::read_to_string(sidecar).map_err(|source| ConfigError::Read {
             path: sidecar.to_path_buf(),

@@ -288,3 +288,107 @@ fn sidecar_write_keeps_other_entries_and_refuses_a_broken_sidecar() {
         "nothing lost"
     );
 }
+
+/// Issue 26 (#4): `register_endpoint` and `trust` read, change and write
+/// the user sidecar; done at once, each keeps the others' updates (a lock
+/// beside the sidecar serialises them). Rounds of 12 threads, 6 through
+/// each public function the API calls, released together.
+#[test]
+fn concurrent_sidecar_updates_keep_every_update() {
+    let tmp = tempfile::tempdir().unwrap();
+    for round in 0..20 {
+        let side = tmp
+            .path()
+            .join(format!("r{round}"))
+            .join("models.local.yaml");
+        write(&side, "defaults:\n  max_turns: 7\n");
+        let go = std::sync::Arc::new(std::sync::Barrier::new(12));
+        let threads: Vec<_> = (0..12)
+            .map(|i| {
+                let (side, go) = (side.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    if i % 2 == 0 {
+                        config::set_trusted(
+                            &side,
+                            &Path::new("/projects").join(format!("p{i}")),
+                            true,
+                        )
+                        .map(|_| ())
+                    } else {
+                        let mut entry = serde_yaml_ng::Mapping::new();
+                        entry.insert(
+                            "base_url".into(),
+                            format!("http://127.0.0.1:{}", 9000 + i).into(),
+                        );
+                        config::write_sidecar_endpoint(&side, &format!("ep{i}"), entry)
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        let text = fs::read_to_string(&side).unwrap();
+        let lost: Vec<String> = (0..12)
+            .map(|i| {
+                if i % 2 == 0 {
+                    format!("/projects/p{i}")
+                } else {
+                    format!("ep{i}:")
+                }
+            })
+            .filter(|want| !text.contains(want.as_str()))
+            .collect();
+        assert!(lost.is_empty(), "round {round}: lost {lost:?}:\n{text}");
+        assert!(text.contains("max_turns: 7"), "{text}");
+    }
+}
+
+/// The same across processes: 12 `localagents trust DIR` at once, each
+/// its own process, keep all 12 projects in the user sidecar.
+#[test]
+fn concurrent_trust_processes_keep_every_project() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let dirs: Vec<_> = (0..12)
+        .map(|i| tmp.path().join(format!("proj{i}")))
+        .collect();
+    for d in &dirs {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::create_dir_all(&home).unwrap();
+    let children: Vec<_> = dirs
+        .iter()
+        .map(|d| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+                .arg("trust")
+                .arg(d)
+                .env("HOME", &home)
+                .env_remove("XDG_CONFIG_HOME")
+                .env_remove("LOCALAGENTS_CONFIG")
+                .current_dir(tmp.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let side = home.join(".config/localagents/models.local.yaml");
+    let text = fs::read_to_string(&side).unwrap();
+    for d in &dirs {
+        let shown = d.canonicalize().unwrap().display().to_string();
+        assert!(
+            text.contains(&format!("{shown}\n")),
+            "lost {shown}:\n{text}"
+        );
+    }
+}
