@@ -1056,3 +1056,76 @@ async fn jobs_limit_is_honoured_and_the_tools_cap_says_where_it_stops() {
         "{note}"
     );
 }
+
+/// The text blocks of every user message the fake was sent, joined.
+fn user_texts(bodies: &[Value]) -> Vec<String> {
+    bodies
+        .iter()
+        .flat_map(|b| b["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_string))
+                .collect(),
+            _ => vec![],
+        })
+        .collect()
+}
+
+/// Issue 26 (#7): a brief over 128 KiB (the kernel's cap on one argv
+/// string) reaches the delegate whole, on its stdin, instead of failing
+/// with "Argument list too long"; one over 1 MiB is refused at start with
+/// a sentence, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::text("done"));
+    let e = env_for(fake.url());
+    git_init(&e.work);
+    let c = serve(&e, None).await;
+    let mut task = String::from("Reply with the word done. The notes below need nothing.\n");
+    let mut i = 0;
+    while task.len() < 200_000 {
+        task.push_str(&format!("note {i}: nothing to do here.\n"));
+        i += 1;
+    }
+    task.push_str("END OF THE BRIEF");
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": task, "model": "gemma-3-270m", "isolation": "none", "wait_s": 60}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert!(
+        user_texts(&fake.bodies()).iter().any(|t| t.contains(&task)),
+        "the delegate's first message holds the whole {} byte brief",
+        task.len()
+    );
+
+    let sent = fake.bodies().len();
+    let jobs = std::fs::read_dir(e.state.join("jobs")).unwrap().count();
+    let big = "x".repeat(1024 * 1024 + 1);
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": big, "model": "gemma-3-270m"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let msg = v.as_str().unwrap_or_default();
+    assert!(
+        msg.contains("the task is 1,025 KiB; a brief may be at most 1,024 KiB (1 MiB)"),
+        "{v}"
+    );
+    assert_eq!(fake.bodies().len(), sent, "nothing was sent");
+    assert_eq!(
+        std::fs::read_dir(e.state.join("jobs")).unwrap().count(),
+        jobs,
+        "no job was made"
+    );
+    c.cancel().await.unwrap();
+}
