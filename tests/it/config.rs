@@ -392,3 +392,109 @@ fn concurrent_trust_processes_keep_every_project() {
         );
     }
 }
+
+/// Issue 26 (#3): a project's models.yaml nested deeper than the cap is
+/// refused by a byte scan before it is parsed (the YAML parser took
+/// quadratic time on 40,000 `[`: 15.9 s for `status`), with a sentence
+/// naming the file and the cap; so is a file over 1 MiB. An unchanged bad
+/// file is refused from the cache.
+#[test]
+fn a_deeply_nested_or_huge_project_file_is_refused_before_it_is_parsed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let user = tmp.path().join("user");
+    let proj = tmp.path().join("proj");
+    let file = proj.join("models.yaml");
+    // Past serde_yaml_ng's own recursion limit (128), so the parser, if it
+    // ran, would say something else.
+    write(
+        &file,
+        &format!("a: {}{}\n", "[".repeat(200), "]".repeat(200)),
+    );
+    for _ in 0..2 {
+        let err = config::load(&discovery(&user, &proj)).unwrap_err();
+        assert!(matches!(err, ConfigError::TooDeep { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:1: nested more than 64 levels deep, over the cap for a config file, so it was not parsed: flatten it",
+                file.display()
+            )
+        );
+    }
+    // Block style counts too.
+    let deep: String = (0..70)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect();
+    write(&file, &deep);
+    let err = config::load(&discovery(&user, &proj)).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::TooDeep { line: 65, .. }),
+        "{err}"
+    );
+    // Over 1 MiB: refused before it is read.
+    write(
+        &file,
+        &format!(
+            "models:\n  a:\n    notes: \"{}\"\n",
+            "x".repeat(1024 * 1024)
+        ),
+    );
+    let err = config::load(&discovery(&user, &proj)).unwrap_err();
+    assert!(matches!(err, ConfigError::TooBig { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{} is 1,025 KiB, over the 1,024 KiB (1 MiB) cap for a config file",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+/// The same through the binary, with the 80 KB file of the report:
+/// `localagents status` in the project answers with the sentence, and the
+/// SessionStart hook says it in one line and exits 0.
+#[test]
+fn status_and_the_session_start_hook_refuse_an_80_kb_nested_project_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, proj, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("proj"),
+        tmp.path().join("state"),
+    );
+    fs::create_dir_all(&home).unwrap();
+    write(
+        &proj.join("models.yaml"),
+        &format!("a: {}{}\n", "[".repeat(40_000), "]".repeat(40_000)),
+    );
+    let run = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("LOCALAGENTS_CONFIG")
+            .current_dir(&proj)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let want = format!(
+        "{}:1: nested more than 64 levels deep, over the cap for a config file, so it was not parsed: flatten it",
+        proj.join("models.yaml").display()
+    );
+    let out = run(&["status"], "");
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&want), "{err}");
+    let input = serde_json::json!({"session_id": "s", "cwd": proj, "hook_event_name": "SessionStart", "source": "startup"});
+    let out = run(&["hook", "session-start"], &input.to_string());
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("nested more than 64 levels deep"), "{said}");
+}
