@@ -114,7 +114,7 @@ pub struct RegisterEndpointParams {
 /// Arguments of `run_agent`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunAgentParams {
-    /// The brief: a self-contained task with the files, the interface, the acceptance command and the constraints. The delegate sees only this.
+    /// The brief: a self-contained task with the files, the interface, the acceptance command and the constraints. The delegate sees only this. At most 1 MiB: name long material by its path instead.
     pub task: String,
     /// Model name from list_models (menu name, served id, or a fuzzy name like `qwen3.8-27b`). Default: defaults.model, else the first served model.
     #[serde(default)]
@@ -832,6 +832,13 @@ mod tests {
                 format!(
                     "Fix rounds after a failed acceptance (default {}",
                     d.fix_rounds
+                ),
+            ),
+            (
+                "run_agent",
+                format!(
+                    "At most {} MiB: name long material",
+                    crate::jobs::plan::MAX_TASK_BYTES / (1024 * 1024)
                 ),
             ),
             ("wait_job", format!("(default {wait}, the maximum)")),
