@@ -29,6 +29,9 @@ pub use crate::registry::{ResolveError, Target, resolve_target};
 pub use crate::jobs::manager::MAX_WAIT;
 /// `list_jobs` default page.
 pub const DEFAULT_LIST_LIMIT: usize = 20;
+/// The most jobs one `list_jobs` tool result lists (its result is read
+/// into Claude's context); `localagents jobs --limit N` has no cap.
+pub const MAX_LIST_LIMIT: usize = 200;
 /// `job_log` default page.
 pub const DEFAULT_TAIL_LINES: usize = 80;
 /// `job_diff` default page.
@@ -373,20 +376,40 @@ pub fn job_status(m: &Manager, id: &str) -> Result<JobSummary, Error> {
 pub struct JobList {
     pub jobs: Vec<JobListItem>,
     pub count: usize,
+    /// True when more jobs match than are listed here.
+    pub truncated: bool,
+    /// Where the list stopped short of the limit asked for, and how to see
+    /// the rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
-/// `list_jobs`.
-pub fn list_jobs(m: &Manager, status: Option<Status>, limit: usize) -> Result<JobList, Error> {
-    let limit = limit.clamp(1, 200);
-    let jobs: Vec<JobListItem> = m
-        .store
-        .list(status, limit)
-        .iter()
-        .map(|r| r.list_item())
-        .collect();
+/// `list_jobs`: the newest `limit` jobs (at least one), but no more than
+/// `cap` (the tool's [`MAX_LIST_LIMIT`]; the CLI has none), with a note
+/// when the cap cut the list below the limit.
+pub fn list_jobs(
+    m: &Manager,
+    status: Option<Status>,
+    limit: usize,
+    cap: usize,
+) -> Result<JobList, Error> {
+    let limit = limit.max(1);
+    let take = limit.min(cap.max(1));
+    // One more than is shown: whether there are more is then known.
+    let mut recs = m.store.list(status, take.saturating_add(1));
+    let truncated = recs.len() > take;
+    recs.truncate(take);
+    let jobs: Vec<JobListItem> = recs.iter().map(|r| r.list_item()).collect();
+    let note = (truncated && take < limit).then(|| {
+        format!(
+            "only the newest {take} jobs are listed: list_jobs stops at {take}; filter by status, or run `localagents jobs --limit {limit}` for more"
+        )
+    });
     Ok(JobList {
         count: jobs.len(),
         jobs,
+        truncated,
+        note,
     })
 }
 

@@ -267,17 +267,19 @@ pub async fn run(
             .unwrap_or_else(|| String::from_utf8_lossy(&out).chars().take(300).collect());
         return Err(CompleteError::Backend(msg));
     }
-    let text = v["content"]
-        .as_array()
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("")
-        })
-        .unwrap_or_default();
+    let Some(blocks) = v.get("content").and_then(Value::as_array) else {
+        return Err(CompleteError::Backend(not_api_json(
+            &target.resolved.endpoint,
+            &target.endpoint.base_url,
+            &out,
+        )));
+    };
+    let text = blocks
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("");
     let mut usage = Usage::default();
     if let Some(u) = v.get("usage") {
         crate::shim::sse::usage_from(u, &mut usage);
@@ -290,6 +292,17 @@ pub async fn run(
         endpoint: target.resolved.endpoint.clone(),
         stop_reason: v["stop_reason"].as_str().map(str::to_string),
     })
+}
+
+/// The sentence for a 200 whose body is not a Messages response (a
+/// proxy's login page, a web server on the port, an OpenAI-only route):
+/// its first bytes quoted, and where to look.
+fn not_api_json(endpoint: &str, base_url: &str, body: &[u8]) -> String {
+    let head = String::from_utf8_lossy(&body[..body.len().min(400)]);
+    format!(
+        "the backend at {base_url} answered 200 with a body that is not the API's JSON: {:?}; check that endpoint {endpoint}'s base_url in models.yaml is the model server itself, not a proxy or a web page",
+        crate::fmt::one_line(&head, 60)
+    )
 }
 
 /// One line of `<state>/complete/completions.jsonl`.

@@ -114,7 +114,7 @@ pub struct RegisterEndpointParams {
 /// Arguments of `run_agent`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunAgentParams {
-    /// The brief: a self-contained task with the files, the interface, the acceptance command and the constraints. The delegate sees only this.
+    /// The brief: a self-contained task with the files, the interface, the acceptance command and the constraints. The delegate sees only this. At most 1 MiB: name long material by its path instead.
     pub task: String,
     /// Model name from list_models (menu name, served id, or a fuzzy name like `qwen3.8-27b`). Default: defaults.model, else the first served model.
     #[serde(default)]
@@ -188,7 +188,7 @@ pub struct ListJobsParams {
     #[serde(default)]
     #[schemars(with = "Option<Status>")]
     pub status: Option<String>,
-    /// How many, newest first (default 20).
+    /// How many, newest first (default 20, at most 200).
     #[serde(default)]
     pub limit: Option<usize>,
 }
@@ -497,7 +497,7 @@ impl Server {
     async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> ToolResult<JobList> {
         let status = api::parse_arg(p.status.as_deref().filter(|s| !s.trim().is_empty()))?;
         let limit = p.limit.unwrap_or(api::DEFAULT_LIST_LIMIT);
-        api::list_jobs(&self.manager, status, limit).map(Reply)
+        api::list_jobs(&self.manager, status, limit, api::MAX_LIST_LIMIT).map(Reply)
     }
 
     /// A page of a job's transcript, request log or raw events.
@@ -834,11 +834,22 @@ mod tests {
                     d.fix_rounds
                 ),
             ),
+            (
+                "run_agent",
+                format!(
+                    "At most {} MiB: name long material",
+                    crate::jobs::plan::MAX_TASK_BYTES / (1024 * 1024)
+                ),
+            ),
             ("wait_job", format!("(default {wait}, the maximum)")),
             ("wait_job", format!("up to timeout_s (max {wait})")),
             (
                 "list_jobs",
-                format!("(default {})", api::DEFAULT_LIST_LIMIT),
+                format!(
+                    "(default {}, at most {})",
+                    api::DEFAULT_LIST_LIMIT,
+                    api::MAX_LIST_LIMIT
+                ),
             ),
             ("job_log", format!("(default {})", api::DEFAULT_TAIL_LINES)),
             ("job_diff", format!("(default {})", api::DEFAULT_DIFF_BYTES)),

@@ -114,8 +114,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Write a file so that readers see either the old or the new content:
-/// a temp file (0600) in the same directory, fsync, then rename over the
-/// target.
+/// a temp file (0600) in the same directory, fsync, rename over the
+/// target, then fsync the directory so the rename survives a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = dir.unwrap_or_else(|| Path::new("."));
@@ -124,7 +124,56 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    match File::open(dir).and_then(|d| d.sync_all()) {
+        // Some file systems cannot fsync a directory: the rename is done.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP)) => Ok(()),
+        r => r,
+    }
+}
+
+/// An exclusive advisory lock (`flock`) on a lock file, held until it is
+/// dropped or its process ends (however it ends: the kernel releases it).
+#[derive(Debug)]
+pub struct FileLock {
+    _file: File,
+}
+
+/// The lock file that serialises read-modify-write of `path`:
+/// `<path>.lock` beside it.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+/// Wait for the exclusive lock on [`lock_path`]`(path)`, creating the lock
+/// file (0600, never through a symlink) and its directory (0700). Every
+/// writer that reads `path`, changes it and writes it back holds this
+/// lock across the three steps, so no update is lost to another's.
+pub fn lock_beside(path: &Path) -> std::io::Result<FileLock> {
+    use std::os::fd::AsRawFd;
+    let lock = lock_path(path);
+    if let Some(dir) = lock.parent().filter(|p| !p.as_os_str().is_empty()) {
+        private_dir_all(dir)?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock)?;
+    loop {
+        // SAFETY: flock on a file descriptor we own; no memory is passed.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if r == 0 {
+            return Ok(FileLock { _file: file });
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Open a file to read, never through a symlink, never blocking on a FIFO,

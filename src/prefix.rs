@@ -109,6 +109,8 @@ pub async fn capture_first_request(
     make: impl FnOnce(&str) -> Launch,
     limit: Duration,
 ) -> Result<Value, String> {
+    // The prompt file lives until the capture ends (the delegate's stdin).
+    let prompt_dir = tempfile::tempdir().map_err(|e| format!("no temp dir ({e})"))?;
     let (tx, mut rx) = watch::channel(false);
     let cap = Capture {
         first: Arc::new(Mutex::new(None)),
@@ -130,7 +132,10 @@ pub async fn capture_first_request(
         let _ = axum::serve(listener, app).await;
     });
     let launch = make(&format!("http://{addr}"));
-    let result = match runner::spawn(&launch) {
+    let prompt = prompt_dir.path().join("prompt.txt");
+    let spawned =
+        runner::write_prompt(&launch, &prompt).and_then(|()| runner::spawn(&launch, &prompt));
+    let result = match spawned {
         Err(e) => Err(format!("cannot start {} ({e})", launch.claude.display())),
         Ok(mut child) => {
             let pgid = child.id().unwrap_or(0);
@@ -233,12 +238,7 @@ pub fn job_launch_with(
         "Reply with one word.",
     );
     // Leave no session file behind.
-    let at = l
-        .args
-        .iter()
-        .position(|a| a == "--")
-        .unwrap_or(l.args.len());
-    l.args.insert(at, "--no-session-persistence".into());
+    l.args.push("--no-session-persistence".into());
     l
 }
 

@@ -90,7 +90,10 @@ pub fn build_status(loaded: &Loaded, discovery: &Discovery, probes: Vec<Endpoint
             name: m.name.clone(),
             notes: m.notes.clone(),
             host: m.host.clone(),
-            running_on: matches_for(&loaded.config, &probes, &m.name, None)
+            // The entry itself, not a search of the menu by its name: one
+            // pass over the menu, not one per model.
+            running_on: stage_hits(Some(m), &probes, &m.name, None)
+                .0
                 .into_iter()
                 .map(|h| format!("{}/{}", h.endpoint, h.id))
                 .collect(),
@@ -173,12 +176,11 @@ fn glob_matcher(pattern: &str) -> Option<globset::GlobMatcher> {
 
 /// All hits of the first matching stage, and the stage's name.
 fn stage_hits(
-    config: &Config,
+    entry: Option<&ModelEntry>,
     probes: &[EndpointStatus],
     name: &str,
     only_endpoint: Option<&str>,
 ) -> (Vec<Hit>, &'static str) {
-    let entry = config.model(name);
     let endpoint_filter = only_endpoint.or(entry.and_then(|e| e.endpoint.as_deref()));
     let candidates: Vec<(usize, &EndpointStatus, &str)> = probes
         .iter()
@@ -253,15 +255,6 @@ fn stage_hits(
     (hits, "fuzzy")
 }
 
-fn matches_for(
-    config: &Config,
-    probes: &[EndpointStatus],
-    name: &str,
-    only: Option<&str>,
-) -> Vec<Hit> {
-    stage_hits(config, probes, name, only).0
-}
-
 /// Order: shortest id, then config order of the first endpoint, then id.
 fn pick(hits: &[Hit]) -> Option<(String, Vec<Hit>)> {
     let mut ids: Vec<(&str, usize)> = Vec::new();
@@ -306,7 +299,7 @@ pub fn resolve(
     let Some(name) = name else {
         return resolve_any(config, probes, endpoint);
     };
-    let (hits, stage) = stage_hits(config, probes, &name, endpoint);
+    let (hits, stage) = stage_hits(config.model(&name), probes, &name, endpoint);
     let Some((id, on)) = pick(&hits) else {
         return Err(Box::new(unavailable(config, probes, &name, endpoint)));
     };

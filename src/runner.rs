@@ -3,6 +3,8 @@
 //!
 //! The delegate runs `claude -p --output-format stream-json --verbose` with
 //! the job's model, permissions and tools, pointed at the job's shim route.
+//! Its prompt (the brief, or a fix round's) is read from its stdin, a file
+//! in the job's dir: the kernel refuses an argv string over 128 KiB.
 //! It is the leader of a new process group, so cancel, timeout and shutdown
 //! stop it and everything it started: SIGTERM to the group, then SIGKILL
 //! after a grace period. No orphans are left behind.
@@ -32,6 +34,9 @@ pub use crate::process::GRACE;
 pub struct Launch {
     pub claude: PathBuf,
     pub args: Vec<String>,
+    /// The prompt, given on stdin (`claude -p` with no prompt argument
+    /// reads it there), never in `args`.
+    pub prompt: String,
     /// Set on the child, in order (later wins).
     pub env: Vec<(String, String)>,
     /// Removed from the inherited environment first.
@@ -289,10 +294,6 @@ pub fn launch(
     if let Some(session) = s.resume_session {
         args.extend(["--resume".into(), session.to_string()]);
     }
-    // `--`: a variadic option must not swallow the task, and a task that
-    // starts with `-` must not be read as an option.
-    args.push("--".into());
-    args.push(task.to_string());
 
     let mut env = crate::session_env::session_env(base_url, s.served_id, s.window);
     if let Some(d) = s.shim_silence {
@@ -323,6 +324,7 @@ pub fn launch(
     Launch {
         claude,
         args,
+        prompt: task.to_string(),
         env,
         env_remove,
         cwd: cwd.to_path_buf(),
@@ -331,9 +333,11 @@ pub fn launch(
 
 /// Spawn a delegate under a job guard ([`crate::process::guard`]) that
 /// leads a new process group; stdout and stderr piped, the guard's stdin
-/// is the lifeline (keep the child while the job runs).
-pub fn spawn(l: &Launch) -> std::io::Result<crate::process::Guarded> {
-    crate::process::spawn_guarded(&l.claude, &l.args, |cmd| {
+/// is the lifeline (keep the child while the job runs). Its stdin is
+/// `prompt_file`, which [`write_prompt`] filled; keep the file until the
+/// delegate has started.
+pub fn spawn(l: &Launch, prompt_file: &Path) -> std::io::Result<crate::process::Guarded> {
+    crate::process::spawn_guarded(&l.claude, &l.args, Some(prompt_file), |cmd| {
         cmd.current_dir(&l.cwd)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -344,6 +348,12 @@ pub fn spawn(l: &Launch) -> std::io::Result<crate::process::Guarded> {
             cmd.env(k, v);
         }
     })
+}
+
+/// Write the launch's prompt to `prompt_file` (private, replaced whole),
+/// for [`spawn`].
+pub fn write_prompt(l: &Launch, prompt_file: &Path) -> std::io::Result<()> {
+    crate::paths::write_private(prompt_file, l.prompt.as_bytes())
 }
 
 /// What one stream-json event tells the job.
@@ -723,7 +733,11 @@ mod tests {
         assert!(!a.contains("--mcp-config"), "{a}");
         assert!(a.contains("--resume sess"));
         assert!(!a.contains("--settings"), "{a}");
-        assert_eq!(l.args.last().unwrap(), "do it");
+        assert_eq!(l.prompt, "do it");
+        assert!(
+            !l.args.iter().any(|a| a == "do it"),
+            "the prompt is not an argument"
+        );
         assert!(
             l.env.contains(&("API_TIMEOUT_MS".into(), "5".into())),
             "endpoint env last"

@@ -177,6 +177,9 @@ pub fn render_jobs(out: &mut impl Write, list: &JobList) -> std::io::Result<()> 
             j.task
         )?;
     }
+    if let Some(n) = &list.note {
+        writeln!(out, "{n}")?;
+    }
     Ok(())
 }
 

@@ -3,7 +3,9 @@
 //! The registry is re-read on every call, because users edit it while Claude
 //! Code is running and expect the next tool call to see the edit. Reading is
 //! cheap: each file's parse is cached by (mtime, size), so an unchanged file
-//! costs one `stat`.
+//! costs one `stat`; so does a refusal. A file over [`MAX_FILE_BYTES`] or
+//! nested deeper than [`MAX_DEPTH`] is refused before the YAML parser sees
+//! it (its time grows with the square of the nesting).
 //!
 //! Merge order (later wins, mappings merge key by key, lists are replaced):
 //!
@@ -61,12 +63,39 @@ pub enum ConfigError {
     /// The top level is not a mapping, or a section is not a mapping.
     #[error("{path}: {message}; see models.example.yaml for the layout")]
     Shape { path: PathBuf, message: String },
+    /// Over [`MAX_FILE_BYTES`]: refused before it is read.
+    #[error(
+        "{path} is {} KiB, over the {} KiB (1 MiB) cap for a config file, so it was not read: keep only endpoints, models and defaults in it",
+        crate::fmt::thousands(size.div_ceil(1024)),
+        crate::fmt::thousands(MAX_FILE_BYTES / 1024)
+    )]
+    TooBig { path: PathBuf, size: u64 },
+    /// Nested deeper than [`MAX_DEPTH`] (found by a byte scan, so the YAML
+    /// parser never sees it).
+    #[error(
+        "{path}:{line}: nested more than {MAX_DEPTH} levels deep, over the cap for a config file, so it was not parsed: flatten it"
+    )]
+    TooDeep { path: PathBuf, line: usize },
+    /// The lock beside the sidecar could not be taken.
+    #[error(
+        "cannot lock {path} to update the config beside it ({source}); check that its directory is writable by you"
+    )]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// `--config` / `LOCALAGENTS_CONFIG` names a file that does not exist.
     #[error(
         "config file {path} (from {origin}) does not exist; create it from models.example.yaml or point {origin} elsewhere"
     )]
     Missing { path: PathBuf, origin: &'static str },
 }
+
+/// The largest config file read, in bytes.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// The deepest nesting of a config file (flow `[`/`{` and block
+/// indentation together); real files nest four or five deep.
+pub const MAX_DEPTH: usize = 64;
 
 /// Where to look for config files. Built fresh for every call, because the
 /// project part depends on the cwd at call time.
@@ -267,8 +296,56 @@ struct Parsed {
     warnings: Vec<String>,
 }
 
+/// A parse, or why the file was refused: both are cached, so an unchanged
+/// bad file costs one `stat` too.
+type Outcome = Result<Arc<Parsed>, Arc<ConfigError>>;
 type Stamp = (SystemTime, u64);
-type ParseCache = Mutex<HashMap<PathBuf, (Stamp, Arc<Parsed>)>>;
+type ParseCache = Mutex<HashMap<PathBuf, (Stamp, Outcome)>>;
+
+impl ConfigError {
+    /// The same error again, from the cache (an I/O error keeps its kind
+    /// and text).
+    fn reissue(&self) -> ConfigError {
+        let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
+        match self {
+            ConfigError::Read { path, source } => ConfigError::Read {
+                path: path.clone(),
+                source: io(source),
+            },
+            ConfigError::Parse {
+                path,
+                line,
+                column,
+                message,
+            } => ConfigError::Parse {
+                path: path.clone(),
+                line: *line,
+                column: *column,
+                message: message.clone(),
+            },
+            ConfigError::Shape { path, message } => ConfigError::Shape {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            ConfigError::TooBig { path, size } => ConfigError::TooBig {
+                path: path.clone(),
+                size: *size,
+            },
+            ConfigError::TooDeep { path, line } => ConfigError::TooDeep {
+                path: path.clone(),
+                line: *line,
+            },
+            ConfigError::Lock { path, source } => ConfigError::Lock {
+                path: path.clone(),
+                source: io(source),
+            },
+            ConfigError::Missing { path, origin } => ConfigError::Missing {
+                path: path.clone(),
+                origin,
+            },
+        }
+    }
+}
 
 fn cache() -> &'static ParseCache {
     static CACHE: OnceLock<ParseCache> = OnceLock::new();
@@ -294,21 +371,215 @@ fn read_cached(path: &Path) -> Result<Option<Arc<Parsed>>, ConfigError> {
         meta.len(),
     );
     if let Ok(cache) = cache().lock()
-        && let Some((s, parsed)) = cache.get(path)
+        && let Some((s, outcome)) = cache.get(path)
         && *s == stamp
     {
-        return Ok(Some(parsed.clone()));
+        return match outcome {
+            Ok(parsed) => Ok(Some(parsed.clone())),
+            Err(e) => Err(e.reissue()),
+        };
     }
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let outcome = read_and_parse(path, stamp.1);
+    if let Err(ConfigError::Read { .. }) = &outcome {
+        // Permissions or a vanished file: the next call tries again.
+        return outcome.map(|p| Some(Arc::new(p)));
+    }
+    let outcome: Outcome = outcome.map(Arc::new).map_err(Arc::new);
+    if let Ok(mut cache) = cache().lock() {
+        cache.insert(path.to_path_buf(), (stamp, outcome.clone()));
+    }
+    match outcome {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(e) => Err(e.reissue()),
+    }
+}
+
+/// Read a config file within [`MAX_FILE_BYTES`], refuse one nested deeper
+/// than [`MAX_DEPTH`] before the YAML parser sees it (its time grows with
+/// the square of the nesting), then parse it.
+fn read_and_parse(path: &Path, size: u64) -> Result<Parsed, ConfigError> {
+    use std::io::Read;
+    let too_big = |size| ConfigError::TooBig {
+        path: path.to_path_buf(),
+        size,
+    };
+    if size > MAX_FILE_BYTES {
+        return Err(too_big(size));
+    }
+    let read = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        // It grew since the stat.
+        return Err(too_big(bytes.len() as u64));
+    }
+    if let Some(line) = too_deep(&bytes, MAX_DEPTH) {
+        return Err(ConfigError::TooDeep {
+            path: path.to_path_buf(),
+            line,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 ({e})"),
+        ))
     })?;
     let (value, warnings) = parse_text(path, &text)?;
-    let parsed = Arc::new(Parsed { value, warnings });
-    if let Ok(mut cache) = cache().lock() {
-        cache.insert(path.to_path_buf(), (stamp, parsed.clone()));
+    Ok(Parsed { value, warnings })
+}
+
+/// The first line (1-based) where YAML `text` nests deeper than `max`, by
+/// one pass over its bytes, without parsing: flow collections (`[`, `{`
+/// that open a value, outside quotes and comments) and block nesting
+/// (indentation and `- ` entries) add up. Block scalars (`|`, `>`) are
+/// skipped. It may see a little less nesting than a parser would (never
+/// more), which is all a cap needs.
+pub fn too_deep(text: &[u8], max: usize) -> Option<usize> {
+    let mut flow = 0usize;
+    // Columns of the open block levels.
+    let mut blocks: Vec<usize> = Vec::new();
+    // The indent of the line that opened a block scalar: deeper lines are
+    // its text.
+    let mut scalar_parent: Option<usize> = None;
+    let mut i = 0;
+    let mut line = 1;
+    let n = text.len();
+    while i < n {
+        // A line starts at i.
+        let start = i;
+        let mut col = 0;
+        while i < n && text[i] == b' ' {
+            i += 1;
+            col += 1;
+        }
+        let blank = i >= n || matches!(text[i], b'\n' | b'\r' | b'#');
+        if let Some(parent) = scalar_parent {
+            if blank || col > parent {
+                i = skip_line(text, i);
+                line += 1;
+                continue;
+            }
+            scalar_parent = None;
+        }
+        if blank && flow == 0 {
+            i = skip_line(text, i);
+            line += 1;
+            continue;
+        }
+        let mut at_value = true;
+        if flow == 0 {
+            while blocks.last().is_some_and(|&c| c >= col) {
+                blocks.pop();
+            }
+            blocks.push(col);
+            // `- - x`: each entry marker opens a level of its own.
+            while i + 1 < n && text[i] == b'-' && matches!(text[i + 1], b' ' | b'\t') {
+                i += 2;
+                col += 2;
+                while i < n && text[i] == b' ' {
+                    i += 1;
+                    col += 1;
+                }
+                blocks.push(col);
+            }
+            if blocks.len() > max {
+                return Some(line);
+            }
+        }
+        let line_indent = text[start..i].iter().take_while(|&&b| b == b' ').count();
+        // The rest of the line.
+        while i < n && text[i] != b'\n' {
+            let b = text[i];
+            match b {
+                b' ' | b'\t' | b'\r' => {}
+                b'#' if i == start || matches!(text[i - 1], b' ' | b'\t') => {
+                    i = skip_to_eol(text, i);
+                    continue;
+                }
+                b'"' | b'\'' if at_value => {
+                    let (end, lines) = skip_quoted(text, i);
+                    i = end;
+                    line += lines;
+                    at_value = false;
+                    continue;
+                }
+                b'[' | b'{' if at_value || flow > 0 => {
+                    flow += 1;
+                    at_value = true;
+                    if blocks.len() + flow > max {
+                        return Some(line);
+                    }
+                }
+                b']' | b'}' if flow > 0 => {
+                    flow -= 1;
+                    at_value = false;
+                }
+                b',' if flow > 0 => at_value = true,
+                b':' if i + 1 >= n
+                    || matches!(text[i + 1], b' ' | b'\t' | b'\n' | b'\r')
+                    || flow > 0 =>
+                {
+                    at_value = true;
+                }
+                b'|' | b'>' if at_value && flow == 0 => {
+                    scalar_parent = Some(line_indent);
+                    i = skip_to_eol(text, i);
+                    continue;
+                }
+                _ => at_value = false,
+            }
+            i += 1;
+        }
+        if i < n {
+            i += 1;
+            line += 1;
+        }
     }
-    Ok(Some(parsed))
+    None
+}
+
+/// Past the end of the line at `i` (its newline included).
+fn skip_line(text: &[u8], i: usize) -> usize {
+    let e = skip_to_eol(text, i);
+    if e < text.len() { e + 1 } else { e }
+}
+
+/// The newline ending the line at `i` (or the end).
+fn skip_to_eol(text: &[u8], mut i: usize) -> usize {
+    while i < text.len() && text[i] != b'\n' {
+        i += 1;
+    }
+    i
+}
+
+/// Past the quoted scalar opening at `i` (`"` with `\` escapes, `'` with
+/// `''`), and the newlines inside it.
+fn skip_quoted(text: &[u8], i: usize) -> (usize, usize) {
+    let q = text[i];
+    let mut j = i + 1;
+    let mut lines = 0;
+    while j < text.len() {
+        match text[j] {
+            b'\\' if q == b'"' => j += 1,
+            b'\n' => lines += 1,
+            c if c == q => {
+                if q == b'\'' && text.get(j + 1) == Some(&b'\'') {
+                    j += 1;
+                } else {
+                    return (j + 1, lines);
+                }
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    (j, lines)
 }
 
 /// Deep merge: mappings merge key by key (new keys keep their order, after
@@ -382,13 +653,20 @@ pub fn set_trusted(sidecar: &Path, dir: &Path, trusted: bool) -> Result<bool, Co
 }
 
 /// Read the sidecar (or start empty), change its top-level mapping, write
-/// it back atomically. A sidecar that does not parse is left alone and
-/// reported, so nothing is lost.
+/// it back atomically, all under the lock beside it
+/// ([`crate::paths::lock_beside`]), so two writers at once (a
+/// `register_endpoint` and a `localagents trust`, in any processes) each
+/// keep the other's update. A sidecar that does not parse is left alone
+/// and reported, so nothing is lost.
 fn edit_sidecar(
     sidecar: &Path,
     writer: &str,
     change: impl FnOnce(&mut Mapping),
 ) -> Result<(), ConfigError> {
+    let _lock = crate::paths::lock_beside(sidecar).map_err(|source| ConfigError::Lock {
+        path: crate::paths::lock_path(sidecar),
+        source,
+    })?;
     let mut root = if sidecar.exists() {
         let text = std::fs::read_to_string(sidecar).map_err(|source| ConfigError::Read {
             path: sidecar.to_path_buf(),
@@ -423,4 +701,66 @@ fn edit_sidecar(
             source,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_depth_scan_counts_flow_and_block_nesting_and_nothing_else() {
+        let deep = |s: &str, max| too_deep(s.as_bytes(), max);
+        // Flow: each `[` / `{` that opens a value, with the block level.
+        assert_eq!(deep("a: [[1]]\n", 3), None);
+        assert_eq!(deep("a: [[[1]]]\n", 3), Some(1));
+        assert_eq!(deep("a:\n  b: {c: [1, {d: 2}]}\n", 4), Some(2));
+        assert_eq!(deep("a:\n  b: {c: [1, {d: 2}]}\n", 5), None);
+        // Across lines.
+        assert_eq!(deep("a: [\n  [\n    [1]]]\n", 3), Some(3));
+        // Not nesting: brackets in quotes, comments, plain text, block scalars.
+        let quiet = "endpoints:\n  box:\n    notes: \"[[[[[[\" # {{{{{{\n    host: 'it''s [[[['\nmodels:\n  m:\n    notes: see x[[[[ and y{{{{\n    bring_up: |\n      [[[[[[ {{{{{{\n          - - - - - - x\n    host: h\n";
+        assert_eq!(deep(quiet, 3), None, "{quiet}");
+        // Block: indentation and `- ` entries.
+        let block: String = (0..10)
+            .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+            .collect();
+        assert_eq!(deep(&block, 10), None);
+        assert_eq!(deep(&block, 9), Some(10));
+        assert_eq!(deep("a:\n- - - - x\n", 4), Some(2));
+        assert_eq!(deep("a:\n- - - x\n", 4), None);
+        // Dedenting closes levels.
+        let wide: String = (0..100).map(|i| format!("k{i}:\n  v: [1]\n")).collect();
+        assert_eq!(deep(&wide, 3), None);
+        // The example config passes with room to spare.
+        assert_eq!(deep(include_str!("../../models.example.yaml"), 8), None);
+    }
+
+    /// A refusal is cached like a parse: while mtime and size stand, the
+    /// file is not read again (here its bytes changed under the same stamp,
+    /// and the cached error still answers).
+    #[test]
+    fn an_unchanged_bad_file_is_parsed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("models.yaml");
+        let bad = "models: [oops\n";
+        std::fs::write(&path, bad).unwrap();
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let first = read_cached(&path).err().unwrap();
+        assert!(matches!(first, ConfigError::Parse { .. }), "{first}");
+        // Valid YAML of the same size, under the same mtime.
+        let good = "models: {}   \n";
+        assert_eq!(good.len(), bad.len());
+        std::fs::write(&path, good).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let again = read_cached(&path).err().unwrap();
+        assert_eq!(again.to_string(), first.to_string(), "from the cache");
+        // A real edit is seen.
+        std::fs::write(&path, "models: {}\n").unwrap();
+        assert!(read_cached(&path).unwrap().is_some());
+    }
 }

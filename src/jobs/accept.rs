@@ -139,6 +139,7 @@ pub async fn run_once(
     let mut child = crate::process::spawn_guarded(
         Path::new("/bin/sh"),
         &["-c".to_string(), spec.command.to_string()],
+        None,
         |cmd| {
             cmd.current_dir(spec.cwd)
                 .stdout(std::process::Stdio::from(out))

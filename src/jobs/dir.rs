@@ -39,6 +39,12 @@ impl JobDir {
         self.0.join("task.txt")
     }
 
+    /// The prompt of the delegate's current session (the brief, or a fix
+    /// round's), its stdin.
+    pub fn prompt(&self) -> PathBuf {
+        self.0.join("prompt.txt")
+    }
+
     /// The delegate's stream-json events, as they came.
     pub fn events(&self) -> PathBuf {
         self.0.join("events.jsonl")

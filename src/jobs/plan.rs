@@ -179,6 +179,13 @@ fn check_call(args: &RunArgs) -> Result<(), StartError> {
             "task is empty: give the delegate a self-contained brief".into(),
         ));
     }
+    if args.task.len() > MAX_TASK_BYTES {
+        return Err(StartError::Invalid(format!(
+            "the task is {} KiB; a brief may be at most {} KiB (1 MiB): put the long material in a file in the project and name its path in the task",
+            crate::fmt::thousands((args.task.len() as u64).div_ceil(1024)),
+            crate::fmt::thousands(MAX_TASK_BYTES as u64 / 1024),
+        )));
+    }
     Ok(())
 }
 
@@ -364,6 +371,10 @@ impl JobRecord {
         rec
     }
 }
+
+/// The longest brief (or resume prompt), in bytes: the delegate reads it
+/// on its stdin, and a model's window holds far less anyway.
+pub const MAX_TASK_BYTES: usize = 1024 * 1024;
 
 /// How much of the task a record keeps (the whole task is in `task.txt`).
 pub const TASK_CHARS: usize = 300;

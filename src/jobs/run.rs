@@ -790,7 +790,14 @@ fn spawn_delegate(
     );
     // Every process of the job inherits it: a tag to find them by.
     launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
-    runner::spawn(&launch).map_err(|e| {
+    let prompt = super::dir::JobDir::at(&rec.log_dir).prompt();
+    runner::write_prompt(&launch, &prompt).map_err(|e| {
+        format!(
+            "cannot write the delegate's prompt to {} ({e}): check that the state dir is writable",
+            prompt.display()
+        )
+    })?;
+    runner::spawn(&launch, &prompt).map_err(|e| {
         format!(
             "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
             launch.claude.display()

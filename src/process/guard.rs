@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 
 /// The hidden first argument that turns the binary into a guard.
 pub const ARG: &str = "__guard";
+/// `__guard --stdin FILE PROGRAM ...`: the program's stdin is FILE.
+pub const STDIN_ARG: &str = "--stdin";
 
 /// Between SIGTERM and SIGKILL for the job's processes. Shorter than the
 /// supervisor's [`super::GRACE`], so the guard finishes its sweep before
@@ -99,13 +101,38 @@ enum End {
     Signal(libc::c_int),
 }
 
-/// `localagents __guard PROGRAM ARGS...`: run PROGRAM and keep the job
-/// together. Returns the exit code for the guard process (after it may have
-/// re-raised the delegate's terminating signal on itself).
+/// `localagents __guard [--stdin FILE] PROGRAM ARGS...`: run PROGRAM (its
+/// stdin FILE, else `/dev/null`) and keep the job together. Returns the
+/// exit code for the guard process (after it may have re-raised the
+/// delegate's terminating signal on itself).
 pub fn main(args: Vec<OsString>) -> i32 {
+    let (stdin, args) = match args.split_first() {
+        Some((flag, rest)) if flag == STDIN_ARG => match rest.split_first() {
+            Some((file, rest)) => (Some(std::path::PathBuf::from(file)), rest),
+            None => {
+                eprintln!("localagents {ARG}: {STDIN_ARG} names no file");
+                return 2;
+            }
+        },
+        _ => (None, &args[..]),
+    };
     let Some((program, rest)) = args.split_first() else {
         eprintln!("localagents {ARG}: no program to run");
         return 2;
+    };
+    let stdin = match &stdin {
+        None => Stdio::null(),
+        Some(file) => match std::fs::File::open(file) {
+            Ok(f) => Stdio::from(f),
+            Err(e) => {
+                eprintln!(
+                    "cannot open the prompt file {} ({e}) for {}",
+                    file.display(),
+                    program.to_string_lossy()
+                );
+                return 127;
+            }
+        },
     };
     become_subreaper();
     let wake = wake_pipe();
@@ -113,11 +140,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         // SAFETY: the handler only stores into an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
-    let child = match Command::new(program)
-        .args(rest)
-        .stdin(Stdio::null())
-        .spawn()
-    {
+    let child = match Command::new(program).args(rest).stdin(stdin).spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cannot start {}: {e}", program.to_string_lossy());

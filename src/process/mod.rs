@@ -73,16 +73,24 @@ fn self_exe() -> std::io::Result<std::path::PathBuf> {
 
 /// Spawn `program args` under a job guard that leads a new process group.
 /// The guard's stdin is the lifeline: keep the returned value for as long
-/// as the job runs. `configure` sets cwd, env (inherited by the program)
-/// and stdout/stderr.
+/// as the job runs. The program's stdin is the file `stdin` (a delegate's
+/// prompt: no argv string may exceed 128 KiB), else `/dev/null`; the
+/// guard opens it before it starts the program, and names it when it
+/// cannot. `configure` sets cwd, env (inherited by the program) and
+/// stdout/stderr.
 pub fn spawn_guarded(
     program: &std::path::Path,
     args: &[String],
+    stdin: Option<&std::path::Path>,
     configure: impl FnOnce(&mut tokio::process::Command),
 ) -> std::io::Result<Guarded> {
     let exe = self_exe()?;
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg(guard::ARG).arg(program).args(args);
+    cmd.arg(guard::ARG);
+    if let Some(file) = stdin {
+        cmd.arg(guard::STDIN_ARG).arg(file);
+    }
+    cmd.arg(program).args(args);
     configure(&mut cmd);
     // No kill_on_drop: dropping the lifeline makes the guard end the job
     // itself (a SIGKILL of the guard would leave its descendants).

@@ -288,3 +288,213 @@ fn sidecar_write_keeps_other_entries_and_refuses_a_broken_sidecar() {
         "nothing lost"
     );
 }
+
+/// Issue 26 (#4): `register_endpoint` and `trust` read, change and write
+/// the user sidecar; done at once, each keeps the others' updates (a lock
+/// beside the sidecar serialises them). Rounds of 12 threads, 6 through
+/// each public function the API calls, released together.
+#[test]
+fn concurrent_sidecar_updates_keep_every_update() {
+    let tmp = tempfile::tempdir().unwrap();
+    for round in 0..20 {
+        let side = tmp
+            .path()
+            .join(format!("r{round}"))
+            .join("models.local.yaml");
+        write(&side, "defaults:\n  max_turns: 7\n");
+        let go = std::sync::Arc::new(std::sync::Barrier::new(12));
+        let threads: Vec<_> = (0..12)
+            .map(|i| {
+                let (side, go) = (side.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    if i % 2 == 0 {
+                        config::set_trusted(
+                            &side,
+                            &Path::new("/projects").join(format!("p{i}")),
+                            true,
+                        )
+                        .map(|_| ())
+                    } else {
+                        let mut entry = serde_yaml_ng::Mapping::new();
+                        entry.insert(
+                            "base_url".into(),
+                            format!("http://127.0.0.1:{}", 9000 + i).into(),
+                        );
+                        config::write_sidecar_endpoint(&side, &format!("ep{i}"), entry)
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        let text = fs::read_to_string(&side).unwrap();
+        let lost: Vec<String> = (0..12)
+            .map(|i| {
+                if i % 2 == 0 {
+                    format!("/projects/p{i}")
+                } else {
+                    format!("ep{i}:")
+                }
+            })
+            .filter(|want| !text.contains(want.as_str()))
+            .collect();
+        assert!(lost.is_empty(), "round {round}: lost {lost:?}:\n{text}");
+        assert!(text.contains("max_turns: 7"), "{text}");
+    }
+}
+
+/// The same across processes: 12 `localagents trust DIR` at once, each
+/// its own process, keep all 12 projects in the user sidecar.
+#[test]
+fn concurrent_trust_processes_keep_every_project() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let dirs: Vec<_> = (0..12)
+        .map(|i| tmp.path().join(format!("proj{i}")))
+        .collect();
+    for d in &dirs {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::create_dir_all(&home).unwrap();
+    let children: Vec<_> = dirs
+        .iter()
+        .map(|d| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+                .arg("trust")
+                .arg(d)
+                .env("HOME", &home)
+                .env_remove("XDG_CONFIG_HOME")
+                .env_remove("LOCALAGENTS_CONFIG")
+                .current_dir(tmp.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let side = home.join(".config/localagents/models.local.yaml");
+    let text = fs::read_to_string(&side).unwrap();
+    for d in &dirs {
+        let shown = d.canonicalize().unwrap().display().to_string();
+        assert!(
+            text.contains(&format!("{shown}\n")),
+            "lost {shown}:\n{text}"
+        );
+    }
+}
+
+/// Issue 26 (#3): a project's models.yaml nested deeper than the cap is
+/// refused by a byte scan before it is parsed (the YAML parser took
+/// quadratic time on 40,000 `[`: 15.9 s for `status`), with a sentence
+/// naming the file and the cap; so is a file over 1 MiB. An unchanged bad
+/// file is refused from the cache.
+#[test]
+fn a_deeply_nested_or_huge_project_file_is_refused_before_it_is_parsed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let user = tmp.path().join("user");
+    let proj = tmp.path().join("proj");
+    let file = proj.join("models.yaml");
+    // Past serde_yaml_ng's own recursion limit (128), so the parser, if it
+    // ran, would say something else.
+    write(
+        &file,
+        &format!("a: {}{}\n", "[".repeat(200), "]".repeat(200)),
+    );
+    for _ in 0..2 {
+        let err = config::load(&discovery(&user, &proj)).unwrap_err();
+        assert!(matches!(err, ConfigError::TooDeep { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:1: nested more than 64 levels deep, over the cap for a config file, so it was not parsed: flatten it",
+                file.display()
+            )
+        );
+    }
+    // Block style counts too.
+    let deep: String = (0..70)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect();
+    write(&file, &deep);
+    let err = config::load(&discovery(&user, &proj)).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::TooDeep { line: 65, .. }),
+        "{err}"
+    );
+    // Over 1 MiB: refused before it is read.
+    write(
+        &file,
+        &format!(
+            "models:\n  a:\n    notes: \"{}\"\n",
+            "x".repeat(1024 * 1024)
+        ),
+    );
+    let err = config::load(&discovery(&user, &proj)).unwrap_err();
+    assert!(matches!(err, ConfigError::TooBig { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{} is 1,025 KiB, over the 1,024 KiB (1 MiB) cap for a config file",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+/// The same through the binary, with the 80 KB file of the report:
+/// `localagents status` in the project answers with the sentence, and the
+/// SessionStart hook says it in one line and exits 0.
+#[test]
+fn status_and_the_session_start_hook_refuse_an_80_kb_nested_project_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, proj, state) = (
+        tmp.path().join("home"),
+        tmp.path().join("proj"),
+        tmp.path().join("state"),
+    );
+    fs::create_dir_all(&home).unwrap();
+    write(
+        &proj.join("models.yaml"),
+        &format!("a: {}{}\n", "[".repeat(40_000), "]".repeat(40_000)),
+    );
+    let run = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("LOCALAGENTS_CONFIG")
+            .current_dir(&proj)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let want = format!(
+        "{}:1: nested more than 64 levels deep, over the cap for a config file, so it was not parsed: flatten it",
+        proj.join("models.yaml").display()
+    );
+    let out = run(&["status"], "");
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&want), "{err}");
+    let input = serde_json::json!({"session_id": "s", "cwd": proj, "hook_event_name": "SessionStart", "source": "startup"});
+    let out = run(&["hook", "session-start"], &input.to_string());
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("nested more than 64 levels deep"), "{said}");
+}

@@ -1019,3 +1019,113 @@ async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
     assert_eq!(v["status"], "succeeded", "{v}");
     c.cancel().await.unwrap();
 }
+
+/// Issue 26 (#11): `localagents jobs --limit N` lists N jobs, past the 200
+/// it stopped at without a word; `list_jobs` over MCP stops at its cap
+/// (a tool result is read into Claude's context) and says where.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_limit_is_honoured_and_the_tools_cap_says_where_it_stops() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    for n in 0..250u32 {
+        crate::support::write_job_record(&e.state, &format!("20261201-000000-{n:08x}"));
+    }
+    let v = localagents_json(&e, &["jobs", "--json", "--limit", "1000"]).await;
+    assert_eq!(v["count"], 250, "every job listed");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 250);
+    assert_eq!(v["truncated"], false, "{}", v["note"]);
+    assert_eq!(
+        v["jobs"][0]["id"], "20261201-000000-000000f9",
+        "newest first"
+    );
+    let out = localagents(&e, &["jobs", "--limit", "1000"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 250);
+    // Fewer asked than there are: the list says more are there.
+    let v = localagents_json(&e, &["jobs", "--json", "--limit", "10"]).await;
+    assert_eq!(v["count"], 10);
+    assert_eq!(v["truncated"], true);
+
+    let c = serve(&e, None).await;
+    let (err, v) = call(&c, "list_jobs", json!({"limit": 1000})).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["count"], 200, "{}", v["note"]);
+    assert_eq!(v["truncated"], true);
+    let note = v["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("the newest 200 jobs") && note.contains("localagents jobs --limit 1000"),
+        "{note}"
+    );
+}
+
+/// The text blocks of every user message the fake was sent, joined.
+fn user_texts(bodies: &[Value]) -> Vec<String> {
+    bodies
+        .iter()
+        .flat_map(|b| b["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_string))
+                .collect(),
+            _ => vec![],
+        })
+        .collect()
+}
+
+/// Issue 26 (#7): a brief over 128 KiB (the kernel's cap on one argv
+/// string) reaches the delegate whole, on its stdin, instead of failing
+/// with "Argument list too long"; one over 1 MiB is refused at start with
+/// a sentence, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::text("done"));
+    let e = env_for(fake.url());
+    git_init(&e.work);
+    let c = serve(&e, None).await;
+    let mut task = String::from("Reply with the word done. The notes below need nothing.\n");
+    let mut i = 0;
+    while task.len() < 200_000 {
+        task.push_str(&format!("note {i}: nothing to do here.\n"));
+        i += 1;
+    }
+    task.push_str("END OF THE BRIEF");
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": task, "model": "gemma-3-270m", "isolation": "none", "wait_s": 60}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert!(
+        user_texts(&fake.bodies()).iter().any(|t| t.contains(&task)),
+        "the delegate's first message holds the whole {} byte brief",
+        task.len()
+    );
+
+    let sent = fake.bodies().len();
+    let jobs = std::fs::read_dir(e.state.join("jobs")).unwrap().count();
+    let big = "x".repeat(1024 * 1024 + 1);
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": big, "model": "gemma-3-270m"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let msg = v.as_str().unwrap_or_default();
+    assert!(
+        msg.contains("the task is 1,025 KiB; a brief may be at most 1,024 KiB (1 MiB)"),
+        "{v}"
+    );
+    assert_eq!(fake.bodies().len(), sent, "nothing was sent");
+    assert_eq!(
+        std::fs::read_dir(e.state.join("jobs")).unwrap().count(),
+        jobs,
+        "no job was made"
+    );
+    c.cancel().await.unwrap();
+}

@@ -175,6 +175,55 @@ async fn a_batch_uses_every_endpoint_of_the_model_and_a_failing_item_fails_alone
     assert_eq!(a.bodies().len() + b.bodies().len(), 8);
 }
 
+/// Issue 26 (#6): a backend that answers 200 with a body that is not the
+/// API's JSON (a proxy's login page, a misrouted port) is an error quoting
+/// the body's first bytes, for `complete` and for each item of a `batch`:
+/// never an exit 0 with an empty answer and "0 in + 0 out tokens".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_that_is_not_the_apis_json_is_an_error_not_an_empty_answer() {
+    let fake = fake_llama::spawn(small()).await;
+    fake.set_script(Arc::new(|_| Reply::Raw {
+        content_type: "text/html",
+        body: "<html><body>Please log in to the proxy</body></html>".into(),
+    }));
+    let e = env_for(fake.url());
+    let want = format!(
+        "the backend at {} answered 200 with a body that is not the API's JSON: \"<html><body>Please log in",
+        fake.url()
+    );
+    let out = localagents(&e, &["complete", "Say", "hi."]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout {} stderr {err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(out.stdout.is_empty(), "no answer printed");
+
+    std::fs::write(
+        e.work.join("items.jsonl"),
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    )
+    .unwrap();
+    let out = localagents(&e, &["batch", "--json", "items.jsonl"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
+    let results = v["batch"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v}");
+    for item in results {
+        assert_eq!(item["ok"], false, "{item}");
+        assert!(item["error"].as_str().unwrap().contains(&want), "{item}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
     let fake = fake_llama::spawn(small()).await;

@@ -159,6 +159,7 @@ async fn the_state_is_private() {
     for f in [
         "job.json",
         "task.txt",
+        "prompt.txt",
         "transcript.txt",
         "events.jsonl",
         "requests.jsonl",

@@ -15,7 +15,7 @@ pub fn list(
     limit: usize,
 ) -> anyhow::Result<ExitStatus> {
     let m = Manager::new(ctx.clone());
-    let list = match api::list_jobs(&m, status, limit) {
+    let list = match api::list_jobs(&m, status, limit, usize::MAX) {
         Ok(v) => v,
         Err(e) => return Ok(fail(&e)),
     };

@@ -419,6 +419,9 @@ async fn messages(
             .into_response();
     }
     record(200);
+    if let Reply::Raw { content_type, body } = reply {
+        return (StatusCode::OK, [("content-type", content_type)], body).into_response();
+    }
     if req["stream"] == true || matches!(reply, Reply::RawSse(_)) {
         let text = script::message_sse(&model, &reply, input - cached, cached);
         return (

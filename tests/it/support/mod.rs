@@ -109,3 +109,29 @@ pub fn wait_job_gone(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Write a finished job's record, `<state>/jobs/<id>/job.json`, as a
+/// `localagents` of this version writes it: for tests that need many jobs
+/// without running them.
+pub fn write_job_record(state: &std::path::Path, id: &str) {
+    let dir = state.join("jobs").join(id);
+    std::fs::create_dir_all(&dir).expect("job dir");
+    let rec = serde_json::json!({
+        "id": id, "task": format!("task of {id}"), "model": "gemma3-270m", "served_id": "gemma3-270m",
+        "endpoint": "box", "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
+        "isolation": "none", "status": "succeeded", "created": "2026-12-01T00:00:00.000Z",
+        "started": null, "finished": "2026-12-01T00:01:00.000Z", "elapsed_s": 60.0,
+        "session_id": "s", "result": "done", "error": null, "num_turns": 1, "tool_calls": 0,
+        "usage": {"input": 1, "cache_read": 0, "output": 1}, "files_touched": [],
+        "files_changed": [], "worktree": null, "last_activity": null,
+        "log_dir": dir, "context": 32768, "queued_note": null, "metrics": null,
+        "permission_mode": "acceptEdits", "max_turns": 10, "timeout_s": 60,
+        "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
+        "resumed_from": null, "pid": null, "owner_pid": 1
+    });
+    std::fs::write(
+        dir.join("job.json"),
+        serde_json::to_vec(&rec).expect("json"),
+    )
+    .expect("job.json");
+}

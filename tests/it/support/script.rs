@@ -23,6 +23,12 @@ pub enum Reply {
     },
     /// Raw SSE text sent as is after a 200 (for mid-stream errors).
     RawSse(String),
+    /// A 200 whose body is sent as is with this content type, streamed or
+    /// not: what a proxy's login page or a misrouted port answers.
+    Raw {
+        content_type: &'static str,
+        body: String,
+    },
     /// Text streamed a few characters per delta, as a server streams
     /// tokens (a text-form tool call arrives like this).
     TokenText(String),
