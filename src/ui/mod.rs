@@ -218,12 +218,23 @@ fn not_found(ui: &Ui, message: &str) -> Response {
 /// The running and queued jobs with their progress, and the recent ones.
 fn jobs_html(ui: &Ui) -> String {
     let m = &ui.manager;
+    // A live job is younger than the longest timeout (its time queued
+    // counts toward it): older records are not read each tick.
+    let oldest =
+        chrono::Utc::now() - chrono::Duration::seconds(crate::jobs::manager::MAX_TIMEOUT_S as i64);
     let mut active = Vec::new();
-    for status in [Status::Running, Status::Queued] {
-        for record in m.store.list(Some(status), ACTIVE_MAX) {
-            if let Ok(progress) = api::job_progress(m, &record.id) {
-                active.push(page::Active { record, progress });
-            }
+    for id in m.store.ids_since(Some(oldest)) {
+        let Ok(record) = m.store.load(&id) else {
+            continue;
+        };
+        if !matches!(record.status, Status::Running | Status::Queued) {
+            continue;
+        }
+        if let Ok(progress) = api::job_progress(m, &record.id) {
+            active.push(page::Active { record, progress });
+        }
+        if active.len() >= ACTIVE_MAX {
+            break;
         }
     }
     let recent = api::list_jobs(m, None, RECENT, api::MAX_LIST_LIMIT)
