@@ -1073,3 +1073,23 @@ async fn models(route: Arc<Route>) -> Response {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_faults_is_counted_until_an_answer() {
+        let g = Guard::default();
+        assert_eq!(g.backend_failing(), None);
+        g.backend_failed("backend http://b sent nothing.");
+        let f = g.backend_failing().unwrap();
+        assert_eq!(f.why, "backend http://b sent nothing (1 try)");
+        g.backend_failed("llama.cpp at http://b: bad gateway");
+        let f2 = g.backend_failing().unwrap();
+        assert_eq!(f2.why, "llama.cpp at http://b: bad gateway (2 tries)");
+        assert!(f2.for_ >= f.for_, "the run is timed from its first fault");
+        g.backend_answered();
+        assert_eq!(g.backend_failing(), None);
+    }
+}
