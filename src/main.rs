@@ -46,7 +46,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(cli::run(cli)) {
+    let ran = runtime.block_on(cli::run(cli));
+    // A read of stdin on the blocking pool cannot be cancelled: do not
+    // wait for it (or any other blocking task) to exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match ran {
         Ok(status) => status.into(),
         // `localagents jobs | head -1`: the reader is done, so are we.
         Err(e) if cli::is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -6,6 +6,8 @@
 //! what to do, never as a protocol error that Claude Code would render as
 //! "internal error".
 
+mod stdio;
+
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -778,7 +780,7 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     let server = Server::new(ctx);
     let manager = server.manager();
     let service = server
-        .serve(rmcp::transport::stdio())
+        .serve(stdio::stdio())
         .await
         .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
     // The reaping step: a delegate whose localagents process died is

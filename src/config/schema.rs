@@ -89,6 +89,7 @@ pub(super) struct DefaultsShape {
     pub fix_rounds: Option<u32>,
     pub acceptance_timeout_s: Option<u64>,
     pub load_timeout_s: Option<u64>,
+    pub backend_fail_s: Option<u64>,
     pub reference_model: Option<String>,
     pub loop_limit: Option<u32>,
     pub thinking: Option<String>,
@@ -273,6 +274,9 @@ pub struct Defaults {
     pub acceptance_timeout_s: u64,
     /// Longest wait for a server to load (or wake) a job's model.
     pub load_timeout_s: u64,
+    /// A job whose backend has failed every request this long stops with
+    /// the shim's sentence for the failure (0: wait out `timeout_s`).
+    pub backend_fail_s: u64,
     /// The Anthropic model whose list prices the ledger uses.
     pub reference_model: String,
     /// Identical calls with identical results in a row before the loop
@@ -347,6 +351,7 @@ impl Default for Defaults {
             fix_rounds: 2,
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
+            backend_fail_s: 120,
             reference_model: super::prices::DEFAULT_REFERENCE_MODEL.into(),
             loop_limit: 3,
             thinking: Thinking::Auto,
@@ -883,6 +888,9 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
     }
     if let Some(v) = d.load_timeout_s {
         defaults.load_timeout_s = v.clamp(1, 24 * 3600);
+    }
+    if let Some(v) = d.backend_fail_s {
+        defaults.backend_fail_s = v.min(7 * 24 * 3600);
     }
     if let Some(v) = d
         .reference_model

@@ -134,6 +134,15 @@ pub fn outcome(
     }
 }
 
+/// The error of a job stopped because its backend failed every request
+/// for `limit`.
+fn backend_down(why: &str, limit: Duration) -> String {
+    format!(
+        "{why}; every request failed for {} s (defaults.backend_fail_s): fix the backend, then run the job again",
+        limit.as_secs()
+    )
+}
+
 /// What a running job's progress says now: its turns and tokens from the
 /// request log, its tool calls and last activity from the record.
 fn progress_of(
@@ -449,6 +458,17 @@ impl Manager {
             status = Status::Failed;
             error = Some(why);
         }
+        // A job that timed out or failed while its backend failed every
+        // request: the shim's sentence for it says why, not the bare end.
+        if matches!(status, Status::Timeout | Status::Failed)
+            && !matches!(stop, Some(Stop::Refused(_)))
+            && let Some(f) = reg.route.guard.backend_failing()
+        {
+            error = Some(match error {
+                Some(e) if status == Status::Timeout => format!("{}; {e}", f.why),
+                _ => f.why,
+            });
+        }
         finish(rec, status, error, started);
         rec.last_activity = Some(format!(
             "{} after {:.0}s",
@@ -674,8 +694,18 @@ impl Manager {
         };
         let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
         let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let backend_fail = Duration::from_secs(job.target.config.defaults.backend_fail_s);
         let mut stop = self
-            .follow(rec, reg, &mut follow, lines, deadline, cancel, progress)
+            .follow(
+                rec,
+                reg,
+                &mut follow,
+                lines,
+                deadline,
+                backend_fail,
+                cancel,
+                progress,
+            )
             .await;
         if stop.is_some() {
             crate::process::stop_group(pgid, crate::process::GRACE).await;
@@ -705,8 +735,9 @@ impl Manager {
 
     /// Follow the delegate's stdout until it closes, or until a stop: a
     /// cancel (the channel, or another process's `cancel_requested`), the
-    /// deadline, or a refusal read from its events. The record is saved
-    /// at most every half second.
+    /// deadline, a refusal read from its events, or a backend that has
+    /// failed every request for `backend_fail` (`defaults.backend_fail_s`;
+    /// zero: never). The record is saved at most every half second.
     #[allow(clippy::too_many_arguments)]
     async fn follow(
         &self,
@@ -715,6 +746,7 @@ impl Manager {
         f: &mut Follow,
         mut lines: Option<tokio::io::Lines<BufReader<tokio::process::ChildStdout>>>,
         deadline: tokio::time::Instant,
+        backend_fail: Duration,
         cancel: &mut watch::Receiver<bool>,
         progress: &watch::Sender<Progress>,
     ) -> Option<Stop> {
@@ -742,6 +774,12 @@ impl Manager {
                 _ = tick.tick() => {
                     if cancel_marker.exists() {
                         return Some(Stop::Cancelled);
+                    }
+                    if !backend_fail.is_zero()
+                        && let Some(f) = reg.route.guard.backend_failing()
+                        && f.for_ >= backend_fail
+                    {
+                        return Some(Stop::Refused(backend_down(&f.why, backend_fail)));
                     }
                     if dirty {
                         self.store.save_or_log(rec);

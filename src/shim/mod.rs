@@ -81,6 +81,25 @@ pub struct Guard {
     /// The server refused thinking blocks once (`thinking: auto`): they are
     /// dropped from then on.
     pub thinking_refused: AtomicBool,
+    /// Whether the backend's last answers were faults, since when.
+    health: Mutex<Health>,
+}
+
+/// The backend's faults in a row on one route (hung, reset, slow, 5xx, a
+/// stream cut short): since when, how many, and the shim's last sentence.
+#[derive(Debug, Default)]
+struct Health {
+    failing_since: Option<Instant>,
+    tries: u32,
+    last: Option<String>,
+}
+
+/// The backend's run of faults on a route: how long every request has
+/// failed, and the shim's sentence for the last one, with the tries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    pub for_: Duration,
+    pub why: String,
 }
 
 impl Guard {
@@ -103,6 +122,37 @@ impl Guard {
             Thinking::Drop => true,
             Thinking::Auto => self.thinking_refused.load(Ordering::Relaxed),
         }
+    }
+
+    /// The backend failed a request; `why` is the shim's sentence for it.
+    pub fn backend_failed(&self, why: &str) {
+        if let Ok(mut h) = self.health.lock() {
+            h.failing_since.get_or_insert_with(Instant::now);
+            h.tries = h.tries.saturating_add(1);
+            h.last = Some(why.to_string());
+        }
+    }
+
+    /// The backend answered a request: its run of faults is over.
+    pub fn backend_answered(&self) {
+        if let Ok(mut h) = self.health.lock() {
+            *h = Health::default();
+        }
+    }
+
+    /// Has every request failed since the last answer (at least one)?
+    pub fn backend_failing(&self) -> Option<Failing> {
+        let h = self.health.lock().ok()?;
+        let since = h.failing_since?;
+        let last = h.last.as_deref()?;
+        let tries = match h.tries {
+            1 => "1 try".to_string(),
+            n => format!("{n} tries"),
+        };
+        Some(Failing {
+            for_: since.elapsed(),
+            why: format!("{} ({tries})", last.trim_end_matches('.')),
+        })
     }
 
     fn set_fatal(&self, why: &str) {
@@ -501,6 +551,12 @@ fn reply_error(
     mut notes: Vec<String>,
 ) -> Response {
     rec.status = tr.status;
+    if rec.path == "/v1/messages"
+        && tr.status >= 500
+        && let Some(m) = tr.body.pointer("/error/message").and_then(Value::as_str)
+    {
+        route.guard.backend_failed(m);
+    }
     let mut fatal = false;
     if let Some(n) = tr.note.clone() {
         if errors::is_fatal_note(&n) {
@@ -834,6 +890,13 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
                 rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
             }
             notes.extend(tap.translated.iter().cloned());
+            if tap.translated.iter().any(|t| t == "stream_cut")
+                && let Some(e) = &tap.error
+            {
+                route2.guard.backend_failed(e);
+            } else if tap.saw_stop {
+                route2.guard.backend_answered();
+            }
             finish_record(&route2, rec, started, &notes);
         });
         let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
@@ -879,6 +942,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     }
     rec.ttft_ms = Some(started.elapsed().as_millis() as u64);
     rec.bytes_out = bytes.len();
+    route.guard.backend_answered();
     finish_record(&route, rec, started, &notes);
     let mut out = Response::new(Body::from(bytes));
     out.headers_mut().insert(
@@ -1007,5 +1071,25 @@ async fn models(route: Arc<Route>) -> Response {
             );
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_faults_is_counted_until_an_answer() {
+        let g = Guard::default();
+        assert_eq!(g.backend_failing(), None);
+        g.backend_failed("backend http://b sent nothing.");
+        let f = g.backend_failing().unwrap();
+        assert_eq!(f.why, "backend http://b sent nothing (1 try)");
+        g.backend_failed("llama.cpp at http://b: bad gateway");
+        let f2 = g.backend_failing().unwrap();
+        assert_eq!(f2.why, "llama.cpp at http://b: bad gateway (2 tries)");
+        assert!(f2.for_ >= f.for_, "the run is timed from its first fault");
+        g.backend_answered();
+        assert_eq!(g.backend_failing(), None);
     }
 }

@@ -358,6 +358,23 @@ struct State<S> {
     idle: Duration,
     finished: bool,
     on_done: Option<OnDone>,
+    /// Where the current idle window began, and the bytes since.
+    window: (Instant, usize),
+}
+
+/// The slowest stream that is not idle: a backend that sends less than this
+/// over a whole idle window (a byte a second, say) is treated as silent. A
+/// token is a delta event of about 100 bytes, so even a model at 1 token in
+/// 6 s stays above it.
+pub const FLOOR_BYTES_PER_S: u64 = 16;
+
+/// The bytes a window of `span` must bring not to count as idle.
+fn floor_bytes(span: Duration) -> usize {
+    let bytes = span
+        .as_millis()
+        .saturating_mul(u128::from(FLOOR_BYTES_PER_S))
+        / 1000;
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 impl<S> Drop for State<S> {
@@ -385,6 +402,7 @@ where
         idle,
         finished: false,
         on_done: Some(on_done),
+        window: (Instant::now(), 0),
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {
@@ -419,6 +437,21 @@ where
                     return st.relay.finish(&why).map(|b| (Ok(b), st));
                 }
                 Ok(Some(Ok(chunk))) => {
+                    // A trickle under the floor for a whole window is idle.
+                    st.window.1 = st.window.1.saturating_add(chunk.len());
+                    let span = st.window.0.elapsed();
+                    if span >= wait {
+                        if st.window.1 < floor_bytes(span) {
+                            st.finished = true;
+                            let why = format!(
+                                "sent {} bytes in {:.0}s, under {FLOOR_BYTES_PER_S} bytes/s (idle timeout)",
+                                st.window.1,
+                                span.as_secs_f64()
+                            );
+                            return st.relay.finish(&why).map(|b| (Ok(b), st));
+                        }
+                        st.window = (Instant::now(), 0);
+                    }
                     let out = st.relay.push(chunk);
                     if !out.is_empty() {
                         return Some((Ok(out), st));
@@ -590,6 +623,39 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("idle timeout"), "{text}");
         assert_eq!(tap.usage.input, 12);
+    }
+
+    /// A backend that trickles a byte every 100 ms (under the floor) is
+    /// idle: the stream ends with an error event after about the idle
+    /// timeout, not when the trickle stops.
+    #[tokio::test]
+    async fn a_trickle_under_the_floor_counts_as_idle() {
+        let first = STREAM[..STREAM.find(": keep-alive").unwrap()].to_string();
+        let trickle = futures::stream::unfold(0u64, |n| async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((Ok::<_, String>(Bytes::from_static(b":")), n + 1))
+        });
+        let up = futures::stream::iter(vec![Ok(Bytes::from(first))]).chain(trickle);
+        let seen = Arc::new(Mutex::new(None));
+        let seen2 = seen.clone();
+        let s = relay(
+            Box::pin(up),
+            relay_new(),
+            Duration::from_millis(500),
+            Box::new(move |t: &Tap, _: &repair::Report| {
+                *seen2.lock().unwrap() = Some(t.clone());
+            }),
+        );
+        let out = tokio::time::timeout(
+            Duration::from_secs(5),
+            s.map(|r| r.unwrap()).collect::<Vec<Bytes>>(),
+        )
+        .await
+        .expect("a stream trickling 10 bytes/s must end at the idle timeout");
+        let text = String::from_utf8(out.concat()).unwrap();
+        assert!(text.contains("idle timeout"), "{text}");
+        let tap = seen.lock().unwrap().clone().unwrap();
+        assert!(tap.translated.iter().any(|t| t == "stream_cut"), "{tap:?}");
     }
 
     /// A llama.cpp-shaped stream: one text block of `text` in deltas of

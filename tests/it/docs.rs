@@ -1180,6 +1180,11 @@ const DEFAULT_MEANINGS: &[Meaning] = &[
         "longest wait for a router to load (or a sleeping server to wake for) a job's model",
     ),
     (
+        "backend_fail_s",
+        None,
+        "a job whose backend has failed every request this long stops with the reason (the shim's sentence, with the number of tries) instead of waiting out `timeout_s`; 0 turns it off",
+    ),
+    (
         "reference_model",
         None,
         "the Anthropic model whose list prices the ledger uses (see [the ledger](../guide.md#the-ledger-what-delegation-kept-local))",

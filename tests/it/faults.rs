@@ -426,3 +426,89 @@ async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
     .await;
     assert_eq!(count(), 2);
 }
+
+/// A backend that fails every request (a 502 from a proxy, a server that
+/// takes the request and never answers) ends the job after
+/// `defaults.backend_fail_s`, well before `timeout_s`, with the shim's
+/// sentence for the failure and its tries, not "timed out after 90 s";
+/// with `backend_fail_s: 0` the job ends at `timeout_s` (or when Claude
+/// Code gives up), and its error still carries the sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_backend_ends_the_job_early_with_the_reason() {
+    let bad_gateway = Reply::Error {
+        status: 502,
+        body: fake_llama::err_body(502, "server_error", "upstream connect error"),
+    };
+    let cases = [
+        (
+            "502",
+            bad_gateway.clone(),
+            "10",
+            "90",
+            "upstream connect error",
+        ),
+        (
+            "hung",
+            Reply::Hang,
+            "10",
+            "90",
+            "sent no response headers within 2 s",
+        ),
+        (
+            "502, no early stop",
+            bad_gateway,
+            "0",
+            "20",
+            "upstream connect error",
+        ),
+    ];
+    for (what, reply, fail_s, timeout_s, expect) in cases {
+        let fake = fake_llama::spawn(strict_fake_opts()).await;
+        fake.set_script(Arc::new(move |_: &Value| reply.clone()));
+        let e = env_for(fake.url());
+        let mut cfg = std::fs::read_to_string(&e.cfg).unwrap();
+        cfg.push_str(&format!(
+            "  backend_fail_s: {fail_s}\n  first_byte_timeout_s: 2\n  stream_idle_timeout_s: 2\n"
+        ));
+        std::fs::write(&e.cfg, cfg).unwrap();
+        let t = std::time::Instant::now();
+        let out = crate::jobs::localagents(
+            &e,
+            &[
+                "run",
+                "--model",
+                "gemma-3-270m",
+                "--json",
+                "--timeout",
+                timeout_s,
+                "Say hi.",
+            ],
+        )
+        .await;
+        let took = t.elapsed();
+        let rec: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+            panic!(
+                "{what}: {err} after {took:?}, {}: stdout {} stderr {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        eprintln!(
+            "{what}: the job ended {} after {took:?}: {}",
+            rec["status"], rec["error"]
+        );
+        if fail_s != "0" {
+            assert!(
+                took < std::time::Duration::from_secs(45),
+                "{what}: the job took {took:?} (timeout_s 90, backend_fail_s 10): {rec}"
+            );
+            assert_eq!(rec["status"], "failed", "{what}: {rec}");
+        }
+        let err = rec["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains(expect) && err.contains(fake.url()) && err.contains("tries)"),
+            "{what}: {err}"
+        );
+    }
+}

@@ -709,6 +709,79 @@ async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
     c.cancel().await.unwrap();
 }
 
+/// Whether process `pid` has ended (gone, or a zombie its parent has not
+/// reaped yet).
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// SIGTERM, SIGINT or SIGHUP to `serve` mid-job, its stdin held open by the
+/// client: serve cancels the job, finishes its record and exits within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_to_serve_cancels_its_jobs_and_exits_with_stdin_open() {
+    for (name, sig) in [
+        ("SIGTERM", libc::SIGTERM),
+        ("SIGHUP", libc::SIGHUP),
+        ("SIGINT", libc::SIGINT),
+    ] {
+        let fake = fake_llama::spawn(strict_fake_opts()).await;
+        fake.set_script(script::tools_then_text(
+            vec![(
+                "Bash",
+                json!({"command": "tail -f /dev/null", "description": "wait for input"}),
+            )],
+            "done",
+        ));
+        let e = env_for(fake.url());
+        let c = serve(&e, None).await;
+        let (err, v) = call(
+            &c,
+            "run_agent",
+            json!({"task": "Wait.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
+        )
+        .await;
+        assert!(!err, "{v}");
+        let id = v["id"].as_str().unwrap().to_string();
+        let job = e.state.join("jobs").join(&id).join("job.json");
+        let t = Instant::now();
+        let mut owner = 0;
+        while t.elapsed() < Duration::from_secs(30) {
+            if job_processes(&id)
+                .iter()
+                .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
+            {
+                let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+                owner = rec["owner_pid"].as_i64().unwrap() as i32;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(owner > 0, "{name}: the Bash command never started");
+        // SAFETY: the `localagents serve` this test started (its record says so).
+        unsafe { libc::kill(owner, sig) };
+        let t = Instant::now();
+        while !ended(owner) && t.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            ended(owner),
+            "{name}: serve still runs 5 s after the signal"
+        );
+        eprintln!("{name} -> serve exited in {:?}", t.elapsed());
+        let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+        assert_eq!(rec["status"], "cancelled", "{name}: {rec}");
+        if let Err(left) = wait_job_gone(&id, Duration::from_secs(5)) {
+            panic!("{name}: 5 s after serve exited, the job still has {left:?}");
+        }
+        drop(c);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_parallel_jobs_keep_separate_logs_and_usage() {
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {

@@ -280,3 +280,84 @@ async fn every_tool_error_names_its_kind() {
     assert!(text.starts_with("config error: "), "{text}");
     h.cancel().await;
 }
+
+/// Every request gets an answer over the real binary's stdio: a line that is
+/// not JSON, not UTF-8, nested too deep or longer than 16 MiB gets a parse
+/// error (-32700, id null); an invalid request with an id gets -32600 with
+/// that id; the server keeps serving.
+#[test]
+fn every_bad_line_gets_an_error_reply_and_the_server_keeps_serving() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let h = Harness::new();
+    let mut child = h
+        .command(["serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if tx.send(v).is_err() {
+                return;
+            }
+        }
+    });
+    let next = |what: &str| -> Value {
+        rx.recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no reply to {what} in 20 s"))
+    };
+    let mut send = |bytes: &[u8]| {
+        stdin.write_all(bytes).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(next("initialize")["id"], 1);
+    send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let long = vec![b' '; 16 * 1024 * 1024 + 10];
+    let bad: [(&str, &[u8]); 4] = [
+        (
+            "invalid JSON",
+            b"{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": ",
+        ),
+        (
+            "invalid UTF-8",
+            b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\xff\xfe\"}",
+        ),
+        ("nesting over 128", deep.as_bytes()),
+        ("a line over 16 MiB", &long),
+    ];
+    for (what, line) in bad {
+        send(line);
+        let r = next(what);
+        assert_eq!(r["error"]["code"], -32700, "{what}: {r}");
+        assert!(r["id"].is_null(), "{what}: {r}");
+        assert!(r.as_object().unwrap().contains_key("id"), "{what}: {r}");
+    }
+    send(br#"{"jsonrpc":"2.0","id":8,"method":5}"#);
+    let r = next("an invalid request");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r["id"], 8, "{r}");
+    send(br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#);
+    let r = next("ping");
+    assert_eq!(r["id"], 9, "{r}");
+    assert!(r.get("result").is_some(), "{r}");
+    drop(stdin);
+    let _ = child.wait();
+}

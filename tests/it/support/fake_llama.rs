@@ -410,6 +410,9 @@ async fn messages(
     st.prompt_tokens.fetch_add(input - cached, Ordering::SeqCst);
     st.prompt_tokens_cached.fetch_add(cached, Ordering::SeqCst);
     let model = req["model"].as_str().unwrap_or(&st.opts.alias).to_string();
+    if matches!(reply, Reply::Hang) {
+        std::future::pending::<()>().await;
+    }
     if let Reply::Error { status, body } = &reply {
         record(*status);
         return (

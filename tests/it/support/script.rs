@@ -29,6 +29,9 @@ pub enum Reply {
         content_type: &'static str,
         body: String,
     },
+    /// A server that took the request and never answers it (a hung
+    /// backend): no status, no headers.
+    Hang,
     /// Text streamed a few characters per delta, as a server streams
     /// tokens (a text-form tool call arrives like this).
     TokenText(String),
