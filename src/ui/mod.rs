@@ -226,7 +226,7 @@ fn jobs_html(ui: &Ui) -> String {
             }
         }
     }
-    let recent = api::list_jobs(m, None, RECENT)
+    let recent = api::list_jobs(m, None, RECENT, usize::MAX)
         .map(|l| l.jobs)
         .unwrap_or_default();
     page::jobs(&ui.token, &active, &recent)
