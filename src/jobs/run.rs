@@ -162,8 +162,7 @@ struct EndGuard<'a> {
 
 impl Drop for EndGuard<'_> {
     fn drop(&mut self) {
-        let store = &self.manager.store;
-        let Ok(mut rec) = store.load_raw(&self.id) else {
+        let Ok(mut rec) = self.manager.record(&self.id) else {
             return;
         };
         if rec.status.terminal() {
@@ -175,7 +174,7 @@ impl Drop for EndGuard<'_> {
             "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
         );
         rec.finished = Some(now_ts());
-        store.save_or_log(&rec);
+        self.manager.keep(&rec);
         self.manager.unmark_active(&rec.endpoint, &rec.id);
     }
 }
@@ -195,9 +194,9 @@ impl Manager {
     /// A job that fails before its session starts (a load, the shim):
     /// finished as failed with `why`, saved, and no longer active on its
     /// endpoint.
-    fn fail_before_session(&self, rec: &mut JobRecord, why: String, started: Instant) {
+    async fn fail_before_session(&self, rec: &mut JobRecord, why: String, started: Instant) {
         finish(rec, Status::Failed, Some(why), started);
-        self.store.save_or_log(rec);
+        self.keep_final(rec).await;
         self.unmark_active(&rec.endpoint, &rec.id);
     }
 
@@ -227,7 +226,7 @@ impl Manager {
     }
 
     /// A job cancelled or timed out while it waited for a slot.
-    fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
+    async fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
         let (status, error) = match stop {
             Stop::Cancelled => (
                 Status::Cancelled,
@@ -244,7 +243,7 @@ impl Manager {
         };
         finish(rec, status, Some(error), started);
         rec.last_activity = Some(format!("{} while queued", status.as_str()));
-        self.store.save_or_log(rec);
+        self.keep_final(rec).await;
     }
 
     pub(super) async fn run(
@@ -266,18 +265,18 @@ impl Manager {
             .await
         {
             Ok(l) => l,
-            Err(stop) => return self.stop_while_queued(&mut rec, &stop, started),
+            Err(stop) => return self.stop_while_queued(&mut rec, &stop, started).await,
         };
         let queued_for = started.elapsed();
         let shared = self.mark_active(&rec.endpoint, &rec.id);
 
         if let Err(e) = self.load_model(&job, &mut rec).await {
-            return self.fail_before_session(&mut rec, e, started);
+            return self.fail_before_session(&mut rec, e, started).await;
         }
 
         let reg = match self.open_route(&job, &rec).await {
             Ok(r) => r,
-            Err(e) => return self.fail_before_session(&mut rec, e, started),
+            Err(e) => return self.fail_before_session(&mut rec, e, started).await,
         };
 
         // Server state before: the probe that resolved the model (at most a
@@ -341,7 +340,7 @@ impl Manager {
 
         self.finalize(&job, &mut rec, &reg, end, snap_before, &shared, started)
             .await;
-        self.store.save_or_log(&rec);
+        self.keep_final(&mut rec).await;
         self.unmark_active(&rec.endpoint, &rec.id);
         drop(reg);
     }
@@ -392,13 +391,13 @@ impl Manager {
             }
         }
         if let Some(r) = &result {
-            rec.result = r.text.clone();
+            rec.set_result(r.text.clone());
             rec.num_turns = r.num_turns;
         }
         if !stderr_tail.trim().is_empty() {
             let path = JobDir::at(&dir).stderr();
-            if let Err(e) = crate::paths::write_private(&path, stderr_tail.as_bytes()) {
-                tracing::error!("cannot write {} ({e})", path.display());
+            if let Err(e) = crate::paths::write_atomic(&path, stderr_tail.as_bytes()) {
+                tracing::error!("{e}");
             }
         }
 
@@ -474,7 +473,7 @@ impl Manager {
                 probe::load::Need::Wake => "waking the server for",
             };
             rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
-            self.store.save_or_log(rec);
+            self.keep(rec);
             let swap = job.target.probe.kind == Some(probe::ServerKind::LlamaSwap);
             let took = probe::load::ready(
                 &job.target.endpoint,
@@ -502,7 +501,7 @@ impl Manager {
             {
                 rec.context = Some(c);
             }
-            self.store.save_or_log(rec);
+            self.keep(rec);
         }
         Ok(())
     }
@@ -553,7 +552,7 @@ impl Manager {
         loop {
             round += 1;
             rec.last_activity = Some(format!("acceptance round {round}: {command}"));
-            self.store.save_or_log(rec);
+            self.keep(rec);
             let _ = progress.send(progress_of(rec, reg, Some(round)));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let spec = accept::Spec {
@@ -591,7 +590,7 @@ impl Manager {
                     accept::Stop::Cancelled => "cancelled".into(),
                 }),
             });
-            self.store.save_or_log(rec);
+            self.keep(rec);
             match run.stopped {
                 Some(accept::Stop::Cancelled) => {
                     end.stop = Some(Stop::Cancelled);
@@ -656,7 +655,7 @@ impl Manager {
         rec.status = Status::Running;
         rec.started.get_or_insert_with(now_ts);
         rec.last_activity = Some("starting claude".into());
-        self.store.save_or_log(rec);
+        self.keep(rec);
 
         let stderr = child.stderr().take();
         let stderr_task = tokio::spawn(async move {
@@ -744,7 +743,7 @@ impl Manager {
                         return Some(Stop::Cancelled);
                     }
                     if dirty {
-                        self.store.save_or_log(rec);
+                        self.keep(rec);
                         dirty = false;
                     }
                 }
