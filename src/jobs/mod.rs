@@ -771,6 +771,30 @@ mod tests {
     }
 
     #[test]
+    fn a_long_answer_keeps_its_start_in_the_record_and_the_whole_in_result_txt() {
+        let d = tempfile::tempdir().unwrap();
+        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": "20261201-000000-00000000", "task": "t", "model": "m",
+            "served_id": "m", "endpoint": "box", "base_url": "http://127.0.0.1:9",
+            "cwd": "/tmp", "origin_cwd": "/tmp", "isolation": "none",
+            "status": "running", "created": "2026-12-01T00:00:00Z", "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [], "files_changed": [], "log_dir": d.path(),
+            "permission_mode": "acceptEdits", "max_turns": 10, "timeout_s": 60,
+            "allowed_tools": [], "disallowed_tools": [], "owner_pid": 1
+        }))
+        .unwrap();
+        rec.set_result(Some("short".into()));
+        assert_eq!(rec.result.as_deref(), Some("short"));
+        let long = "é".repeat(3 * MAX_RESULT_BYTES);
+        rec.set_result(Some(long.clone()));
+        let kept = rec.result.clone().unwrap();
+        assert!(kept.len() < MAX_RESULT_BYTES + 300, "{}", kept.len());
+        assert!(kept.contains("result.txt"), "{}", &kept[kept.len() - 200..]);
+        let whole = std::fs::read_to_string(d.path().join("result.txt")).unwrap();
+        assert_eq!(whole, long);
+    }
+
+    #[test]
     fn ids_are_sortable_and_validated() {
         let a = new_id().unwrap();
         assert!(valid_id(&a), "{a}");
