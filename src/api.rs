@@ -368,7 +368,7 @@ pub async fn wait_job(m: &Manager, id: &str, timeout_s: u64) -> Result<JobReply,
 
 /// `job_status`.
 pub fn job_status(m: &Manager, id: &str) -> Result<JobSummary, Error> {
-    Ok(m.store.load(id)?.summary())
+    Ok(m.record(id)?.summary())
 }
 
 /// `list_jobs`.
@@ -382,6 +382,10 @@ pub struct JobList {
     /// the rest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Records that do not read (garbled, a symlink, another job's, not
+    /// ours to read), each with its path and the reason; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<crate::jobs::UnreadableJob>,
 }
 
 /// `list_jobs`: the newest `limit` jobs (at least one), but no more than
@@ -396,7 +400,7 @@ pub fn list_jobs(
     let limit = limit.max(1);
     let take = limit.min(cap.max(1));
     // One more than is shown: whether there are more is then known.
-    let mut recs = m.store.list(status, take.saturating_add(1));
+    let (mut recs, unreadable) = m.store.scan(status, take.saturating_add(1));
     let truncated = recs.len() > take;
     recs.truncate(take);
     let jobs: Vec<JobListItem> = recs.iter().map(|r| r.list_item()).collect();
@@ -410,6 +414,7 @@ pub fn list_jobs(
         jobs,
         truncated,
         note,
+        unreadable,
     })
 }
 
@@ -455,7 +460,11 @@ impl std::str::FromStr for LogStream {
 pub struct LogPage {
     pub job_id: String,
     pub stream: LogStream,
+    /// Every line of the log (counted in one streaming pass: memory stays
+    /// bounded whatever the log's size).
     pub total_lines: usize,
+    /// The log's size in bytes.
+    pub total_bytes: u64,
     pub from: usize,
     pub to: usize,
     pub next_offset: Option<usize>,
@@ -463,8 +472,16 @@ pub struct LogPage {
 }
 
 const LOG_CAP: usize = 20_000;
+/// A line of a page is cut to this many characters.
+const LINE_CAP: usize = 2000;
+/// How much of a log's end a tail page reads.
+const TAIL_WINDOW: u64 = 1024 * 1024;
 
-/// `job_log`: a page of one of the job's logs.
+/// `job_log`: a page of one of the job's logs. The log is read without
+/// following a symlink and only if it is a regular file (a FIFO would
+/// block, a device would never end), and only the page is kept: a tail is
+/// read from the end, an offset page forward with a byte cap. It blocks:
+/// async callers run it on a blocking thread.
 pub fn job_log(
     m: &Manager,
     id: &str,
@@ -474,18 +491,39 @@ pub fn job_log(
 ) -> Result<LogPage, Error> {
     let dir = m.store.job_dir(id)?;
     let _ = m.store.load(id)?;
-    let text = std::fs::read_to_string(stream.file(&dir)).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
+    let path = stream.file(&dir);
     let n = tail_lines.clamp(1, 2000);
-    let from = match offset {
-        Some(o) => o.min(lines.len()),
-        None => lines.len().saturating_sub(n),
+    let refused = |e: std::io::Error| Error::Invalid(format!("job {id}: cannot read its log: {e}"));
+    let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let (lines, from, total_lines, total_bytes): (Vec<Vec<u8>>, usize, usize, u64) = match offset {
+        Some(o) => match crate::paths::read_lines_from(&path, o, n, LOG_CAP, LINE_CAP * 4) {
+            Ok(p) => (p.lines, o.min(p.total_lines), p.total_lines, p.total_bytes),
+            Err(e) if missing(&e) => (Vec::new(), 0, 0, 0),
+            Err(e) => return Err(refused(e)),
+        },
+        None => match crate::paths::read_tail(&path, TAIL_WINDOW) {
+            Ok((bytes, _)) => {
+                let (total, size) = crate::paths::count_lines(&path).map_err(refused)?;
+                let mut all: Vec<Vec<u8>> =
+                    bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+                if bytes.last().is_none_or(|b| *b == b'\n') {
+                    all.pop();
+                }
+                let keep = all.len().min(n);
+                let all = all.split_off(all.len() - keep);
+                (all, total.saturating_sub(keep), total, size)
+            }
+            Err(e) if missing(&e) => (Vec::new(), 0, 0, 0),
+            Err(e) => return Err(refused(e)),
+        },
     };
     let mut out = String::new();
     let mut to = from;
-    for l in lines.iter().skip(from).take(n) {
-        let l: String = if l.chars().count() > 2000 {
-            format!("{}…", l.chars().take(2000).collect::<String>())
+    for l in &lines {
+        let l = String::from_utf8_lossy(l);
+        let l = l.strip_suffix('\r').unwrap_or(&l);
+        let l: String = if l.chars().count() > LINE_CAP {
+            format!("{}…", l.chars().take(LINE_CAP).collect::<String>())
         } else {
             l.to_string()
         };
@@ -499,10 +537,11 @@ pub fn job_log(
     Ok(LogPage {
         job_id: id.to_string(),
         stream,
-        total_lines: lines.len(),
+        total_lines,
+        total_bytes,
         from,
         to,
-        next_offset: (to < lines.len()).then_some(to),
+        next_offset: (to < total_lines).then_some(to),
         text: out,
     })
 }

@@ -507,7 +507,12 @@ impl Server {
     async fn job_log(&self, Parameters(p): Parameters<JobLogParams>) -> ToolResult<LogPage> {
         let stream = api::parse_arg(p.stream.as_deref())?.unwrap_or_default();
         let tail = p.tail_lines.unwrap_or(api::DEFAULT_TAIL_LINES);
-        api::job_log(&self.manager, &p.job_id, stream, tail, p.offset).map(Reply)
+        let m = self.manager.clone();
+        // The read blocks (a file, however bounded): not on an async worker.
+        tokio::task::spawn_blocking(move || api::job_log(&m, &p.job_id, stream, tail, p.offset))
+            .await
+            .map_err(|e| api::Error::Invalid(format!("job_log stopped: {e}")))?
+            .map(Reply)
     }
 
     /// The full diff of a job (a worktree job against its base, untracked files included), paged.

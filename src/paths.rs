@@ -103,20 +103,28 @@ pub fn append_private(path: &Path) -> std::io::Result<File> {
 
 /// Write a private file (0600) whole, never through a symlink.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new()
+    OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    f.write_all(bytes)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
 }
 
 /// Write a file so that readers see either the old or the new content:
 /// a temp file (0600) in the same directory, fsync, rename over the
 /// target, then fsync the directory so the rename survives a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_bare(path, bytes)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
+}
+
+/// [`write_atomic`] whose errors are the system's, for a caller that
+/// names the path itself.
+pub fn write_atomic_bare(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = dir.unwrap_or_else(|| Path::new("."));
     private_dir_all(dir)?;
@@ -185,15 +193,122 @@ fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(named)?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a symlink, and localagents reads no state file through a link: remove it",
+                    path.display()
+                ),
+            ),
+            _ => named(e),
+        })?;
     let meta = f.metadata().map_err(named)?;
     if !meta.file_type().is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", path.display()),
+            format!(
+                "{} is not a regular file (a FIFO, a device or a directory): remove it",
+                path.display()
+            ),
         ));
     }
     Ok((f, meta))
+}
+
+/// The size of a chunk of a streaming read.
+const CHUNK: usize = 64 * 1024;
+
+/// Lines of a file read as a stream: how many there are (as
+/// `str::lines` counts them) and its size, in constant memory, never
+/// through a symlink or from anything but a regular file.
+pub fn count_lines(path: &Path) -> std::io::Result<(usize, u64)> {
+    let page = read_lines_from(path, usize::MAX, 0, 0, 0)?;
+    Ok((page.total_lines, page.total_bytes))
+}
+
+/// A page of a file's lines, read forward as a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinePage {
+    /// The lines from `offset` on (each cut to its first `max_line`
+    /// bytes, the newline dropped), while they fit in `max_bytes`.
+    pub lines: Vec<Vec<u8>>,
+    /// Every line of the file, as `str::lines` counts them.
+    pub total_lines: usize,
+    pub total_bytes: u64,
+}
+
+/// Up to `max_lines` lines from line `offset` (0-based), at most
+/// `max_bytes` of them (the first line always, cut to `max_line` bytes),
+/// and the file's line count and size: one forward pass in 64 KiB chunks,
+/// so memory stays bounded whatever the file's size or its longest line.
+/// The same refusals as [`read_capped`].
+pub fn read_lines_from(
+    path: &Path,
+    offset: usize,
+    max_lines: usize,
+    max_bytes: usize,
+    max_line: usize,
+) -> std::io::Result<LinePage> {
+    use std::io::Read;
+    let (mut f, _) = open_regular(path)?;
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let mut buf = vec![0u8; CHUNK];
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    let mut cur: Vec<u8> = Vec::new();
+    let (mut line, mut used, mut total_bytes) = (0usize, 0usize, 0u64);
+    let mut collecting = max_lines > 0;
+    let mut last = b'\n';
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(named(e)),
+        };
+        total_bytes += n as u64;
+        let chunk = &buf[..n];
+        last = chunk[n - 1];
+        if !collecting || line.saturating_add(memchr::memchr_iter(b'\n', chunk).count()) < offset {
+            line += memchr::memchr_iter(b'\n', chunk).count();
+            continue;
+        }
+        let mut at = 0;
+        while at < n {
+            let end = memchr::memchr(b'\n', &chunk[at..]).map(|i| at + i);
+            let piece = &chunk[at..end.unwrap_or(n)];
+            if collecting && line >= offset && cur.len() < max_line {
+                let room = max_line - cur.len();
+                cur.extend_from_slice(&piece[..piece.len().min(room)]);
+            }
+            let Some(end) = end else { break };
+            if collecting && line >= offset {
+                let l = std::mem::take(&mut cur);
+                if !lines.is_empty() && used + l.len() + 1 > max_bytes {
+                    collecting = false;
+                } else {
+                    used += l.len() + 1;
+                    lines.push(l);
+                    collecting = lines.len() < max_lines;
+                }
+            }
+            line += 1;
+            at = end + 1;
+        }
+    }
+    // A last line without a newline is a line too.
+    if last != b'\n' {
+        if collecting && line >= offset && (lines.is_empty() || used + cur.len() < max_bytes) {
+            lines.push(std::mem::take(&mut cur));
+        }
+        line += 1;
+    }
+    Ok(LinePage {
+        lines,
+        total_lines: line,
+        total_bytes,
+    })
 }
 
 /// The last `max` bytes of a file (all of it when smaller), cut to start on
@@ -280,5 +395,40 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let e = read_tail(&fifo, 100).unwrap_err();
         assert!(e.to_string().contains("is not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn a_page_of_a_large_log_is_read_in_bounded_memory() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("events.jsonl");
+        let line = format!("{}\n", "x".repeat(99));
+        let mut w = std::io::BufWriter::new(File::create(&f).unwrap());
+        for _ in 0..500_000 {
+            w.write_all(line.as_bytes()).unwrap();
+        }
+        w.write_all(b"the end\n").unwrap();
+        drop(w);
+        // 50 MB: the tail reads only its window.
+        let (tail, len) = read_tail(&f, 1000).unwrap();
+        assert_eq!(len, 50_000_008);
+        assert!(tail.len() <= 1000 && tail.ends_with(b"the end\n"));
+        // A forward page keeps only its lines, and counts them all.
+        let p = read_lines_from(&f, 499_999, 10, 20_000, 8000).unwrap();
+        assert_eq!(p.total_lines, 500_001);
+        assert_eq!(p.total_bytes, 50_000_008);
+        assert_eq!(p.lines, vec![b"x".repeat(99), b"the end".to_vec()]);
+        // The byte cap keeps the first line, cut, and stops there.
+        let p = read_lines_from(&f, 0, 1000, 150, 10).unwrap();
+        assert_eq!(p.lines.len(), 13, "{:?}", p.lines.len());
+        assert!(p.lines.iter().all(|l| l.len() == 10));
+        // A last line without its newline is counted and read.
+        std::fs::write(&f, "a\nb").unwrap();
+        let p = read_lines_from(&f, 1, 5, 100, 100).unwrap();
+        assert_eq!((p.lines, p.total_lines), (vec![b"b".to_vec()], 2));
+        assert_eq!(count_lines(&f).unwrap(), (2, 3));
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_lines_from(&link, 0, 5, 100, 100).unwrap_err();
+        assert!(e.to_string().contains("is a symlink"), "{e}");
     }
 }

@@ -162,7 +162,7 @@ pub fn render_job(out: &mut impl Write, r: &JobRecord) -> std::io::Result<()> {
 
 /// `localagents jobs`: one line a job.
 pub fn render_jobs(out: &mut impl Write, list: &JobList) -> std::io::Result<()> {
-    if list.jobs.is_empty() {
+    if list.jobs.is_empty() && list.unreadable.is_empty() {
         writeln!(out, "no jobs yet")?;
     }
     for j in &list.jobs {
@@ -176,6 +176,9 @@ pub fn render_jobs(out: &mut impl Write, list: &JobList) -> std::io::Result<()> 
             j.files_changed,
             j.task
         )?;
+    }
+    for u in &list.unreadable {
+        writeln!(out, "{}  unreadable  {}", u.id, u.error)?;
     }
     if let Some(n) = &list.note {
         writeln!(out, "{n}")?;

@@ -78,7 +78,9 @@ pub struct BatchReport {
 impl BatchReport {
     /// Read `batch.json` from a job dir, if the batch has finished.
     pub fn read(dir: &Path) -> Option<BatchReport> {
-        serde_json::from_slice(&std::fs::read(super::dir::JobDir::at(dir).batch()).ok()?).ok()
+        let path = super::dir::JobDir::at(dir).batch();
+        let bytes = crate::paths::read_capped(&path, super::dir::MAX_RECORD_BYTES).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 }
 
@@ -221,15 +223,9 @@ impl Manager {
         match serde_json::to_vec_pretty(&report) {
             Ok(bytes) => {
                 let path = super::dir::JobDir::at(&rec.log_dir).batch();
-                if let Err(e) = crate::paths::write_private(&path, &bytes) {
-                    tracing::error!(
-                        "cannot write {} ({e}): the items' answers are lost",
-                        path.display()
-                    );
-                    rec.error = Some(format!(
-                        "cannot write {} ({e}): free space there and run the batch again",
-                        path.display()
-                    ));
+                if let Err(e) = crate::paths::write_atomic(&path, &bytes) {
+                    tracing::error!("{e}: the items' answers are lost");
+                    rec.error = Some(format!("{e}: free space there and run the batch again"));
                 }
             }
             Err(e) => tracing::error!("cannot encode the batch report ({e})"),

@@ -65,6 +65,12 @@ impl JobDir {
         self.0.join("stderr.txt")
     }
 
+    /// The delegate's whole answer, when it is over
+    /// [`super::MAX_RESULT_BYTES`] (the record keeps its start).
+    pub fn result(&self) -> PathBuf {
+        self.0.join("result.txt")
+    }
+
     /// The acceptance command's output.
     pub fn acceptance(&self) -> PathBuf {
         self.0.join("acceptance.txt")

@@ -154,7 +154,18 @@ pub struct Manager {
     shim: tokio::sync::OnceCell<Shim>,
     running: Mutex<HashMap<String, Handle>>,
     active: Mutex<HashMap<String, Vec<Active>>>,
+    /// The latest record of each job this process runs, and of each that
+    /// ended without its final record on disk: what `wait` and `record`
+    /// answer from when the disk refuses a write.
+    records: Mutex<HashMap<String, JobRecord>>,
 }
+
+/// How long to wait before each retry of a final record's write.
+const WRITE_RETRIES: [Duration; 3] = [
+    Duration::from_millis(20),
+    Duration::from_millis(80),
+    Duration::from_millis(320),
+];
 
 fn env_dump() -> bool {
     std::env::var("LOCALAGENTS_DUMP_REQUESTS").is_ok_and(|v| v == "1")
@@ -168,6 +179,7 @@ impl Manager {
             shim: tokio::sync::OnceCell::new(),
             running: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
+            records: Mutex::new(HashMap::new()),
         })
     }
 
@@ -193,6 +205,82 @@ impl Manager {
             }
         };
         super::prewarm::run(&loaded.config, &self.ctx.state_dir, shim).await
+    }
+
+    /// A job's record: this process's own copy when it runs the job (or
+    /// ran it and could not write its end), else the one on disk.
+    pub fn record(&self, id: &str) -> Result<JobRecord, JobError> {
+        let own = self.records.lock().ok().and_then(|r| r.get(id).cloned());
+        match own {
+            Some(r) => Ok(r),
+            None => self.store.load(id),
+        }
+    }
+
+    /// Keep a running job's record: in memory, then on disk; a failed
+    /// write is logged with the record's directory and the reason, and
+    /// the job goes on (its owner answers from memory).
+    pub(super) fn keep(&self, rec: &JobRecord) {
+        if let Ok(mut r) = self.records.lock() {
+            r.insert(rec.id.clone(), rec.clone());
+        }
+        if let Err(e) = self.store.save(rec) {
+            tracing::error!(
+                "job {}: {e}; the job goes on, its owner keeps its record in memory",
+                rec.id
+            );
+        }
+    }
+
+    /// Keep a job's final record: written with a few short retries, each
+    /// failure logged. When it cannot be written the job fails with the
+    /// sentence that says so, kept in memory (and tried once more on
+    /// disk), so a waiter gets the end instead of a record that cannot
+    /// change.
+    pub(super) async fn keep_final(&self, rec: &mut JobRecord) {
+        if let Ok(mut r) = self.records.lock() {
+            r.insert(rec.id.clone(), rec.clone());
+        }
+        let mut last = None;
+        for (n, pause) in std::iter::once(Duration::ZERO)
+            .chain(WRITE_RETRIES)
+            .enumerate()
+        {
+            tokio::time::sleep(pause).await;
+            match self.store.save(rec) {
+                Ok(()) => {
+                    if let Ok(mut r) = self.records.lock() {
+                        r.remove(&rec.id);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "job {}: {e} (try {} of {})",
+                        rec.id,
+                        n + 1,
+                        WRITE_RETRIES.len() + 1
+                    );
+                    last = Some(e);
+                }
+            }
+        }
+        if let Some(e) = last {
+            rec.status = super::Status::Failed;
+            rec.error = Some(match rec.error.take() {
+                Some(before) => format!("{e}; before that: {before}"),
+                None => e.to_string(),
+            });
+            rec.finished.get_or_insert_with(now_ts);
+            if let Ok(mut r) = self.records.lock() {
+                r.insert(rec.id.clone(), rec.clone());
+            }
+            if self.store.save(rec).is_ok()
+                && let Ok(mut r) = self.records.lock()
+            {
+                r.remove(&rec.id);
+            }
+        }
     }
 
     /// Jobs running in this process.
@@ -234,7 +322,7 @@ impl Manager {
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
         crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-        crate::paths::write_private(&JobDir::at(&dir).task(), plan.task.as_bytes())
+        crate::paths::write_atomic(&JobDir::at(&dir).task(), plan.task.as_bytes())
             .map_err(JobError::from)?;
         let (worktree, cwd) = match (&plan.resumed, plan.isolation) {
             (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
@@ -335,14 +423,14 @@ impl Manager {
         } else {
             let deadline = Instant::now() + timeout.min(MAX_WAIT);
             loop {
-                let r = self.store.load(id)?;
+                let r = self.record(id)?;
                 if r.status.terminal() || Instant::now() >= deadline {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
-        let r = self.store.load(id)?;
+        let r = self.record(id)?;
         let still = !r.status.terminal();
         Ok((r, still))
     }

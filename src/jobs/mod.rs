@@ -92,6 +92,11 @@ pub enum JobError {
         why: String,
         dir: PathBuf,
     },
+    #[error("could not write the job record in {}: {source}", dir.display())]
+    Write {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -103,7 +108,7 @@ impl JobError {
             JobError::BadId(_) => Kind::BadJobId,
             JobError::NotFound(_) => Kind::NoSuchJob,
             JobError::Unreadable { .. } => Kind::UnreadableJob,
-            JobError::Io(_) => Kind::Io,
+            JobError::Io(_) | JobError::Write { .. } => Kind::Io,
         }
     }
 }
@@ -404,7 +409,39 @@ pub struct JobListItem {
     pub waiting: Option<String>,
 }
 
+/// Most of a delegate's answer kept in `job.json` (every listing parses
+/// the record); a longer answer is written whole to `result.txt`.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
 impl JobRecord {
+    /// Set the delegate's answer: whole when it is at most
+    /// [`MAX_RESULT_BYTES`], else its start and where the whole answer is
+    /// (`result.txt` in the job's directory, written atomically).
+    pub fn set_result(&mut self, text: Option<String>) {
+        self.result = match text {
+            Some(t) if t.len() > MAX_RESULT_BYTES => {
+                let path = dir::JobDir::at(&self.log_dir).result();
+                let whole = match crate::paths::write_atomic(&path, t.as_bytes()) {
+                    Ok(()) => format!(
+                        "the whole answer ({} bytes) is in {}",
+                        t.len(),
+                        path.display()
+                    ),
+                    Err(e) => {
+                        tracing::error!("job {}: {e}", self.id);
+                        format!("the rest of its {} bytes is lost: {e}", t.len())
+                    }
+                };
+                let mut end = MAX_RESULT_BYTES;
+                while !t.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Some(format!("{}… ({whole})", &t[..end]))
+            }
+            t => t,
+        };
+    }
+
     /// The compact summary tools return.
     pub fn summary(&self) -> JobSummary {
         let cut = |s: &Option<String>, n: usize| {
@@ -484,6 +521,19 @@ impl JobRecord {
     }
 }
 
+/// A record that does not read, as lists show it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct UnreadableJob {
+    /// The name of its directory.
+    pub id: String,
+    /// Always `unreadable`.
+    pub status: String,
+    /// Its `job.json`.
+    pub path: PathBuf,
+    /// Why it does not read, and what to do.
+    pub error: String,
+}
+
 /// The job directories under a state dir.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -504,8 +554,10 @@ impl Store {
     pub fn save(&self, rec: &JobRecord) -> Result<(), JobError> {
         let dir = self.job_dir(&rec.id)?;
         let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
-        crate::paths::write_atomic(&dir.record(), &bytes)?;
-        Ok(())
+        crate::paths::write_atomic_bare(&dir.record(), &bytes).map_err(|source| JobError::Write {
+            dir: dir.path().to_path_buf(),
+            source,
+        })
     }
 
     /// [`Store::save`] where the job goes on whatever happens (a progress
@@ -526,6 +578,16 @@ impl Store {
     pub fn load_raw(&self, id: &str) -> Result<JobRecord, JobError> {
         let jd = self.job_dir(id)?;
         let dir = jd.path().to_path_buf();
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(JobError::Unreadable {
+                id: id.to_string(),
+                why: format!(
+                    "{} is a symlink, and a job's directory is never one: remove the link",
+                    dir.display()
+                ),
+                dir,
+            });
+        }
         let bytes = match crate::paths::read_capped(&jd.record(), dir::MAX_RECORD_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -533,11 +595,23 @@ impl Store {
             }
             Err(e) => return Err(e.into()),
         };
-        serde_json::from_slice(&bytes).map_err(|e| JobError::Unreadable {
+        let rec: JobRecord = serde_json::from_slice(&bytes).map_err(|e| JobError::Unreadable {
             id: id.to_string(),
-            why: e.to_string(),
-            dir,
-        })
+            why: format!("{}: {e}", jd.record().display()),
+            dir: dir.clone(),
+        })?;
+        if rec.id != id {
+            return Err(JobError::Unreadable {
+                id: id.to_string(),
+                why: format!(
+                    "{} names job {}, not {id}: a record is never copied or moved between job directories; remove it",
+                    jd.record().display(),
+                    crate::fmt::first_chars(&rec.id, 64)
+                ),
+                dir,
+            });
+        }
+        Ok(rec)
     }
 
     /// Load a record; a running job whose owner process is gone becomes
@@ -607,20 +681,40 @@ impl Store {
         ids
     }
 
-    /// Records, newest first (unreadable ones skipped).
+    /// Records, newest first (unreadable ones skipped: [`Store::scan`]
+    /// lists them).
     pub fn list(&self, status: Option<Status>, limit: usize) -> Vec<JobRecord> {
-        let mut out = Vec::new();
+        self.scan(status, limit).0
+    }
+
+    /// Records, newest first, and the records met on the way that do not
+    /// read (at most `limit` of each), with their path and the reason. A
+    /// directory without a record yet (a job being made) is neither.
+    pub fn scan(
+        &self,
+        status: Option<Status>,
+        limit: usize,
+    ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
+        let (mut out, mut bad) = (Vec::new(), Vec::new());
         for id in self.ids() {
-            if let Ok(r) = self.load(&id)
-                && status.is_none_or(|s| r.status == s)
-            {
-                out.push(r);
-                if out.len() >= limit {
-                    break;
+            match self.load(&id) {
+                Ok(r) if status.is_none_or(|s| r.status == s) => {
+                    out.push(r);
+                    if out.len() >= limit {
+                        break;
+                    }
                 }
+                Ok(_) | Err(JobError::NotFound(_)) => {}
+                Err(e) if bad.len() < limit => bad.push(UnreadableJob {
+                    path: self.root.join(&id).join("job.json"),
+                    id,
+                    status: "unreadable".into(),
+                    error: e.to_string(),
+                }),
+                Err(_) => {}
             }
         }
-        out
+        (out, bad)
     }
 }
 
@@ -674,6 +768,30 @@ mod tests {
                 "reference_model",
             ]
         );
+    }
+
+    #[test]
+    fn a_long_answer_keeps_its_start_in_the_record_and_the_whole_in_result_txt() {
+        let d = tempfile::tempdir().unwrap();
+        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": "20261201-000000-00000000", "task": "t", "model": "m",
+            "served_id": "m", "endpoint": "box", "base_url": "http://127.0.0.1:9",
+            "cwd": "/tmp", "origin_cwd": "/tmp", "isolation": "none",
+            "status": "running", "created": "2026-12-01T00:00:00Z", "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [], "files_changed": [], "log_dir": d.path(),
+            "permission_mode": "acceptEdits", "max_turns": 10, "timeout_s": 60,
+            "allowed_tools": [], "disallowed_tools": [], "owner_pid": 1
+        }))
+        .unwrap();
+        rec.set_result(Some("short".into()));
+        assert_eq!(rec.result.as_deref(), Some("short"));
+        let long = "é".repeat(3 * MAX_RESULT_BYTES);
+        rec.set_result(Some(long.clone()));
+        let kept = rec.result.clone().unwrap();
+        assert!(kept.len() < MAX_RESULT_BYTES + 300, "{}", kept.len());
+        assert!(kept.contains("result.txt"), "{}", &kept[kept.len() - 200..]);
+        let whole = std::fs::read_to_string(d.path().join("result.txt")).unwrap();
+        assert_eq!(whole, long);
     }
 
     #[test]

@@ -47,13 +47,15 @@ pub struct Review {
 impl Review {
     /// The last review kept in a job dir.
     pub fn read(dir: &Path) -> Option<Review> {
-        serde_json::from_slice(&std::fs::read(super::dir::JobDir::at(dir).review()).ok()?).ok()
+        let path = super::dir::JobDir::at(dir).review();
+        let bytes = crate::paths::read_capped(&path, super::dir::MAX_RECORD_BYTES).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Keep it in the job dir.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        crate::paths::write_private(&super::dir::JobDir::at(dir).review(), &bytes)
+        crate::paths::write_atomic(&super::dir::JobDir::at(dir).review(), &bytes)
     }
 }
 

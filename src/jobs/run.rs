@@ -171,8 +171,7 @@ struct EndGuard<'a> {
 
 impl Drop for EndGuard<'_> {
     fn drop(&mut self) {
-        let store = &self.manager.store;
-        let Ok(mut rec) = store.load_raw(&self.id) else {
+        let Ok(mut rec) = self.manager.record(&self.id) else {
             return;
         };
         if rec.status.terminal() {
@@ -184,7 +183,7 @@ impl Drop for EndGuard<'_> {
             "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
         );
         rec.finished = Some(now_ts());
-        store.save_or_log(&rec);
+        self.manager.keep(&rec);
         self.manager.unmark_active(&rec.endpoint, &rec.id);
     }
 }
@@ -204,9 +203,9 @@ impl Manager {
     /// A job that fails before its session starts (a load, the shim):
     /// finished as failed with `why`, saved, and no longer active on its
     /// endpoint.
-    fn fail_before_session(&self, rec: &mut JobRecord, why: String, started: Instant) {
+    async fn fail_before_session(&self, rec: &mut JobRecord, why: String, started: Instant) {
         finish(rec, Status::Failed, Some(why), started);
-        self.store.save_or_log(rec);
+        self.keep_final(rec).await;
         self.unmark_active(&rec.endpoint, &rec.id);
     }
 
@@ -236,7 +235,7 @@ impl Manager {
     }
 
     /// A job cancelled or timed out while it waited for a slot.
-    fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
+    async fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
         let (status, error) = match stop {
             Stop::Cancelled => (
                 Status::Cancelled,
@@ -253,7 +252,7 @@ impl Manager {
         };
         finish(rec, status, Some(error), started);
         rec.last_activity = Some(format!("{} while queued", status.as_str()));
-        self.store.save_or_log(rec);
+        self.keep_final(rec).await;
     }
 
     pub(super) async fn run(
@@ -275,18 +274,18 @@ impl Manager {
             .await
         {
             Ok(l) => l,
-            Err(stop) => return self.stop_while_queued(&mut rec, &stop, started),
+            Err(stop) => return self.stop_while_queued(&mut rec, &stop, started).await,
         };
         let queued_for = started.elapsed();
         let shared = self.mark_active(&rec.endpoint, &rec.id);
 
         if let Err(e) = self.load_model(&job, &mut rec).await {
-            return self.fail_before_session(&mut rec, e, started);
+            return self.fail_before_session(&mut rec, e, started).await;
         }
 
         let reg = match self.open_route(&job, &rec).await {
             Ok(r) => r,
-            Err(e) => return self.fail_before_session(&mut rec, e, started),
+            Err(e) => return self.fail_before_session(&mut rec, e, started).await,
         };
 
         // Server state before: the probe that resolved the model (at most a
@@ -350,7 +349,7 @@ impl Manager {
 
         self.finalize(&job, &mut rec, &reg, end, snap_before, &shared, started)
             .await;
-        self.store.save_or_log(&rec);
+        self.keep_final(&mut rec).await;
         self.unmark_active(&rec.endpoint, &rec.id);
         drop(reg);
     }
@@ -401,13 +400,13 @@ impl Manager {
             }
         }
         if let Some(r) = &result {
-            rec.result = r.text.clone();
+            rec.set_result(r.text.clone());
             rec.num_turns = r.num_turns;
         }
         if !stderr_tail.trim().is_empty() {
             let path = JobDir::at(&dir).stderr();
-            if let Err(e) = crate::paths::write_private(&path, stderr_tail.as_bytes()) {
-                tracing::error!("cannot write {} ({e})", path.display());
+            if let Err(e) = crate::paths::write_atomic(&path, stderr_tail.as_bytes()) {
+                tracing::error!("{e}");
             }
         }
 
@@ -494,7 +493,7 @@ impl Manager {
                 probe::load::Need::Wake => "waking the server for",
             };
             rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
-            self.store.save_or_log(rec);
+            self.keep(rec);
             let swap = job.target.probe.kind == Some(probe::ServerKind::LlamaSwap);
             let took = probe::load::ready(
                 &job.target.endpoint,
@@ -522,7 +521,7 @@ impl Manager {
             {
                 rec.context = Some(c);
             }
-            self.store.save_or_log(rec);
+            self.keep(rec);
         }
         Ok(())
     }
@@ -573,7 +572,7 @@ impl Manager {
         loop {
             round += 1;
             rec.last_activity = Some(format!("acceptance round {round}: {command}"));
-            self.store.save_or_log(rec);
+            self.keep(rec);
             let _ = progress.send(progress_of(rec, reg, Some(round)));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let spec = accept::Spec {
@@ -611,7 +610,7 @@ impl Manager {
                     accept::Stop::Cancelled => "cancelled".into(),
                 }),
             });
-            self.store.save_or_log(rec);
+            self.keep(rec);
             match run.stopped {
                 Some(accept::Stop::Cancelled) => {
                     end.stop = Some(Stop::Cancelled);
@@ -676,7 +675,7 @@ impl Manager {
         rec.status = Status::Running;
         rec.started.get_or_insert_with(now_ts);
         rec.last_activity = Some("starting claude".into());
-        self.store.save_or_log(rec);
+        self.keep(rec);
 
         let stderr = child.stderr().take();
         let stderr_task = tokio::spawn(async move {
@@ -782,7 +781,7 @@ impl Manager {
                         return Some(Stop::Refused(backend_down(&f.why, backend_fail)));
                     }
                     if dirty {
-                        self.store.save_or_log(rec);
+                        self.keep(rec);
                         dirty = false;
                     }
                 }
@@ -1031,5 +1030,47 @@ mod tests {
             id: id.clone(),
         });
         assert_eq!(m.store.load(&id).unwrap().status, Status::Succeeded);
+    }
+
+    #[tokio::test]
+    async fn a_final_record_the_disk_refuses_fails_the_job_and_its_owner_answers_from_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Manager::new(crate::context::Context {
+            explicit_config: None,
+            state_dir: tmp.path().to_path_buf(),
+        });
+        let id = super::super::new_id().unwrap();
+        let dir = m.store.dir(&id).unwrap();
+        // job.json is a directory that is not empty: no rename can
+        // replace it, every write of the record fails.
+        std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
+        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
+            "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
+            "isolation": "none", "status": "succeeded", "created": "2026-12-01T00:00:00Z",
+            "started": null, "finished": null, "elapsed_s": null, "session_id": null,
+            "result": "done", "error": null, "num_turns": null, "tool_calls": 0,
+            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
+            "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
+            "context": null, "metrics": null, "queued_note": null,
+            "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
+            "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
+            "resumed_from": null, "pid": null, "owner_pid": std::process::id()
+        }))
+        .unwrap();
+        let started = std::time::Instant::now();
+        m.keep_final(&mut rec).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(rec.status, Status::Failed);
+        let want = format!("could not write the job record in {}: ", dir.display());
+        assert!(
+            rec.error.as_deref().unwrap().starts_with(&want),
+            "{:?}",
+            rec.error
+        );
+        // The owner answers from what it kept, at once.
+        assert_eq!(m.record(&id).unwrap().status, Status::Failed);
+        let (r, still) = m.wait(&id, Duration::from_secs(1)).await.unwrap();
+        assert_eq!((r.status, still), (Status::Failed, false));
     }
 }

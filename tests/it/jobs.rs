@@ -1202,3 +1202,190 @@ async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused
     );
     c.cancel().await.unwrap();
 }
+
+/// Issue 26 (#9): an unreadable record is listed as unreadable with its
+/// path and the reason, a record whose `id` is not its directory's name is
+/// refused, and a job directory that is a symlink to another is not
+/// listed twice.
+#[tokio::test]
+async fn unreadable_records_are_listed_with_their_path_and_never_twice() {
+    let e = env_for("http://127.0.0.1:9");
+    let jobs = e.state.join("jobs");
+    let good = ["20261201-000000-00000001", "20261201-000000-00000002"];
+    for id in good {
+        crate::support::write_job_record(&e.state, id);
+    }
+    let garbled = "20261201-000000-00000003";
+    std::fs::create_dir_all(jobs.join(garbled)).unwrap();
+    std::fs::write(
+        jobs.join(garbled).join("job.json"),
+        "{\"id\": \"20261201-00",
+    )
+    .unwrap();
+    // A copy of a good record under another id.
+    let other = "20261201-000000-00000004";
+    std::fs::create_dir_all(jobs.join(other)).unwrap();
+    std::fs::copy(
+        jobs.join(good[0]).join("job.json"),
+        jobs.join(other).join("job.json"),
+    )
+    .unwrap();
+    // A job directory that is a link to a good one.
+    let linked = "20261201-000000-00000005";
+    std::os::unix::fs::symlink(jobs.join(good[1]), jobs.join(linked)).unwrap();
+
+    let v = localagents_json(&e, &["jobs", "--json"]).await;
+    let ids: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [good[1], good[0]], "{v:#}");
+    let bad = v["unreadable"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v:#}"));
+    let by_id = |id: &str| {
+        bad.iter()
+            .find(|b| b["id"] == id)
+            .unwrap_or_else(|| panic!("{id} is not listed as unreadable: {v:#}"))
+            .clone()
+    };
+    let g = by_id(garbled);
+    assert_eq!(g["status"], "unreadable");
+    assert!(
+        g["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{garbled}/job.json")),
+        "{g}"
+    );
+    assert!(g["error"].as_str().unwrap().contains("job.json"), "{g}");
+    let o = by_id(other);
+    assert!(o["error"].as_str().unwrap().contains(good[0]), "{o}");
+    let l = by_id(linked);
+    assert!(l["error"].as_str().unwrap().contains("symlink"), "{l}");
+    // The text list says the same.
+    let out = localagents(&e, &["jobs"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("unreadable") && text.contains(garbled),
+        "{text}"
+    );
+}
+
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Issue 26 (#1): the state volume fills up mid-job. The job's owner keeps
+/// its outcome: the job fails with a sentence naming the record's
+/// directory and the disk's answer, and `localagents run` returns with it
+/// instead of waiting on a record that cannot change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_disk_fails_the_job_and_run_returns_with_the_reason() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&e.state)
+        .status();
+    if !matches!(mounted, Ok(s) if s.success()) {
+        eprintln!(
+            "mount -t tmpfs was refused ({mounted:?}): the disk-full path is not tested here"
+        );
+        return;
+    }
+    let _tmpfs = Tmpfs(e.state.clone());
+    // Fill the volume when the delegate's first request arrives (the job
+    // is running, its record written), and keep it full: a page freed by
+    // a removed file is taken again, so every write after this fails.
+    let filled: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>> = Default::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (state, at, halt) = (e.state.clone(), filled.clone(), stop.clone());
+    fake.set_script(std::sync::Arc::new(move |_| {
+        let mut at = at.lock().unwrap();
+        if at.is_none() {
+            use std::io::Write;
+            let mut f = std::fs::File::create(state.join("filler")).unwrap();
+            let block = vec![0u8; 64 * 1024];
+            while f.write_all(&block).is_ok() {}
+            *at = Some(std::time::Instant::now());
+            // tmpfs counts used pages per CPU with some slack: a filler
+            // on each CPU takes what each could still hand out.
+            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+            for cpu in 0..cpus {
+                let (halt, state) = (halt.clone(), state.clone());
+                std::thread::spawn(move || {
+                    // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+                    unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(cpu, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    }
+                    let mut f = std::fs::File::create(state.join(format!("filler{cpu}"))).unwrap();
+                    while !halt.load(Ordering::Relaxed) {
+                        while f.write_all(&[0u8; 4096]).is_ok() {}
+                        std::thread::yield_now();
+                    }
+                });
+            }
+        }
+        script::Reply::Text("done".into())
+    }));
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
+        .arg("--config")
+        .arg(&e.cfg)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .args(["run", "--model", "gemma-3-270m", "Say done"])
+        .env("HOME", &e.home)
+        .env("LOCALAGENTS_CLAUDE", claude::binary())
+        .current_dir(&e.work)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("localagents run did not return within 120 s of a full disk")
+        .unwrap();
+    let returned = std::time::Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every failed write of the record is logged with its directory and
+    // the disk's answer. Then either every retry failed, and the job
+    // failed with that sentence; or tmpfs found a page for a retry (its
+    // per-CPU accounting has slack) and the outcome was written after all.
+    assert!(
+        text.contains("could not write the job record in")
+            && text.contains("No space left on device"),
+        "{text}"
+    );
+    match out.status.code() {
+        Some(1) => {
+            assert!(text.contains("failed"), "{text}");
+            eprintln!("every retry failed: the job failed with the sentence");
+        }
+        Some(0) => {
+            assert!(text.contains("succeeded"), "{text}");
+            eprintln!("a retry wrote the final record");
+        }
+        other => panic!("exit {other:?}: {text}"),
+    }
+    let at = filled.lock().unwrap().expect("the delegate made a request");
+    eprintln!(
+        "from the full disk to run's return: {:.2} s",
+        returned.duration_since(at).as_secs_f64()
+    );
+}

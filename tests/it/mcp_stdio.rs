@@ -360,4 +360,46 @@ fn every_bad_line_gets_an_error_reply_and_the_server_keeps_serving() {
     assert!(r.get("result").is_some(), "{r}");
     drop(stdin);
     let _ = child.wait();
+
+/// Issue 26 (#2): a transcript that is a FIFO, a link to /dev/zero or a
+/// link to /etc/passwd gets a refusal naming it at once, and the server
+/// still answers `ping` (the read ran off the async workers, bounded).
+#[tokio::test]
+async fn job_log_refuses_a_fifo_a_device_link_and_a_file_link_at_once() {
+    let s = Harness::new().serve().await;
+    type Make = fn(&std::path::Path);
+    let kinds: [(&str, Make); 3] = [
+        ("fifo", |p| {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: mkfifo on a NUL-terminated path we own.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }),
+        ("zero", |p| {
+            std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+        }),
+        ("passwd", |p| {
+            std::os::unix::fs::symlink("/etc/passwd", p).unwrap()
+        }),
+    ];
+    for (n, (what, make)) in kinds.iter().enumerate() {
+        let id = format!("20261201-000000-0000000{n}");
+        crate::support::write_job_record(s.state_dir(), &id);
+        let t = s.state_dir().join("jobs").join(&id).join("transcript.txt");
+        make(&t);
+        let call = s.call("job_log", json!({"job_id": id}));
+        let (err, text) = tokio::time::timeout(std::time::Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: job_log did not answer within 20 s"));
+        assert!(err, "{what}: {text}");
+        assert!(text.contains("transcript.txt"), "{what}: {text}");
+        assert!(!text.contains("root:"), "{what}: {text}");
+        let ping = s
+            .client
+            .send_request(rmcp::model::ClientRequest::PingRequest(Default::default()));
+        tokio::time::timeout(std::time::Duration::from_secs(10), ping)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer to ping"))
+            .expect("ping");
+    }
+    s.cancel().await;
 }

@@ -76,10 +76,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
         let _ = manager.cancel(&id).await;
     }
     bar.finish_and_clear();
-    let rec = manager
-        .store
-        .load(&id)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut out = anstream::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &rec)?;
