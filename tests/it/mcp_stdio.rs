@@ -360,6 +360,7 @@ fn every_bad_line_gets_an_error_reply_and_the_server_keeps_serving() {
     assert!(r.get("result").is_some(), "{r}");
     drop(stdin);
     let _ = child.wait();
+}
 
 /// Issue 26 (#2): a transcript that is a FIFO, a link to /dev/zero or a
 /// link to /etc/passwd gets a refusal naming it at once, and the server
