@@ -659,8 +659,19 @@ async fn a_restarted_server_reports_the_job_lost_and_lists_old_jobs() {
     c.cancel().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
+/// A fake backend, `localagents serve` and a job whose delegate runs Bash
+/// `tail -f /dev/null` until stopped: the fake, the env, the client, the
+/// job's id, its record's path and serve's pid (once the command runs).
+async fn serve_with_a_waiting_job(
+    what: &str,
+) -> (
+    fake_llama::FakeLlama,
+    Env,
+    rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    String,
+    PathBuf,
+    i32,
+) {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::tools_then_text(
         vec![(
@@ -677,7 +688,7 @@ async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
         json!({"task": "Wait.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
     )
     .await;
-    assert!(!err, "{v}");
+    assert!(!err, "{what}: {v}");
     let id = v["id"].as_str().unwrap().to_string();
     let job = e.state.join("jobs").join(&id).join("job.json");
     let t = Instant::now();
@@ -693,7 +704,13 @@ async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(owner > 0, "the Bash command never started");
+    assert!(owner > 0, "{what}: the Bash command never started");
+    (fake, e, c, id, job, owner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_serve_mid_job_leaves_no_process_of_the_job() {
+    let (_fake, e, c, id, _job, owner) = serve_with_a_waiting_job("").await;
     // SAFETY: the `localagents serve` this test started (its record says so).
     unsafe { libc::kill(owner, libc::SIGKILL) };
     match wait_job_gone(&id, Duration::from_secs(5)) {
@@ -729,39 +746,7 @@ async fn a_signal_to_serve_cancels_its_jobs_and_exits_with_stdin_open() {
         ("SIGHUP", libc::SIGHUP),
         ("SIGINT", libc::SIGINT),
     ] {
-        let fake = fake_llama::spawn(strict_fake_opts()).await;
-        fake.set_script(script::tools_then_text(
-            vec![(
-                "Bash",
-                json!({"command": "tail -f /dev/null", "description": "wait for input"}),
-            )],
-            "done",
-        ));
-        let e = env_for(fake.url());
-        let c = serve(&e, None).await;
-        let (err, v) = call(
-            &c,
-            "run_agent",
-            json!({"task": "Wait.", "model": "gemma-3-270m", "allowed_tools": ["Bash"]}),
-        )
-        .await;
-        assert!(!err, "{v}");
-        let id = v["id"].as_str().unwrap().to_string();
-        let job = e.state.join("jobs").join(&id).join("job.json");
-        let t = Instant::now();
-        let mut owner = 0;
-        while t.elapsed() < Duration::from_secs(30) {
-            if job_processes(&id)
-                .iter()
-                .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
-            {
-                let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
-                owner = rec["owner_pid"].as_i64().unwrap() as i32;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(owner > 0, "{name}: the Bash command never started");
+        let (_fake, _e, c, id, job, owner) = serve_with_a_waiting_job(name).await;
         // SAFETY: the `localagents serve` this test started (its record says so).
         unsafe { libc::kill(owner, sig) };
         let t = Instant::now();
