@@ -684,19 +684,23 @@ pub fn job_requests(m: &Manager, id: &str) -> Result<Vec<RequestPoint>, Error> {
 pub fn job_progress(m: &Manager, id: &str) -> Result<LiveProgress, Error> {
     let rec = m.store.load(id)?;
     let requests = job_requests(m, id)?;
-    let tokens = requests
-        .iter()
-        .map(|r| r.new_tokens + r.cached_tokens + r.output_tokens)
-        .sum();
-    Ok(LiveProgress {
+    Ok(progress_of(&rec, &requests))
+}
+
+/// A job's progress from its record and the requests already read.
+pub fn progress_of(rec: &crate::jobs::JobRecord, requests: &[RequestPoint]) -> LiveProgress {
+    LiveProgress {
         status: rec.status,
         turns: requests.len() as u64,
         tool_calls: rec.tool_calls,
-        tokens,
+        tokens: requests
+            .iter()
+            .map(|r| r.new_tokens + r.cached_tokens + r.output_tokens)
+            .sum(),
         acceptance_round: rec.acceptance.as_ref().map(|a| a.rounds),
-        last_activity: rec.last_activity,
+        last_activity: rec.last_activity.clone(),
         elapsed_s: rec.elapsed_s,
-    })
+    }
 }
 
 /// The tail of one of a job's text files (its brief, its transcript):

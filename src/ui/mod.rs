@@ -230,7 +230,8 @@ fn jobs_html(ui: &Ui) -> String {
         if !matches!(record.status, Status::Running | Status::Queued) {
             continue;
         }
-        if let Ok(progress) = api::job_progress(m, &record.id) {
+        if let Ok(requests) = api::job_requests(m, &record.id) {
+            let progress = api::progress_of(&record, &requests);
             active.push(page::Active { record, progress });
         }
         if active.len() >= ACTIVE_MAX {
@@ -269,14 +270,20 @@ async fn job(
     let u = ui.clone();
     blocking(move || {
         let m = &u.manager;
-        let (record, progress) = match (api::job_record(m, &id), api::job_progress(m, &id)) {
-            (Ok(r), Ok(p)) => (r, p),
-            (Err(e), _) | (_, Err(e)) => return not_found(&u, &e.to_string()),
+        // One read of the record and of the request log serves the
+        // progress block and the chart.
+        let record = match api::job_record(m, &id) {
+            Ok(r) => r,
+            Err(e) => return not_found(&u, &e.to_string()),
         };
+        let requests = match api::job_requests(m, &id) {
+            Ok(r) => r,
+            Err(e) => return not_found(&u, &e.to_string()),
+        };
+        let progress = api::progress_of(&record, &requests);
         let text = |w| api::job_text(m, &id, w).unwrap_or_else(|e| e.to_string());
         let brief = text(api::JobText::Brief);
         let transcript = text(api::JobText::Transcript);
-        let requests = api::job_requests(m, &id).unwrap_or_default();
         let diff =
             api::job_diff(m, &id, api::DEFAULT_DIFF_BYTES, offset).map_err(|e| e.to_string());
         Html(page::job(
