@@ -137,19 +137,50 @@ pub struct ModelsReport {
 pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
     let guidance = registry::guidance(&status);
-    let evals = crate::eval::lines(&ctx.state_dir, &status.endpoints);
-    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-    let slot_losses = crate::jobs::metrics::recent_slot_losses(&m_store(ctx), days)
-        .iter()
-        .map(|l| l.line(days))
-        .collect();
+    // The ledger reads the week's records, request logs and Claude Code
+    // transcripts, and the slot losses and eval lines read records too:
+    // on the blocking pool, never on an async worker.
+    let (c, endpoints) = (ctx.clone(), status.endpoints.clone());
+    let (evals, slot_losses, savings) = tokio::task::spawn_blocking(move || {
+        let evals = crate::eval::lines(&c.state_dir, &endpoints);
+        let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
+        let slot_losses: Vec<String> = crate::jobs::metrics::recent_slot_losses(&m_store(&c), days)
+            .iter()
+            .map(|l| l.line(days))
+            .collect();
+        (evals, slot_losses, savings_line(&c))
+    })
+    .await
+    .map_err(stopped)?;
     Ok(ModelsReport {
         status,
         guidance,
-        savings: savings_line(ctx),
+        savings,
         evals,
         slot_losses,
     })
+}
+
+/// A blocking task that ended without its answer (a panic in it).
+fn stopped(e: tokio::task::JoinError) -> Error {
+    Error::Invalid(format!(
+        "the call stopped before it answered ({e}): an internal error of localagents"
+    ))
+}
+
+/// Run `f`, a read or write of records, logs or the tree, with the
+/// manager on tokio's blocking pool: such work scales with the state dir
+/// and the repository, and on an async worker it would stall every job's
+/// relay and every MCP answer sharing the worker. The MCP handlers call
+/// the blocking operations of this module through it.
+pub async fn blocking<T: Send + 'static>(
+    m: &std::sync::Arc<Manager>,
+    f: impl FnOnce(&Manager) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let m = m.clone();
+    tokio::task::spawn_blocking(move || f(&m))
+        .await
+        .map_err(stopped)?
 }
 
 /// The job store of this context's state dir.
@@ -554,17 +585,33 @@ pub struct DiffPage {
     pub branch: Option<String>,
     pub diffstat: Option<String>,
     pub files_changed: Vec<String>,
-    pub total_bytes: usize,
+    /// The whole diff's size in bytes, when this page reached its end
+    /// (`null`: the diff goes on past `next_offset`; git stopped writing
+    /// it there, so a huge diff costs what one page costs).
+    pub total_bytes: Option<usize>,
     pub offset: usize,
     pub next_offset: Option<usize>,
+    /// Files in the diff.
+    pub files: usize,
+    /// What this page leaves out, when the diff goes on: how many files
+    /// start past it, and the first of them.
+    pub left_out: Option<String>,
     pub diff: String,
 }
 
-/// `job_diff`: the full diff of a job, paged by bytes.
-pub fn job_diff(m: &Manager, id: &str, max_bytes: usize, offset: usize) -> Result<DiffPage, Error> {
-    let rec = m.store.load(id)?;
-    let diff = match &rec.worktree {
-        Some(w) if w.path.exists() => crate::worktree::diff_text(w),
+/// `job_diff`: the full diff of a job, paged by bytes. Git runs on the
+/// blocking pool and stops at the page's end.
+pub async fn job_diff(
+    m: &Manager,
+    id: &str,
+    max_bytes: usize,
+    offset: usize,
+) -> Result<DiffPage, Error> {
+    let rec = m.record(id)?;
+    let of = match &rec.worktree {
+        Some(w) if tokio::fs::try_exists(&w.path).await.unwrap_or(false) => {
+            crate::worktree::DiffOf::Worktree(w.clone())
+        }
         Some(w) => {
             return Err(Error::Invalid(format!(
                 "job {id}'s worktree is gone ({}): {}",
@@ -572,29 +619,42 @@ pub fn job_diff(m: &Manager, id: &str, max_bytes: usize, offset: usize) -> Resul
                 w.note.clone().unwrap_or_else(|| "it was removed".into())
             )));
         }
-        None => crate::worktree::diff_paths(&rec.cwd, &rec.files_changed),
-    }
-    .map_err(|e| Error::Invalid(format!("job {id}: cannot compute the diff: {e}")))?;
+        None => crate::worktree::DiffOf::Paths {
+            cwd: rec.cwd.clone(),
+            paths: rec.files_changed.clone(),
+        },
+    };
     let max = max_bytes.clamp(1000, 100_000);
-    let start = offset.min(diff.len());
-    let mut end = start.saturating_add(max).min(diff.len());
-    while !diff.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut start_b = start;
-    while !diff.is_char_boundary(start_b) {
-        start_b -= 1;
-    }
+    let page = crate::worktree::patch_page(of, offset, max)
+        .await
+        .map_err(|e| Error::Invalid(format!("job {id}: cannot compute the diff: {e}")))?;
+    let left_out = page.next_offset.map(|next| {
+        let after = page.files.saturating_sub(page.files_reached);
+        match &page.first_left_out {
+            Some(first) if after > 0 => format!(
+                "this page ends at byte {next} in file {} of {}; {} more files follow, from {first}: call again with offset {next}",
+                page.files_reached,
+                page.files,
+                crate::fmt::thousands(after as u64)
+            ),
+            _ => format!(
+                "this page ends at byte {next} in file {} of {}: call again with offset {next}",
+                page.files_reached, page.files
+            ),
+        }
+    });
     Ok(DiffPage {
         job_id: id.to_string(),
         isolation: rec.isolation,
         branch: rec.worktree.as_ref().map(|w| w.branch.clone()),
         diffstat: rec.worktree.as_ref().and_then(|w| w.diffstat.clone()),
         files_changed: rec.files_changed.clone(),
-        total_bytes: diff.len(),
-        offset: start_b,
-        next_offset: (end < diff.len()).then_some(end),
-        diff: diff[start_b..end].to_string(),
+        total_bytes: page.total_bytes,
+        offset: page.offset,
+        next_offset: page.next_offset,
+        files: page.files,
+        left_out,
+        diff: page.text,
     })
 }
 
@@ -796,18 +856,31 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
     let mut removed = Vec::new();
     let mut kept = Vec::new();
     let mut skipped = Vec::new();
-    let candidates: Vec<String> = match job_id {
-        Some(id) => {
-            m.store.dir(id)?;
-            vec![id.to_string()]
-        }
-        None => m.store.ids(),
-    };
+    // Every record is read: on the blocking pool.
+    let (store, one) = (m.store.clone(), a.job_id.clone());
+    let loaded = tokio::task::spawn_blocking(move || -> Result<Vec<_>, Error> {
+        let ids: Vec<String> = match &one {
+            Some(id) => {
+                store.dir(id)?;
+                vec![id.clone()]
+            }
+            None => store.ids(),
+        };
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let r = store.load(&id);
+                (id, r)
+            })
+            .collect())
+    })
+    .await
+    .map_err(stopped)??;
     let cutoff = chrono::Utc::now()
         .checked_sub_signed(chrono::Duration::days(days as i64))
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-    for id in candidates {
-        let rec = match m.store.load(&id) {
+    for (id, rec) in loaded {
+        let rec = match rec {
             Ok(r) => r,
             Err(e) => {
                 if job_id.is_some() {
@@ -832,7 +905,7 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
             && (w.kept || w.path.exists())
         {
             if !a.force {
-                match crate::worktree::unreviewed(w) {
+                match crate::worktree::unreviewed(w).await {
                     Ok(None) => {}
                     Ok(Some(why)) => {
                         kept.push(KeptWork {
@@ -855,7 +928,7 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
                 }
             }
             if !a.dry_run
-                && let Err(e) = crate::worktree::remove(w, &id)
+                && let Err(e) = crate::worktree::remove(w, &id).await
             {
                 skipped.push(format!("{id}: {e}"));
                 continue;
@@ -867,7 +940,7 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
             ));
         }
         if let Ok(dir) = m.store.dir(&id)
-            && (a.dry_run || std::fs::remove_dir_all(&dir).is_ok())
+            && (a.dry_run || tokio::fs::remove_dir_all(&dir).await.is_ok())
         {
             what.push(format!("job dir {}", dir.display()));
         }
@@ -1008,14 +1081,16 @@ pub async fn local_review(
                     rec.status.as_str()
                 )));
             }
-            let page = job_diff(m, id, 100_000, 0)?;
-            if page.total_bytes == 0 {
+            let page = job_diff(m, id, 100_000, 0).await?;
+            if page.total_bytes == Some(0) {
                 return Err(Error::Invalid(format!(
                     "job {id} changed nothing: there is no diff to review"
                 )));
             }
-            let brief = std::fs::read_to_string(JobDir::at(&rec.log_dir).task()).ok();
-            let paged = (page.total_bytes > page.diff.len()).then_some(page.diff.len());
+            let brief = tokio::fs::read_to_string(JobDir::at(&rec.log_dir).task())
+                .await
+                .ok();
+            let paged = page.next_offset.is_some().then_some(page.diff.len());
             (page.diff, brief, Some(rec.log_dir), paged)
         }
         (None, Some(d)) if !d.trim().is_empty() => (d.clone(), None, None, None),

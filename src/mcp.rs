@@ -491,7 +491,9 @@ impl Server {
     /// The summary of a job: status, result, files changed, worktree, metrics.
     #[tool(name = "job_status")]
     async fn job_status(&self, Parameters(p): Parameters<JobIdParams>) -> ToolResult<JobSummary> {
-        api::job_status(&self.manager, &p.job_id).map(Reply)
+        api::blocking(&self.manager, move |m| api::job_status(m, &p.job_id))
+            .await
+            .map(Reply)
     }
 
     /// Jobs, newest first, across restarts.
@@ -499,7 +501,11 @@ impl Server {
     async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> ToolResult<JobList> {
         let status = api::parse_arg(p.status.as_deref().filter(|s| !s.trim().is_empty()))?;
         let limit = p.limit.unwrap_or(api::DEFAULT_LIST_LIMIT);
-        api::list_jobs(&self.manager, status, limit, api::MAX_LIST_LIMIT).map(Reply)
+        api::blocking(&self.manager, move |m| {
+            api::list_jobs(m, status, limit, api::MAX_LIST_LIMIT)
+        })
+        .await
+        .map(Reply)
     }
 
     /// A page of a job's transcript, request log or raw events.
@@ -507,19 +513,20 @@ impl Server {
     async fn job_log(&self, Parameters(p): Parameters<JobLogParams>) -> ToolResult<LogPage> {
         let stream = api::parse_arg(p.stream.as_deref())?.unwrap_or_default();
         let tail = p.tail_lines.unwrap_or(api::DEFAULT_TAIL_LINES);
-        let m = self.manager.clone();
-        // The read blocks (a file, however bounded): not on an async worker.
-        tokio::task::spawn_blocking(move || api::job_log(&m, &p.job_id, stream, tail, p.offset))
-            .await
-            .map_err(|e| api::Error::Invalid(format!("job_log stopped: {e}")))?
-            .map(Reply)
+        api::blocking(&self.manager, move |m| {
+            api::job_log(m, &p.job_id, stream, tail, p.offset)
+        })
+        .await
+        .map(Reply)
     }
 
     /// The full diff of a job (a worktree job against its base, untracked files included), paged.
     #[tool(name = "job_diff")]
     async fn job_diff(&self, Parameters(p): Parameters<JobDiffParams>) -> ToolResult<DiffPage> {
         let max = p.max_bytes.unwrap_or(api::DEFAULT_DIFF_BYTES);
-        api::job_diff(&self.manager, &p.job_id, max, p.offset.unwrap_or(0)).map(Reply)
+        api::job_diff(&self.manager, &p.job_id, max, p.offset.unwrap_or(0))
+            .await
+            .map(Reply)
     }
 
     /// Stop a job: the delegate and every process it started are gone within 5 s.
@@ -670,7 +677,13 @@ impl ServerHandler for Server {
         request: GetTaskParams,
         _: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        tasks::get(&self.manager, &request.task_id).map(GetTaskResult::new)
+        // Records read from disk: on the blocking pool (a client polls
+        // this every 2 s per task).
+        let m = self.manager.clone();
+        tokio::task::spawn_blocking(move || tasks::get(&m, &request.task_id))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+            .map(GetTaskResult::new)
     }
 
     /// `tasks/cancel`: cancel the job (its processes are gone within 5 s).
@@ -679,7 +692,10 @@ impl ServerHandler for Server {
         request: CancelTaskParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        tasks::known(&self.manager, &request.task_id)?;
+        let (m, id) = (self.manager.clone(), request.task_id.clone());
+        tokio::task::spawn_blocking(move || tasks::known(&m, &id))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
         api::cancel_job(&self.manager, &request.task_id)
             .await
             .map(|_| ())

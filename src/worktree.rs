@@ -9,9 +9,21 @@
 //! `files_changed` comes from `git status` before and after a job, so edits
 //! made through Bash count too. Files that were already dirty before are
 //! compared by content hash.
+//!
+//! Every public function here is `async` and runs git on tokio's blocking
+//! pool: git2 walks, stats, hashes and writes the whole tree (a 60,000-file
+//! checkout takes seconds), and on an async worker that would freeze every
+//! other job's relay and every MCP answer that shares the worker. The
+//! blocking bodies are private to this file, and `clippy.toml` refuses
+//! git2's entry points (`Repository::open`, `discover`, `init`,
+//! `Oid::hash_file`) anywhere else, so a git call cannot land on the
+//! runtime by accident.
+#![allow(clippy::disallowed_methods)] // the one module that may call git2
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use git2::{
     BranchType, DiffOptions, Oid, Repository, StatusOptions, WorktreeAddOptions,
@@ -34,6 +46,13 @@ pub enum GitError {
     Git(#[from] git2::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The job was cancelled or timed out while git checked out its
+    /// worktree; the worktree and its branch were removed.
+    #[error("stopped while git checked out the worktree; the worktree and its branch were removed")]
+    Stopped,
+    /// The blocking task running git ended without an answer (a panic).
+    #[error("the git task ended without an answer ({0}): an internal error of localagents")]
+    Task(String),
 }
 
 impl GitError {
@@ -43,6 +62,15 @@ impl GitError {
             _ => crate::error::Kind::Git,
         }
     }
+}
+
+/// Run `f` (git work) on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, GitError> + Send + 'static,
+) -> Result<T, GitError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| GitError::Task(e.to_string()))?
 }
 
 /// What the job record says about its worktree.
@@ -67,12 +95,32 @@ pub fn branch_name(job: &str) -> String {
     format!("local-agent/{job}")
 }
 
-/// Create the worktree of a job. Returns the info and the cwd to run in.
-pub fn create(
-    cwd: &Path,
-    job: &str,
-    worktrees_dir: &Path,
-) -> Result<(WorktreeInfo, PathBuf), GitError> {
+/// A job's worktree before git checks it out: where it goes, which
+/// branch, from which commit, and how many files HEAD has (what the
+/// checkout will write).
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    pub info: WorktreeInfo,
+    /// Where the job runs: the caller's offset inside the repository.
+    pub cwd: PathBuf,
+    /// Files in HEAD's tree.
+    pub files: usize,
+    job: String,
+}
+
+/// Plan the worktree of job `job` for a caller in `cwd`: the repository,
+/// its HEAD and file count, the path under `worktrees_dir`. Nothing is
+/// written yet.
+pub async fn plan(cwd: &Path, job: &str, worktrees_dir: &Path) -> Result<Checkout, GitError> {
+    let (cwd, job, worktrees_dir) = (
+        cwd.to_path_buf(),
+        job.to_string(),
+        worktrees_dir.to_path_buf(),
+    );
+    blocking(move || plan_blocking(&cwd, &job, &worktrees_dir)).await
+}
+
+fn plan_blocking(cwd: &Path, job: &str, worktrees_dir: &Path) -> Result<Checkout, GitError> {
     let repo = Repository::discover(cwd).map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
     let root = repo
         .workdir()
@@ -82,29 +130,73 @@ pub fn create(
         .head()
         .and_then(|h| h.peel_to_commit())
         .map_err(|_| GitError::NoHead(root.clone()))?;
-    let branch_name = branch_name(job);
-    let branch = repo.branch(&branch_name, &head, false)?;
-    crate::paths::private_dir_all(worktrees_dir)?;
+    let mut files = 0usize;
+    head.tree()?.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+        if e.kind() != Some(git2::ObjectType::Tree) {
+            files += 1;
+        }
+        git2::TreeWalkResult::Ok
+    })?;
     let path = worktrees_dir.join(job);
-    let mut opts = WorktreeAddOptions::new();
-    let reference = branch.into_reference();
-    opts.reference(Some(&reference));
-    repo.worktree(job, &path, Some(&opts))?;
     let canon_cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
     let canon_root = root.canonicalize().unwrap_or(root.clone());
     let offset = canon_cwd.strip_prefix(&canon_root).unwrap_or(Path::new(""));
-    let job_cwd = path.join(offset);
-    std::fs::create_dir_all(&job_cwd)?;
-    Ok((
-        WorktreeInfo {
+    Ok(Checkout {
+        cwd: path.join(offset),
+        info: WorktreeInfo {
             path,
-            branch: branch_name,
+            branch: branch_name(job),
             base: head.id().to_string(),
             repo: canon_root,
             ..Default::default()
         },
-        job_cwd,
-    ))
+        files,
+        job: job.to_string(),
+    })
+}
+
+/// Create the planned worktree: its branch at the base commit, the
+/// worktree, and every file of HEAD checked out. `stop` set meanwhile (a
+/// cancel or a timeout of the job) makes it remove what it made as soon
+/// as git returns (libgit2 cannot abort a checkout while it writes) and
+/// answer [`GitError::Stopped`]; a failed checkout is removed too. Either
+/// way no worktree or branch is left behind.
+pub async fn check_out(c: &Checkout, stop: Arc<AtomicBool>) -> Result<(), GitError> {
+    let c = c.clone();
+    blocking(move || {
+        let made = check_out_blocking(&c);
+        let stopped = stop.load(Ordering::SeqCst);
+        if (made.is_err() || stopped)
+            && let Err(e) = remove_blocking(&c.info, &c.job)
+        {
+            tracing::warn!(
+                "job {}: could not remove the worktree {} ({e})",
+                c.job,
+                c.info.path.display()
+            );
+        }
+        match made {
+            Err(e) => Err(e),
+            Ok(()) if stopped => Err(GitError::Stopped),
+            Ok(()) => Ok(()),
+        }
+    })
+    .await
+}
+
+fn check_out_blocking(c: &Checkout) -> Result<(), GitError> {
+    let repo = Repository::open(&c.info.repo)?;
+    let head = repo.find_commit(Oid::from_str(&c.info.base)?)?;
+    let branch = repo.branch(&c.info.branch, &head, false)?;
+    if let Some(parent) = c.info.path.parent() {
+        crate::paths::private_dir_all(parent)?;
+    }
+    let mut opts = WorktreeAddOptions::new();
+    let reference = branch.into_reference();
+    opts.reference(Some(&reference));
+    repo.worktree(&c.job, &c.info.path, Some(&opts))?;
+    std::fs::create_dir_all(&c.cwd)?;
+    Ok(())
 }
 
 fn status_opts() -> StatusOptions {
@@ -120,7 +212,16 @@ fn status_opts() -> StatusOptions {
 /// of the working file). `None` outside a repository.
 pub type Snapshot = BTreeMap<String, (u32, Option<Oid>)>;
 
-pub fn snapshot(cwd: &Path) -> Option<Snapshot> {
+/// The [`Snapshot`] of the tree around `cwd` now.
+pub async fn snapshot(cwd: &Path) -> Option<Snapshot> {
+    let cwd = cwd.to_path_buf();
+    blocking(move || Ok(snapshot_blocking(&cwd)))
+        .await
+        .ok()
+        .flatten()
+}
+
+fn snapshot_blocking(cwd: &Path) -> Option<Snapshot> {
     let repo = Repository::discover(cwd).ok()?;
     let root = repo.workdir()?.to_path_buf();
     let statuses = repo.statuses(Some(&mut status_opts())).ok()?;
@@ -168,14 +269,36 @@ fn diff_of<'r>(repo: &'r Repository, base: &str) -> Result<git2::Diff<'r>, GitEr
 }
 
 /// Finish a job's worktree: keep it with a diffstat if it changed, else
-/// remove it and its branch.
-pub fn finish(info: &mut WorktreeInfo, job: &str) -> Result<(), GitError> {
+/// remove it and its branch. `dirty` is what the job's last snapshot
+/// said, when it took one (a second walk of the tree is not needed).
+/// Returns the info as the record should say it.
+pub async fn finish(
+    info: &WorktreeInfo,
+    job: &str,
+    dirty: Option<bool>,
+) -> Result<WorktreeInfo, GitError> {
+    let (mut info, job) = (info.clone(), job.to_string());
+    blocking(move || {
+        finish_blocking(&mut info, &job, dirty)?;
+        Ok(info)
+    })
+    .await
+}
+
+fn finish_blocking(
+    info: &mut WorktreeInfo,
+    job: &str,
+    dirty: Option<bool>,
+) -> Result<(), GitError> {
     let wt_repo = Repository::open(&info.path)?;
     let head = wt_repo.head()?.peel_to_commit()?.id().to_string();
-    let dirty = !wt_repo.statuses(Some(&mut status_opts()))?.is_empty();
+    let dirty = match dirty {
+        Some(d) => d,
+        None => !wt_repo.statuses(Some(&mut status_opts()))?.is_empty(),
+    };
     if !dirty && head == info.base {
         drop(wt_repo);
-        remove(info, job)?;
+        remove_blocking(info, job)?;
         info.kept = false;
         info.note = Some("nothing changed: worktree and branch removed".into());
         return Ok(());
@@ -190,6 +313,14 @@ pub fn finish(info: &mut WorktreeInfo, job: &str) -> Result<(), GitError> {
     ));
     let mut files = Vec::new();
     for i in 0..diff.deltas().len() {
+        if files.len() >= MAX_FILES_LISTED {
+            files.push(format!(
+                "… and {} more files (the whole list: `localagents job diff {job}` or git on branch {})",
+                diff.deltas().len() - MAX_FILES_LISTED,
+                info.branch
+            ));
+            break;
+        }
         if let Ok(Some(patch)) = git2::Patch::from_diff(&diff, i) {
             let (_, add, del) = patch.line_stats().unwrap_or((0, 0, 0));
             let path = patch
@@ -212,6 +343,10 @@ pub fn finish(info: &mut WorktreeInfo, job: &str) -> Result<(), GitError> {
     Ok(())
 }
 
+/// The most files a record lists one by one (`WorktreeInfo::files`); a
+/// job that rewrote 5,000 files keeps its record small.
+pub const MAX_FILES_LISTED: usize = 200;
+
 /// Whether a kept worktree holds work that is nowhere else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unreviewed {
@@ -233,7 +368,12 @@ impl std::fmt::Display for Unreviewed {
 /// May this worktree and branch go without losing work? `Ok(None)` when
 /// the tree is clean and the branch tip is in the repository's HEAD (or the
 /// worktree is already gone); `Ok(Some(why))` when something would be lost.
-pub fn unreviewed(info: &WorktreeInfo) -> Result<Option<Unreviewed>, GitError> {
+pub async fn unreviewed(info: &WorktreeInfo) -> Result<Option<Unreviewed>, GitError> {
+    let info = info.clone();
+    blocking(move || unreviewed_blocking(&info)).await
+}
+
+fn unreviewed_blocking(info: &WorktreeInfo) -> Result<Option<Unreviewed>, GitError> {
     if info.path.exists() {
         let wt = Repository::open(&info.path)?;
         let dirty = wt.statuses(Some(&mut status_opts()))?.len();
@@ -256,7 +396,12 @@ pub fn unreviewed(info: &WorktreeInfo) -> Result<Option<Unreviewed>, GitError> {
 }
 
 /// Remove a job's worktree directory, its git metadata and its branch.
-pub fn remove(info: &WorktreeInfo, job: &str) -> Result<(), GitError> {
+pub async fn remove(info: &WorktreeInfo, job: &str) -> Result<(), GitError> {
+    let (info, job) = (info.clone(), job.to_string());
+    blocking(move || remove_blocking(&info, &job)).await
+}
+
+fn remove_blocking(info: &WorktreeInfo, job: &str) -> Result<(), GitError> {
     let repo = Repository::open(&info.repo)?;
     if let Ok(wt) = repo.find_worktree(job) {
         let mut o = WorktreePruneOptions::new();
@@ -272,37 +417,227 @@ pub fn remove(info: &WorktreeInfo, job: &str) -> Result<(), GitError> {
     Ok(())
 }
 
-/// The full patch text of a kept worktree.
-pub fn diff_text(info: &WorktreeInfo) -> Result<String, GitError> {
-    let repo = Repository::open(&info.path)?;
-    let diff = diff_of(&repo, &info.base)?;
-    patch_text(&diff)
+/// Whose diff: a kept worktree against its base, or named paths of the
+/// tree around a cwd against HEAD (an in-tree job).
+#[derive(Debug, Clone)]
+pub enum DiffOf {
+    Worktree(WorktreeInfo),
+    Paths { cwd: PathBuf, paths: Vec<String> },
 }
 
-/// The patch of `paths` in the tree around `cwd`, HEAD to working files.
-pub fn diff_paths(cwd: &Path, paths: &[String]) -> Result<String, GitError> {
-    let repo = Repository::discover(cwd).map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
-    let head = repo.head().and_then(|h| h.peel_to_tree()).ok();
-    let mut o = diff_opts();
-    for p in paths {
-        o.pathspec(p);
-    }
-    if paths.is_empty() {
-        return Ok(String::new());
-    }
-    let diff = repo.diff_tree_to_workdir_with_index(head.as_ref(), Some(&mut o))?;
-    patch_text(&diff)
+/// One page of a patch: the bytes from an offset, at most a cap, and what
+/// the page left out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PatchPage {
+    /// The page: valid UTF-8 (lossy), starting at `offset`.
+    pub text: String,
+    /// Where the page starts in the patch.
+    pub offset: usize,
+    /// The whole patch's size, when git was let run to its end (a page
+    /// that stops early does not know it).
+    pub total_bytes: Option<usize>,
+    /// Where the next page starts, if the patch goes on.
+    pub next_offset: Option<usize>,
+    /// Files in the diff.
+    pub files: usize,
+    /// Files whose patch starts before the page's end (shown in part or
+    /// whole on this page or an earlier one).
+    pub files_reached: usize,
+    /// The first file the page did not reach.
+    pub first_left_out: Option<String>,
 }
 
-fn patch_text(diff: &git2::Diff) -> Result<String, GitError> {
-    let mut out = Vec::new();
-    diff.print(git2::DiffFormat::Patch, |_, _, line| {
-        match line.origin() {
-            '+' | '-' | ' ' => out.push(line.origin() as u8),
-            _ => {}
+/// The page of the patch of `of` from byte `offset`, at most `max` bytes.
+/// Git stops writing the patch once the page is full, so a diff of
+/// thousands of files costs what its page costs, in time and memory.
+pub async fn patch_page(of: DiffOf, offset: usize, max: usize) -> Result<PatchPage, GitError> {
+    blocking(move || match of {
+        DiffOf::Worktree(info) => {
+            let repo = Repository::open(&info.path)?;
+            let diff = diff_of(&repo, &info.base)?;
+            page_of(&diff, offset, max)
         }
-        out.extend_from_slice(line.content());
+        DiffOf::Paths { cwd, paths } => {
+            if paths.is_empty() {
+                return Ok(PatchPage {
+                    offset,
+                    total_bytes: Some(0),
+                    ..Default::default()
+                });
+            }
+            let repo =
+                Repository::discover(&cwd).map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
+            let head = repo.head().and_then(|h| h.peel_to_tree()).ok();
+            let mut o = diff_opts();
+            for p in &paths {
+                o.pathspec(p);
+            }
+            let diff = repo.diff_tree_to_workdir_with_index(head.as_ref(), Some(&mut o))?;
+            page_of(&diff, offset, max)
+        }
+    })
+    .await
+}
+
+/// Print `diff` as a patch, keeping bytes `offset..offset + max` (cut back
+/// to whole UTF-8 characters) and stopping git at the first byte past
+/// them.
+fn page_of(diff: &git2::Diff, offset: usize, max: usize) -> Result<PatchPage, GitError> {
+    let files = diff.deltas().len();
+    let end = offset.saturating_add(max);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut pos = 0usize;
+    let mut files_reached = 0usize;
+    let mut last_delta: Option<(Option<PathBuf>, Option<PathBuf>)> = None;
+    let mut stopped = false;
+    let printed = diff.print(git2::DiffFormat::Patch, |delta, _, line| {
+        let key = (
+            delta.old_file().path().map(Path::to_path_buf),
+            delta.new_file().path().map(Path::to_path_buf),
+        );
+        if last_delta.as_ref() != Some(&key) {
+            if pos >= end {
+                stopped = true;
+                return false;
+            }
+            files_reached += 1;
+            last_delta = Some(key);
+        }
+        let mut piece: Vec<u8> = Vec::with_capacity(line.content().len() + 1);
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            piece.push(line.origin() as u8);
+        }
+        piece.extend_from_slice(line.content());
+        let (from, to) = (pos, pos + piece.len());
+        // The part of this piece inside the page.
+        let lo = offset.max(from).min(to);
+        let hi = end.min(to).max(lo);
+        buf.extend_from_slice(&piece[lo - from..hi - from]);
+        pos = to;
+        if pos > end {
+            stopped = true;
+            return false;
+        }
         true
-    })?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    });
+    match printed {
+        Ok(()) => {}
+        Err(e) if stopped && e.code() == git2::ErrorCode::User => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Whole characters: a character split at the page's end starts the
+    // next page.
+    let text_end = match std::str::from_utf8(&buf) {
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        _ => buf.len(),
+    };
+    let shown = offset.min(pos) + text_end;
+    let first_left_out = if stopped && files_reached < files {
+        diff.get_delta(files_reached).and_then(|d| {
+            d.new_file()
+                .path()
+                .or_else(|| d.old_file().path())
+                .map(|p| p.display().to_string())
+        })
+    } else {
+        None
+    };
+    Ok(PatchPage {
+        text: String::from_utf8_lossy(&buf[..text_end]).into_owned(),
+        offset: offset.min(pos),
+        total_bytes: (!stopped).then_some(pos),
+        next_offset: (stopped || shown < pos).then_some(shown),
+        files,
+        files_reached,
+        first_left_out,
+    })
+}
+
+/// `git init` in `dir` and one commit of everything in it (an eval task's
+/// repository).
+pub async fn commit_all(dir: &Path, message: &str) -> Result<(), GitError> {
+    let (dir, message) = (dir.to_path_buf(), message.to_string());
+    blocking(move || {
+        let r = Repository::init(&dir)?;
+        let mut index = r.index()?;
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+        index.write()?;
+        let tree = r.find_tree(index.write_tree()?)?;
+        let sig = git2::Signature::now("localagents eval", "eval@localagents.invalid")?;
+        r.commit(Some("HEAD"), &sig, &sig, &message, &tree, &[])?;
+        Ok(())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    /// A repository of `n` committed files, each then rewritten.
+    fn rewritten(n: usize) -> (tempfile::TempDir, Vec<String>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        git(d, &["config", "user.email", "t@example.com"]);
+        git(d, &["config", "user.name", "t"]);
+        let paths: Vec<String> = (0..n).map(|i| format!("f{i:04}.txt")).collect();
+        for p in &paths {
+            std::fs::write(d.join(p), "one\ntwo\nthree\n").unwrap();
+        }
+        git(d, &["add", "."]);
+        git(d, &["commit", "-qm", "init"]);
+        for (i, p) in paths.iter().enumerate() {
+            std::fs::write(d.join(p), format!("one\n2 é {i}\nthree\n")).unwrap();
+        }
+        (tmp, paths)
+    }
+
+    #[tokio::test]
+    async fn a_diff_page_stops_git_at_its_end_and_says_what_follows() {
+        let (tmp, paths) = rewritten(500);
+        let of = || DiffOf::Paths {
+            cwd: tmp.path().to_path_buf(),
+            paths: paths.clone(),
+        };
+        let first = patch_page(of(), 0, 2_000).await.unwrap();
+        assert_eq!(first.files, 500);
+        assert!(first.text.len() <= 2_000, "{}", first.text.len());
+        assert_eq!(first.total_bytes, None, "git stopped before the end");
+        let next = first.next_offset.expect("the diff goes on");
+        assert_eq!(next, first.text.len());
+        assert!(first.files_reached < 20, "{}", first.files_reached);
+        let left = first
+            .first_left_out
+            .clone()
+            .expect("the first file left out");
+        assert_eq!(left, paths[first.files_reached]);
+        // Paging on reads the whole patch, once, in order, whole
+        // characters on every page, and the last page knows the size.
+        let mut whole = first.text.clone();
+        let mut offset = next;
+        let last = loop {
+            let p = patch_page(of(), offset, 2_000).await.unwrap();
+            assert_eq!(p.offset, offset);
+            whole.push_str(&p.text);
+            match p.next_offset {
+                Some(n) => offset = n,
+                None => break p,
+            }
+        };
+        assert_eq!(last.total_bytes, Some(whole.len()));
+        assert_eq!(whole.matches("\n+2 é ").count(), 500);
+        assert!(whole.contains("+2 é 499\n"));
+        assert!(!whole.contains('\u{fffd}'), "a character was cut");
+    }
 }

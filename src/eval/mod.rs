@@ -529,10 +529,13 @@ pub async fn run(
             break;
         }
         let t0 = Instant::now();
-        let (repo, check) = t.materialize(work.path()).map_err(|e| EvalError::Repo {
-            dir: work.path().to_path_buf(),
-            why: e.to_string(),
-        })?;
+        let (repo, check) = t
+            .materialize(work.path())
+            .await
+            .map_err(|e| EvalError::Repo {
+                dir: work.path().to_path_buf(),
+                why: e.to_string(),
+            })?;
         let started_job = or_cancelled(
             manager.start(RunArgs {
                 task: t.prompt(),
@@ -596,7 +599,7 @@ pub async fn run(
         if let Some(w) = &rec.worktree
             && w.path.exists()
         {
-            let _ = crate::worktree::remove(w, &rec.id);
+            let _ = crate::worktree::remove(w, &rec.id).await;
         }
         // The eval's own share: the task's wall time less the job's.
         let job_wall = Duration::from_secs_f64(rec.elapsed_s.unwrap_or(0.0));

@@ -80,7 +80,7 @@ impl Task {
     /// Make the repository under `dir/repo-<name>` (files, `git init`, one
     /// commit) and its check script under `dir/checks/<name>.py`; returns
     /// (repo, check script).
-    pub fn materialize(&self, dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
+    pub async fn materialize(&self, dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
         let repo = dir.join(format!("repo-{}", self.name));
         std::fs::create_dir_all(&repo)?;
         // Python's caches are not the model's work.
@@ -92,7 +92,9 @@ impl Task {
             }
             std::fs::write(p, content)?;
         }
-        commit_all(&repo).map_err(|e| std::io::Error::other(format!("git: {e}")))?;
+        crate::worktree::commit_all(&repo, "the task as given")
+            .await
+            .map_err(|e| std::io::Error::other(format!("git: {e}")))?;
         let checks = dir.join("checks");
         std::fs::create_dir_all(&checks)?;
         let script = checks.join(format!("{}.py", self.name));
@@ -117,17 +119,6 @@ impl Task {
 /// A Python string literal of `s` (JSON's escapes are Python's).
 fn py_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
-fn commit_all(repo: &Path) -> Result<(), git2::Error> {
-    let r = git2::Repository::init(repo)?;
-    let mut index = r.index()?;
-    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
-    index.write()?;
-    let tree = r.find_tree(index.write_tree()?)?;
-    let sig = git2::Signature::now("localagents eval", "eval@localagents.invalid")?;
-    r.commit(Some("HEAD"), &sig, &sig, "the task as given", &tree, &[])?;
-    Ok(())
 }
 
 /// What every check script starts with.
@@ -435,9 +426,10 @@ mod tests {
         {
             panic!("python3 is needed for the eval's checks");
         }
+        let rt = tokio::runtime::Runtime::new().unwrap();
         for t in all() {
             let tmp = tempfile::tempdir().unwrap();
-            let (repo, check) = t.materialize(tmp.path()).unwrap();
+            let (repo, check) = rt.block_on(t.materialize(tmp.path())).unwrap();
             let run = || {
                 std::process::Command::new("python3")
                     .arg(&check)

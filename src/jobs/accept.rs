@@ -187,14 +187,20 @@ pub async fn run_once(
 }
 
 /// The last [`TAIL_BYTES`] written after `from`, on a char boundary.
+/// Only those bytes are read, however long the output grew.
 fn read_tail(path: &Path, from: u64) -> String {
-    let Ok(bytes) = std::fs::read(path) else {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };
-    let from = (from as usize).min(bytes.len());
-    let run = &bytes[from..];
-    let start = run.len().saturating_sub(TAIL_BYTES);
-    String::from_utf8_lossy(&run[start..]).into_owned()
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = from.min(len).max(len.saturating_sub(TAIL_BYTES as u64));
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(TAIL_BYTES as u64).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 #[cfg(test)]

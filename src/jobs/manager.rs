@@ -155,9 +155,10 @@ pub struct Manager {
     running: Mutex<HashMap<String, Handle>>,
     active: Mutex<HashMap<String, Vec<Active>>>,
     /// The latest record of each job this process runs, and of each that
-    /// ended without its final record on disk: what `wait` and `record`
-    /// answer from when the disk refuses a write.
-    records: Mutex<HashMap<String, JobRecord>>,
+    /// ended without its final record on disk (what `wait` and `record`
+    /// answer from when the disk refuses a write), and their writer
+    /// thread.
+    keeper: super::keeper::Keeper,
 }
 
 /// How long to wait before each retry of a final record's write.
@@ -173,13 +174,14 @@ fn env_dump() -> bool {
 
 impl Manager {
     pub fn new(ctx: Context) -> Arc<Manager> {
+        let state_dir = ctx.state_dir.clone();
         Arc::new(Manager {
             store: Store::new(&ctx.state_dir),
             ctx,
             shim: tokio::sync::OnceCell::new(),
             running: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
-            records: Mutex::new(HashMap::new()),
+            keeper: super::keeper::Keeper::new(Store::new(&state_dir)),
         })
     }
 
@@ -210,25 +212,28 @@ impl Manager {
     /// A job's record: this process's own copy when it runs the job (or
     /// ran it and could not write its end), else the one on disk.
     pub fn record(&self, id: &str) -> Result<JobRecord, JobError> {
-        let own = self.records.lock().ok().and_then(|r| r.get(id).cloned());
-        match own {
+        match self.keeper.get(id) {
             Some(r) => Ok(r),
             None => self.store.load(id),
         }
     }
 
-    /// Keep a running job's record: in memory, then on disk; a failed
-    /// write is logged with the record's directory and the reason, and
-    /// the job goes on (its owner answers from memory).
+    /// Keep a running job's record: in memory at once, on disk by the
+    /// record writer thread (never on an async worker); a failed write is
+    /// logged with the record's directory and the reason, and the job goes
+    /// on (its owner answers from memory).
     pub(super) fn keep(&self, rec: &JobRecord) {
-        if let Ok(mut r) = self.records.lock() {
-            r.insert(rec.id.clone(), rec.clone());
-        }
-        if let Err(e) = self.store.save(rec) {
-            tracing::error!(
-                "job {}: {e}; the job goes on, its owner keeps its record in memory",
-                rec.id
-            );
+        self.keeper.hold(rec);
+        self.keeper.write_later(rec);
+    }
+
+    /// Keep a job's record from a place that cannot await (a run that
+    /// unwound): written in order with the rest, this thread waiting.
+    pub(super) fn keep_now(&self, rec: &JobRecord) {
+        self.keeper.hold(rec);
+        match self.keeper.write_now(rec) {
+            Ok(()) => self.keeper.forget(&rec.id),
+            Err(e) => tracing::error!("job {}: {e}; its owner keeps its record in memory", rec.id),
         }
     }
 
@@ -238,20 +243,16 @@ impl Manager {
     /// disk), so a waiter gets the end instead of a record that cannot
     /// change.
     pub(super) async fn keep_final(&self, rec: &mut JobRecord) {
-        if let Ok(mut r) = self.records.lock() {
-            r.insert(rec.id.clone(), rec.clone());
-        }
+        self.keeper.hold(rec);
         let mut last = None;
         for (n, pause) in std::iter::once(Duration::ZERO)
             .chain(WRITE_RETRIES)
             .enumerate()
         {
             tokio::time::sleep(pause).await;
-            match self.store.save(rec) {
+            match self.keeper.write(rec).await {
                 Ok(()) => {
-                    if let Ok(mut r) = self.records.lock() {
-                        r.remove(&rec.id);
-                    }
+                    self.keeper.forget(&rec.id);
                     return;
                 }
                 Err(e) => {
@@ -272,15 +273,17 @@ impl Manager {
                 None => e.to_string(),
             });
             rec.finished.get_or_insert_with(now_ts);
-            if let Ok(mut r) = self.records.lock() {
-                r.insert(rec.id.clone(), rec.clone());
-            }
-            if self.store.save(rec).is_ok()
-                && let Ok(mut r) = self.records.lock()
-            {
-                r.remove(&rec.id);
+            self.keeper.hold(rec);
+            if self.keeper.write(rec).await.is_ok() {
+                self.keeper.forget(&rec.id);
             }
         }
+    }
+
+    /// Wait until every record this process queued for the disk is
+    /// written (at shutdown).
+    pub async fn flush_records(&self) {
+        self.keeper.flush().await;
     }
 
     /// Jobs running in this process.
@@ -315,39 +318,67 @@ impl Manager {
             registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
                 .await?;
         if !plan.force {
-            super::evict::check_load(&self.store, &target.probe, &target.resolved.served_id)
+            // It may read every live record: on the blocking pool.
+            let (store, probe) = (self.store.clone(), target.probe.clone());
+            let served = target.resolved.served_id.clone();
+            tokio::task::spawn_blocking(move || super::evict::check_load(&store, &probe, &served))
+                .await
+                .map_err(|e| StartError::Invalid(e.to_string()))?
                 .map_err(StartError::Invalid)?;
         }
 
         let id = super::new_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
-        crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-        crate::paths::write_atomic(&JobDir::at(&dir).task(), plan.task.as_bytes())
-            .map_err(JobError::from)?;
-        let (worktree, cwd) = match (&plan.resumed, plan.isolation) {
-            (Some(p), _) => (p.worktree.clone(), p.cwd.clone()),
+        let brief = JobDir::at(&dir).task();
+        let task = plan.task.clone();
+        let made = tokio::task::spawn_blocking(move || -> Result<(), JobError> {
+            crate::paths::private_dir_all(brief.parent().unwrap_or(&brief))?;
+            crate::paths::write_atomic(&brief, task.as_bytes())?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?;
+        made?;
+        // A new worktree is planned here (its repository, HEAD and file
+        // count: a start error is the caller's at once) and checked out by
+        // the job itself, as its first phase: a checkout of a large tree
+        // takes seconds, and the call answers by its own wait rule.
+        let (worktree, cwd, checkout) = match (&plan.resumed, plan.isolation) {
+            (Some(p), _) => (p.worktree.clone(), p.cwd.clone(), None),
             (None, Isolation::Worktree) => {
                 let root = self.ctx.state_dir.join("worktrees");
-                match worktree::create(&plan.origin_cwd, &id, &root) {
-                    Ok((w, c)) => (Some(w), c),
+                match worktree::plan(&plan.origin_cwd, &id, &root).await {
+                    Ok(c) => (Some(c.info.clone()), c.cwd.clone(), Some(c)),
                     Err(e) => {
-                        if let Err(r) = std::fs::remove_dir_all(&dir) {
-                            tracing::warn!("cannot remove {} ({r})", dir.display());
-                        }
+                        let d = dir.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            if let Err(r) = std::fs::remove_dir_all(&d) {
+                                tracing::warn!("cannot remove {} ({r})", d.display());
+                            }
+                        })
+                        .await;
                         return Err(e.into());
                     }
                 }
             }
-            (None, Isolation::None) => (None, plan.origin_cwd.clone()),
+            (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
         };
         let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
-        let admission = self.first_look(
-            &mut rec,
-            &target,
-            config.defaults.queue,
-            plan.endpoint.is_some(),
-        );
-        self.store.save(&rec)?;
+        // A job with a worktree to check out takes its place in the queue
+        // once it has it: a slot is not held while git writes files.
+        let admission = match &checkout {
+            Some(c) => {
+                rec.last_activity = Some(super::preparing_line(c.files));
+                None
+            }
+            None => Some(self.first_look(
+                &mut rec,
+                &target,
+                config.defaults.queue,
+                plan.endpoint.is_some(),
+            )),
+        };
+        self.keeper.write(&rec).await?;
 
         let (cancel_rx, done_tx, prog_tx) = self.track(&id);
         let me = self.clone();
@@ -359,7 +390,9 @@ impl Manager {
             &plan,
             &config.defaults,
         );
-        job.admission = Some(admission);
+        job.admission = admission;
+        job.checkout = checkout;
+        job.queue = config.defaults.queue;
         tokio::spawn(async move {
             // Untracked however the run ends (a panic in it too): its
             // waiters wake, and `running_ids` forgets it.
@@ -437,7 +470,7 @@ impl Manager {
 
     /// Cancel a job; its process group is gone within about 5 s.
     pub async fn cancel(&self, id: &str) -> Result<JobRecord, JobError> {
-        let rec = self.store.load(id)?;
+        let rec = self.record(id)?;
         if rec.status.terminal() {
             return Ok(rec);
         }
@@ -473,7 +506,7 @@ impl Manager {
                 }
             }
         }
-        self.store.load(id)
+        self.record(id)
     }
 
     /// Stop every job of this process (server shutdown).
@@ -481,6 +514,7 @@ impl Manager {
         let ids = self.running_ids();
         let futs = ids.iter().map(|id| self.cancel(id));
         let _ = tokio::time::timeout(Duration::from_secs(8), futures::future::join_all(futs)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.flush_records()).await;
     }
 
     pub(super) fn mark_active(&self, endpoint: &str, id: &str) -> Arc<AtomicBool> {
@@ -545,6 +579,10 @@ pub(super) struct Job {
     pub(super) pinned: bool,
     /// Load the model even if that may swap out a running job's model.
     pub(super) force: bool,
+    /// A new worktree still to check out: the job's first phase.
+    pub(super) checkout: Option<worktree::Checkout>,
+    /// `defaults.queue`: whether the job waits for a free slot.
+    pub(super) queue: bool,
 }
 
 /// The shim's guard for a job's route (the prewarm's too, so its request
@@ -587,6 +625,8 @@ impl Job {
             admission: None,
             pinned: plan.endpoint.is_some(),
             force: plan.force,
+            checkout: None,
+            queue: d.queue,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod batch;
 pub mod dir;
 pub mod evict;
 pub mod faults;
+mod keeper;
 pub mod lease;
 pub mod limits;
 pub mod manager;
@@ -219,6 +220,9 @@ pub struct JobRecord {
     pub files_touched: Vec<String>,
     pub files_changed: Vec<String>,
     pub worktree: Option<WorktreeInfo>,
+    /// The checkout of a new worktree, the job's first phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<Prepare>,
     pub last_activity: Option<String>,
     pub log_dir: PathBuf,
     /// The per-slot window the session was told.
@@ -280,6 +284,26 @@ pub struct JobRecord {
     /// A lost job's delegate was looked for and stopped ([`Store::reap_lost`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reaped: bool,
+}
+
+/// A job's checkout of its new worktree: how many files, when it began
+/// and when it ended (a large tree takes seconds; the job says so).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Prepare {
+    /// Files in HEAD's tree: what git writes.
+    pub files: usize,
+    pub started: String,
+    pub finished: Option<String>,
+    pub elapsed_s: Option<f64>,
+}
+
+/// What a job in its checkout phase says it does:
+/// "preparing: creating the worktree (60,112 files)".
+pub fn preparing_line(files: usize) -> String {
+    format!(
+        "preparing: creating the worktree ({} files)",
+        crate::fmt::thousands(files as u64)
+    )
 }
 
 /// Is the process that owns a running job still there? By identity when it
@@ -403,8 +427,9 @@ pub struct JobListItem {
     /// The sentence about the model, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_note: Option<String>,
-    /// A queued job: where it stands ("queued: 2nd for qwen3-coder on
-    /// `gpu1`, behind …").
+    /// A job not running yet: where it stands ("queued: 2nd for
+    /// qwen3-coder on `gpu1`, behind …", or "preparing: creating the
+    /// worktree (60,112 files)").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 }
@@ -516,7 +541,7 @@ impl JobRecord {
             waiting: (self.status == Status::Queued)
                 .then(|| self.last_activity.clone())
                 .flatten()
-                .filter(|a| a.starts_with("queued: ")),
+                .filter(|a| a.starts_with("queued: ") || a.starts_with("preparing: ")),
         }
     }
 }
@@ -637,21 +662,28 @@ impl Store {
     /// still the guard we started ([`process::Identity::is_current`]).
     /// Returns the ids of the jobs whose guard was stopped.
     pub async fn reap_lost(&self) -> Vec<String> {
+        // Every record is read (and a lost one saved): on the blocking
+        // pool, never on an async worker.
+        let me = self.clone();
+        let lost = tokio::task::spawn_blocking(move || {
+            me.ids()
+                .into_iter()
+                .filter_map(|id| me.load(&id).ok())
+                .filter(|r| r.status == Status::Lost && !r.reaped)
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
         let mut reaped = Vec::new();
-        for id in self.ids() {
-            let Ok(mut rec) = self.load(&id) else {
-                continue;
-            };
-            if rec.status != Status::Lost || rec.reaped {
-                continue;
-            }
+        for mut rec in lost {
             if let Some(guard) = &rec.guard
                 && process::stop_recorded(guard, process::GRACE).await
             {
-                reaped.push(id.clone());
+                reaped.push(rec.id.clone());
             }
             rec.reaped = true;
-            self.save_or_log(&rec);
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || me.save_or_log(&rec)).await;
         }
         reaped
     }

@@ -308,6 +308,7 @@ impl JobRecord {
             files_touched: Vec::new(),
             files_changed: Vec::new(),
             worktree: None,
+            prepare: None,
             last_activity: None,
             log_dir: dir.to_path_buf(),
             context: t.resolved.context,

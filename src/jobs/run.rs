@@ -32,6 +32,15 @@ pub enum Stop {
     Timeout,
 }
 
+/// How a checkout phase ended short of a worktree.
+#[derive(Debug)]
+enum Prepared {
+    /// A cancel or the job's deadline.
+    Stopped(Stop),
+    /// Git failed; what it made was removed.
+    Failed(worktree::GitError),
+}
+
 /// How one delegate session ended.
 struct SessionEnd {
     stop: Option<Stop>,
@@ -183,7 +192,7 @@ impl Drop for EndGuard<'_> {
             "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
         );
         rec.finished = Some(now_ts());
-        self.manager.keep(&rec);
+        self.manager.keep_now(&rec);
         self.manager.unmark_active(&rec.endpoint, &rec.id);
     }
 }
@@ -255,6 +264,99 @@ impl Manager {
         self.keep_final(rec).await;
     }
 
+    /// The checkout phase of a job with a new worktree: git writes the
+    /// files on the blocking pool while the job's record says so, and a
+    /// cancel or the job's deadline ends the job at once (git's checkout,
+    /// which cannot be interrupted while it writes, removes the worktree
+    /// and its branch when it returns).
+    async fn prepare(
+        &self,
+        rec: &mut JobRecord,
+        c: &worktree::Checkout,
+        deadline: tokio::time::Instant,
+        cancel: &mut watch::Receiver<bool>,
+        progress: &watch::Sender<Progress>,
+    ) -> Result<(), Prepared> {
+        let t0 = Instant::now();
+        rec.prepare = Some(super::Prepare {
+            files: c.files,
+            started: now_ts(),
+            finished: None,
+            elapsed_s: None,
+        });
+        rec.last_activity = Some(super::preparing_line(c.files));
+        self.keep(rec);
+        let _ = progress.send(Progress {
+            last_activity: super::preparing_line(c.files),
+            ..Progress::default()
+        });
+        let marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let work = worktree::check_out(c, stop.clone());
+        tokio::pin!(work);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let done = loop {
+            tokio::select! {
+                r = &mut work => break r.map_err(Prepared::Failed),
+                _ = cancel.changed() => break Err(Prepared::Stopped(Stop::Cancelled)),
+                _ = tokio::time::sleep_until(deadline) => break Err(Prepared::Stopped(Stop::Timeout)),
+                _ = tick.tick() => {
+                    if tokio::fs::try_exists(&marker).await.unwrap_or(false) {
+                        break Err(Prepared::Stopped(Stop::Cancelled));
+                    }
+                }
+            }
+        };
+        if matches!(done, Err(Prepared::Stopped(_))) {
+            stop.store(true, Ordering::SeqCst);
+        }
+        if let Some(p) = rec.prepare.as_mut() {
+            p.finished = Some(now_ts());
+            p.elapsed_s = Some(t0.elapsed().as_secs_f64());
+        }
+        done
+    }
+
+    /// A job whose checkout failed, or that was cancelled or timed out
+    /// while git checked out its worktree.
+    async fn stop_while_preparing(
+        &self,
+        rec: &mut JobRecord,
+        why: Prepared,
+        c: &worktree::Checkout,
+        started: Instant,
+    ) {
+        let files = crate::fmt::thousands(c.files as u64);
+        let (status, error) = match why {
+            Prepared::Stopped(Stop::Cancelled) => (
+                Status::Cancelled,
+                format!("cancelled while git checked out its worktree ({files} files)"),
+            ),
+            Prepared::Stopped(Stop::Timeout) => (
+                Status::Timeout,
+                format!(
+                    "timed out after {} s (timeout_s) while git checked out its worktree ({files} files): raise timeout_s, or use isolation \"none\" for a tree this large",
+                    rec.timeout_s
+                ),
+            ),
+            Prepared::Stopped(Stop::Refused(why)) => (Status::Failed, why),
+            Prepared::Failed(e) => (
+                Status::Failed,
+                format!("could not create the job's worktree ({files} files): {e}"),
+            ),
+        };
+        if let Some(w) = rec.worktree.as_mut() {
+            w.kept = false;
+            w.note = Some(match status {
+                Status::Failed => "not created: worktree and branch removed".into(),
+                _ => "stopped during the checkout: git removes the worktree and its branch as soon as its checkout returns".into(),
+            });
+        }
+        finish(rec, status, Some(error), started);
+        rec.last_activity = Some(format!("{} while preparing", status.as_str()));
+        self.keep_final(rec).await;
+    }
+
     pub(super) async fn run(
         &self,
         mut job: Job,
@@ -268,6 +370,19 @@ impl Manager {
         };
         let dir = rec.log_dir.clone();
         let started = Instant::now();
+        // A new worktree: checked out first, then the job queues for a slot.
+        let fresh_worktree = job.checkout.is_some();
+        if let Some(c) = job.checkout.take() {
+            let deadline = super::manager::deadline_in(Duration::from_secs(rec.timeout_s));
+            if let Err(e) = self
+                .prepare(&mut rec, &c, deadline, &mut cancel, &progress)
+                .await
+            {
+                return self.stop_while_preparing(&mut rec, e, &c, started).await;
+            }
+            job.admission = Some(self.first_look(&mut rec, &job.target, job.queue, job.pinned));
+            self.keep(&rec);
+        }
         // Held for the whole job: dropped when `run` returns.
         let _lease = match self
             .admitted(&mut job, &mut rec, &mut cancel, &progress)
@@ -300,10 +415,17 @@ impl Manager {
                 s.total, rec.endpoint
             ));
         }
-        let snap_before = worktree::snapshot(&rec.cwd);
+        // A worktree just checked out from HEAD has nothing changed: no
+        // walk of the tree is needed to know it.
+        let snap_before = if fresh_worktree {
+            Some(worktree::Snapshot::new())
+        } else {
+            worktree::snapshot(&rec.cwd).await
+        };
 
-        let task =
-            std::fs::read_to_string(JobDir::at(&dir).task()).unwrap_or_else(|_| rec.task.clone());
+        let task = tokio::fs::read_to_string(JobDir::at(&dir).task())
+            .await
+            .unwrap_or_else(|_| rec.task.clone());
         // The time it waited for a slot counts toward timeout_s.
         let deadline = super::manager::deadline_in(
             Duration::from_secs(rec.timeout_s).saturating_sub(queued_for),
@@ -405,24 +527,39 @@ impl Manager {
         }
         if !stderr_tail.trim().is_empty() {
             let path = JobDir::at(&dir).stderr();
-            if let Err(e) = crate::paths::write_atomic(&path, stderr_tail.as_bytes()) {
+            let tail = stderr_tail.clone();
+            let wrote = tokio::task::spawn_blocking(move || {
+                crate::paths::write_atomic(&path, tail.as_bytes())
+            })
+            .await;
+            if let Ok(Err(e)) = wrote {
                 tracing::error!("{e}");
             }
         }
 
         // What changed.
-        if let (Some(b), Some(a)) = (snap_before, worktree::snapshot(&rec.cwd)) {
-            rec.files_changed = worktree::changed(&b, &a);
+        let snap_after = worktree::snapshot(&rec.cwd).await;
+        if let (Some(b), Some(a)) = (snap_before, &snap_after) {
+            rec.files_changed = worktree::changed(&b, a);
         }
-        if let Some(w) = rec.worktree.as_mut()
-            && let Err(e) = worktree::finish(w, &rec.id)
-        {
-            w.note = Some(format!("could not inspect the worktree: {e}"));
-            w.kept = w.path.exists();
+        if let Some(w) = rec.worktree.as_mut() {
+            // The snapshot just taken is the worktree's status: whether it
+            // is dirty needs no second walk.
+            let dirty = snap_after.as_ref().map(|a| !a.is_empty());
+            match worktree::finish(w, &rec.id, dirty).await {
+                Ok(done) => *w = done,
+                Err(e) => {
+                    w.note = Some(format!("could not inspect the worktree: {e}"));
+                    w.kept = tokio::fs::try_exists(&w.path).await.unwrap_or(true);
+                }
+            }
         }
 
         // Figures.
-        let mut m = metrics::from_log(&dir);
+        let log_dir = dir.clone();
+        let mut m = tokio::task::spawn_blocking(move || metrics::from_log(&log_dir))
+            .await
+            .unwrap_or_default();
         m.slots_at_start = slots_at_start;
         let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
         if let (Some(b), Some(a)) = (&before.counters, &after.counters) {

@@ -267,6 +267,9 @@ async fn job(
         .get("diff_offset")
         .and_then(|o| o.parse::<usize>().ok())
         .unwrap_or(0);
+    let diff = api::job_diff(&ui.manager, &id, api::DEFAULT_DIFF_BYTES, offset)
+        .await
+        .map_err(|e| e.to_string());
     let u = ui.clone();
     blocking(move || {
         let m = &u.manager;
@@ -284,8 +287,6 @@ async fn job(
         let text = |w| api::job_text(m, &id, w).unwrap_or_else(|e| e.to_string());
         let brief = text(api::JobText::Brief);
         let transcript = text(api::JobText::Transcript);
-        let diff =
-            api::job_diff(m, &id, api::DEFAULT_DIFF_BYTES, offset).map_err(|e| e.to_string());
         Html(page::job(
             &u.token,
             &page::JobView {

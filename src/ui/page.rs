@@ -407,15 +407,19 @@ pub fn job(token: &str, v: &JobView) -> String {
     let _ = write!(s, "<h2>Transcript</h2>{}", timeline(v.transcript));
     s.push_str("<h2>Diff</h2>");
     match &v.diff {
-        Ok(d) if d.total_bytes == 0 => s.push_str("<p class=\"none\">No change.</p>"),
+        Ok(d) if d.total_bytes == Some(0) => s.push_str("<p class=\"none\">No change.</p>"),
         Ok(d) => {
+            let of = match d.total_bytes {
+                Some(t) => t.to_string(),
+                None => format!("more, in {} files", d.files),
+            };
             let _ = write!(
                 s,
                 r#"<p>{} · bytes {}–{} of {}</p><pre class="diff">"#,
                 esc(&d.files_changed.join(", ")),
                 d.offset,
                 d.offset + d.diff.len(),
-                d.total_bytes
+                of
             );
             for line in d.diff.lines() {
                 let class = match line.as_bytes().first() {

@@ -12,6 +12,7 @@ mod faults;
 mod first_contact;
 mod fold_prop;
 mod jobs;
+mod large_tree;
 mod layering;
 mod lean;
 mod ledger;

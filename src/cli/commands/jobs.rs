@@ -50,7 +50,7 @@ pub async fn one(ctx: Context, cmd: JobCommand) -> anyhow::Result<ExitStatus> {
         JobCommand::Diff { id } => {
             let mut offset = 0;
             loop {
-                match api::job_diff(&m, &id, 100_000, offset) {
+                match api::job_diff(&m, &id, 100_000, offset).await {
                     Ok(page) => {
                         write!(out, "{}", page.diff)?;
                         match page.next_offset {
