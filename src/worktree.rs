@@ -224,7 +224,15 @@ pub async fn snapshot(cwd: &Path) -> Option<Snapshot> {
 fn snapshot_blocking(cwd: &Path) -> Option<Snapshot> {
     let repo = Repository::discover(cwd).ok()?;
     let root = repo.workdir()?.to_path_buf();
-    let statuses = repo.statuses(Some(&mut status_opts())).ok()?;
+    // The index is refreshed and written back, as `git status` does: an
+    // entry written in the same second as the index ("racily clean")
+    // would otherwise be hashed again by every later status. When the
+    // index cannot be written (another git holds its lock), the status is
+    // taken without.
+    let statuses = repo
+        .statuses(Some(status_opts().update_index(true)))
+        .or_else(|_| repo.statuses(Some(&mut status_opts())))
+        .ok()?;
     let mut snap = Snapshot::new();
     for s in statuses.iter() {
         let Ok(path) = s.path() else { continue };
@@ -449,108 +457,153 @@ pub struct PatchPage {
 
 /// The page of the patch of `of` from byte `offset`, at most `max` bytes.
 /// Git stops writing the patch once the page is full, so a diff of
-/// thousands of files costs what its page costs, in time and memory.
+/// thousands of files costs what its page costs, in time and memory. Named
+/// paths are diffed one at a time, in order, each as an exact path: one
+/// diff with thousands of pathspecs would match every file of the tree
+/// against every one of them.
 pub async fn patch_page(of: DiffOf, offset: usize, max: usize) -> Result<PatchPage, GitError> {
-    blocking(move || match of {
-        DiffOf::Worktree(info) => {
-            let repo = Repository::open(&info.path)?;
-            let diff = diff_of(&repo, &info.base)?;
-            page_of(&diff, offset, max)
-        }
-        DiffOf::Paths { cwd, paths } => {
-            if paths.is_empty() {
-                return Ok(PatchPage {
-                    offset,
-                    total_bytes: Some(0),
-                    ..Default::default()
-                });
+    blocking(move || {
+        let mut pager = Pager::new(offset, max);
+        match of {
+            DiffOf::Worktree(info) => {
+                let repo = Repository::open(&info.path)?;
+                let diff = diff_of(&repo, &info.base)?;
+                let files = diff.deltas().len();
+                pager.feed(&diff)?;
+                let left = (pager.stopped && pager.files_reached < files)
+                    .then(|| diff.get_delta(pager.files_reached).and_then(delta_path))
+                    .flatten();
+                Ok(pager.page(files, left))
             }
-            let repo =
-                Repository::discover(&cwd).map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
-            let head = repo.head().and_then(|h| h.peel_to_tree()).ok();
-            let mut o = diff_opts();
-            for p in &paths {
-                o.pathspec(p);
+            DiffOf::Paths { cwd, mut paths } => {
+                paths.sort();
+                paths.dedup();
+                if paths.is_empty() {
+                    return Ok(pager.page(0, None));
+                }
+                let repo = Repository::discover(&cwd)
+                    .map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
+                let head = repo.head().and_then(|h| h.peel_to_tree()).ok();
+                let mut left = None;
+                for (i, p) in paths.iter().enumerate() {
+                    if pager.stopped || pager.pos >= pager.end {
+                        pager.stopped = true;
+                        left = Some(p.clone());
+                        pager.files_reached = i;
+                        break;
+                    }
+                    let mut o = diff_opts();
+                    o.pathspec(p).disable_pathspec_match(true);
+                    let diff = repo.diff_tree_to_workdir_with_index(head.as_ref(), Some(&mut o))?;
+                    pager.feed(&diff)?;
+                }
+                if !pager.stopped {
+                    pager.files_reached = paths.len();
+                }
+                Ok(pager.page(paths.len(), left))
             }
-            let diff = repo.diff_tree_to_workdir_with_index(head.as_ref(), Some(&mut o))?;
-            page_of(&diff, offset, max)
         }
     })
     .await
 }
 
-/// Print `diff` as a patch, keeping bytes `offset..offset + max` (cut back
-/// to whole UTF-8 characters) and stopping git at the first byte past
-/// them.
-fn page_of(diff: &git2::Diff, offset: usize, max: usize) -> Result<PatchPage, GitError> {
-    let files = diff.deltas().len();
-    let end = offset.saturating_add(max);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut pos = 0usize;
-    let mut files_reached = 0usize;
-    let mut last_delta: Option<(Option<PathBuf>, Option<PathBuf>)> = None;
-    let mut stopped = false;
-    let printed = diff.print(git2::DiffFormat::Patch, |delta, _, line| {
-        let key = (
-            delta.old_file().path().map(Path::to_path_buf),
-            delta.new_file().path().map(Path::to_path_buf),
-        );
-        if last_delta.as_ref() != Some(&key) {
-            if pos >= end {
-                stopped = true;
+fn delta_path(d: git2::DiffDelta<'_>) -> Option<String> {
+    d.new_file()
+        .path()
+        .or_else(|| d.old_file().path())
+        .map(|p| p.display().to_string())
+}
+
+/// A patch printed into one page: bytes `offset..offset + max` are kept
+/// (cut back to whole UTF-8 characters), and git is stopped at the first
+/// file that starts past them.
+struct Pager {
+    offset: usize,
+    end: usize,
+    buf: Vec<u8>,
+    /// Bytes of patch printed so far.
+    pos: usize,
+    files_reached: usize,
+    stopped: bool,
+}
+
+impl Pager {
+    fn new(offset: usize, max: usize) -> Pager {
+        Pager {
+            offset,
+            end: offset.saturating_add(max),
+            buf: Vec::new(),
+            pos: 0,
+            files_reached: 0,
+            stopped: false,
+        }
+    }
+
+    /// Print `diff` on, until the page is full.
+    fn feed(&mut self, diff: &git2::Diff) -> Result<(), GitError> {
+        let mut last_delta: Option<(Option<PathBuf>, Option<PathBuf>)> = None;
+        let printed = diff.print(git2::DiffFormat::Patch, |delta, _, line| {
+            let key = (
+                delta.old_file().path().map(Path::to_path_buf),
+                delta.new_file().path().map(Path::to_path_buf),
+            );
+            if last_delta.as_ref() != Some(&key) {
+                if self.pos >= self.end {
+                    self.stopped = true;
+                    return false;
+                }
+                self.files_reached += 1;
+                last_delta = Some(key);
+            }
+            let origin = matches!(line.origin(), '+' | '-' | ' ');
+            let len = line.content().len() + usize::from(origin);
+            let (from, to) = (self.pos, self.pos + len);
+            // The part of this line inside the page.
+            let lo = self.offset.max(from).min(to);
+            let hi = self.end.min(to).max(lo);
+            if hi > lo {
+                let mut piece: Vec<u8> = Vec::with_capacity(len);
+                if origin {
+                    piece.push(line.origin() as u8);
+                }
+                piece.extend_from_slice(line.content());
+                self.buf.extend_from_slice(&piece[lo - from..hi - from]);
+            }
+            self.pos = to;
+            if self.pos > self.end {
+                self.stopped = true;
                 return false;
             }
-            files_reached += 1;
-            last_delta = Some(key);
+            true
+        });
+        match printed {
+            Ok(()) => Ok(()),
+            Err(e) if self.stopped && e.code() == git2::ErrorCode::User => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        let mut piece: Vec<u8> = Vec::with_capacity(line.content().len() + 1);
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            piece.push(line.origin() as u8);
-        }
-        piece.extend_from_slice(line.content());
-        let (from, to) = (pos, pos + piece.len());
-        // The part of this piece inside the page.
-        let lo = offset.max(from).min(to);
-        let hi = end.min(to).max(lo);
-        buf.extend_from_slice(&piece[lo - from..hi - from]);
-        pos = to;
-        if pos > end {
-            stopped = true;
-            return false;
-        }
-        true
-    });
-    match printed {
-        Ok(()) => {}
-        Err(e) if stopped && e.code() == git2::ErrorCode::User => {}
-        Err(e) => return Err(e.into()),
     }
-    // Whole characters: a character split at the page's end starts the
-    // next page.
-    let text_end = match std::str::from_utf8(&buf) {
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        _ => buf.len(),
-    };
-    let shown = offset.min(pos) + text_end;
-    let first_left_out = if stopped && files_reached < files {
-        diff.get_delta(files_reached).and_then(|d| {
-            d.new_file()
-                .path()
-                .or_else(|| d.old_file().path())
-                .map(|p| p.display().to_string())
-        })
-    } else {
-        None
-    };
-    Ok(PatchPage {
-        text: String::from_utf8_lossy(&buf[..text_end]).into_owned(),
-        offset: offset.min(pos),
-        total_bytes: (!stopped).then_some(pos),
-        next_offset: (stopped || shown < pos).then_some(shown),
-        files,
-        files_reached,
-        first_left_out,
-    })
+
+    /// The page, for a diff of `files` files whose first file not reached
+    /// is `first_left_out`.
+    fn page(self, files: usize, first_left_out: Option<String>) -> PatchPage {
+        // Whole characters: a character split at the page's end starts the
+        // next page.
+        let text_end = match std::str::from_utf8(&self.buf) {
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            _ => self.buf.len(),
+        };
+        let start = self.offset.min(self.pos);
+        let shown = start + text_end;
+        PatchPage {
+            text: String::from_utf8_lossy(&self.buf[..text_end]).into_owned(),
+            offset: start,
+            total_bytes: (!self.stopped).then_some(self.pos),
+            next_offset: (self.stopped || shown < self.pos).then_some(shown),
+            files,
+            files_reached: self.files_reached.min(files),
+            first_left_out: first_left_out.filter(|_| self.stopped),
+        }
+    }
 }
 
 /// `git init` in `dir` and one commit of everything in it (an eval task's
