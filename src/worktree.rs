@@ -484,6 +484,9 @@ pub async fn patch_page(of: DiffOf, offset: usize, max: usize) -> Result<PatchPa
                 let repo = Repository::discover(&cwd)
                     .map_err(|_| GitError::NotARepo(cwd.to_path_buf()))?;
                 let head = repo.head().and_then(|h| h.peel_to_tree()).ok();
+                if paths.len() > FEW_PATHS {
+                    return paths_page_whole(&repo, head.as_ref(), &paths, pager);
+                }
                 let mut left = None;
                 for (i, p) in paths.iter().enumerate() {
                     if pager.stopped || pager.pos >= pager.end {
@@ -505,6 +508,47 @@ pub async fn patch_page(of: DiffOf, offset: usize, max: usize) -> Result<PatchPa
         }
     })
     .await
+}
+
+/// Up to this many named paths are diffed one by one (each costs a look
+/// at one file); more are picked out of one diff of the whole tree (which
+/// costs what `git diff` costs, whatever the number).
+const FEW_PATHS: usize = 32;
+
+/// The page of many named paths: one diff of the tree, each file's patch
+/// made only for a named path, in the diff's (sorted) order, until the
+/// page is full.
+fn paths_page_whole(
+    repo: &Repository,
+    head: Option<&git2::Tree>,
+    paths: &[String],
+    mut pager: Pager,
+) -> Result<PatchPage, GitError> {
+    let wanted: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+    let diff = repo.diff_tree_to_workdir_with_index(head, Some(&mut diff_opts()))?;
+    let named: Vec<usize> = (0..diff.deltas().len())
+        .filter(|&i| {
+            diff.get_delta(i)
+                .and_then(delta_path)
+                .is_some_and(|p| wanted.contains(p.as_str()))
+        })
+        .collect();
+    let mut left = None;
+    for (n, &i) in named.iter().enumerate() {
+        if pager.stopped || pager.pos >= pager.end {
+            pager.stopped = true;
+            left = diff.get_delta(i).and_then(delta_path);
+            pager.files_reached = n;
+            break;
+        }
+        if let Some(mut patch) = git2::Patch::from_diff(&diff, i)? {
+            pager.feed_patch(&mut patch)?;
+        }
+    }
+    if !pager.stopped {
+        pager.files_reached = named.len();
+    }
+    Ok(pager.page(named.len(), left))
 }
 
 fn delta_path(d: git2::DiffDelta<'_>) -> Option<String> {
@@ -541,46 +585,68 @@ impl Pager {
 
     /// Print `diff` on, until the page is full.
     fn feed(&mut self, diff: &git2::Diff) -> Result<(), GitError> {
-        let mut last_delta: Option<(Option<PathBuf>, Option<PathBuf>)> = None;
+        let mut last = None;
         let printed = diff.print(git2::DiffFormat::Patch, |delta, _, line| {
-            let key = (
-                delta.old_file().path().map(Path::to_path_buf),
-                delta.new_file().path().map(Path::to_path_buf),
-            );
-            if last_delta.as_ref() != Some(&key) {
-                if self.pos >= self.end {
-                    self.stopped = true;
-                    return false;
-                }
-                self.files_reached += 1;
-                last_delta = Some(key);
-            }
-            let origin = matches!(line.origin(), '+' | '-' | ' ');
-            let len = line.content().len() + usize::from(origin);
-            let (from, to) = (self.pos, self.pos + len);
-            // The part of this line inside the page.
-            let lo = self.offset.max(from).min(to);
-            let hi = self.end.min(to).max(lo);
-            if hi > lo {
-                let mut piece: Vec<u8> = Vec::with_capacity(len);
-                if origin {
-                    piece.push(line.origin() as u8);
-                }
-                piece.extend_from_slice(line.content());
-                self.buf.extend_from_slice(&piece[lo - from..hi - from]);
-            }
-            self.pos = to;
-            if self.pos > self.end {
-                self.stopped = true;
-                return false;
-            }
-            true
+            self.line(&mut last, delta, line)
         });
+        self.printed(printed)
+    }
+
+    /// Print one file's patch on, until the page is full.
+    fn feed_patch(&mut self, patch: &mut git2::Patch) -> Result<(), GitError> {
+        let mut last = None;
+        let printed = patch.print(&mut |delta, _, line| self.line(&mut last, delta, line));
+        self.printed(printed)
+    }
+
+    fn printed(&self, printed: Result<(), git2::Error>) -> Result<(), GitError> {
         match printed {
             Ok(()) => Ok(()),
             Err(e) if self.stopped && e.code() == git2::ErrorCode::User => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// One line of the patch: kept where it falls inside the page; false
+    /// (git stops) once the page is full.
+    fn line(
+        &mut self,
+        last: &mut Option<(Option<PathBuf>, Option<PathBuf>)>,
+        delta: git2::DiffDelta<'_>,
+        line: git2::DiffLine<'_>,
+    ) -> bool {
+        let key = (
+            delta.old_file().path().map(Path::to_path_buf),
+            delta.new_file().path().map(Path::to_path_buf),
+        );
+        if last.as_ref() != Some(&key) {
+            if self.pos >= self.end {
+                self.stopped = true;
+                return false;
+            }
+            self.files_reached += 1;
+            *last = Some(key);
+        }
+        let origin = matches!(line.origin(), '+' | '-' | ' ');
+        let len = line.content().len() + usize::from(origin);
+        let (from, to) = (self.pos, self.pos + len);
+        // The part of this line inside the page.
+        let lo = self.offset.max(from).min(to);
+        let hi = self.end.min(to).max(lo);
+        if hi > lo {
+            let mut piece: Vec<u8> = Vec::with_capacity(len);
+            if origin {
+                piece.push(line.origin() as u8);
+            }
+            piece.extend_from_slice(line.content());
+            self.buf.extend_from_slice(&piece[lo - from..hi - from]);
+        }
+        self.pos = to;
+        if self.pos > self.end {
+            self.stopped = true;
+            return false;
+        }
+        true
     }
 
     /// The page, for a diff of `files` files whose first file not reached
@@ -658,18 +724,27 @@ mod tests {
 
     #[tokio::test]
     async fn a_diff_page_stops_git_at_its_end_and_says_what_follows() {
-        let (tmp, paths) = rewritten(500);
+        // Many paths (picked out of one diff of the tree), and a few (each
+        // diffed as an exact path): the same pages.
+        for n in [500, 12] {
+            pages_of_a_rewrite(n).await;
+        }
+    }
+
+    async fn pages_of_a_rewrite(n: usize) {
+        let (tmp, paths) = rewritten(n);
+        let max = if n > 100 { 2_000 } else { 300 };
         let of = || DiffOf::Paths {
             cwd: tmp.path().to_path_buf(),
             paths: paths.clone(),
         };
-        let first = patch_page(of(), 0, 2_000).await.unwrap();
-        assert_eq!(first.files, 500);
-        assert!(first.text.len() <= 2_000, "{}", first.text.len());
+        let first = patch_page(of(), 0, max).await.unwrap();
+        assert_eq!(first.files, n);
+        assert!(first.text.len() <= max, "{}", first.text.len());
         assert_eq!(first.total_bytes, None, "git stopped before the end");
         let next = first.next_offset.expect("the diff goes on");
         assert_eq!(next, first.text.len());
-        assert!(first.files_reached < 20, "{}", first.files_reached);
+        assert!(first.files_reached < n / 2, "{}", first.files_reached);
         let left = first
             .first_left_out
             .clone()
@@ -680,7 +755,7 @@ mod tests {
         let mut whole = first.text.clone();
         let mut offset = next;
         let last = loop {
-            let p = patch_page(of(), offset, 2_000).await.unwrap();
+            let p = patch_page(of(), offset, max).await.unwrap();
             assert_eq!(p.offset, offset);
             whole.push_str(&p.text);
             match p.next_offset {
@@ -689,8 +764,8 @@ mod tests {
             }
         };
         assert_eq!(last.total_bytes, Some(whole.len()));
-        assert_eq!(whole.matches("\n+2 é ").count(), 500);
-        assert!(whole.contains("+2 é 499\n"));
+        assert_eq!(whole.matches("\n+2 é ").count(), n);
+        assert!(whole.contains(&format!("+2 é {}\n", n - 1)));
         assert!(!whole.contains('\u{fffd}'), "a character was cut");
     }
 }
