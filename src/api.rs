@@ -131,6 +131,10 @@ pub struct ModelsReport {
     /// (tell the user; run fewer jobs at once meanwhile).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub slot_losses: Vec<String>,
+    /// Endpoints whose recent jobs ran away (a line or the template's
+    /// markers over and over), with the likely cause and the fix.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runaways: Vec<String>,
 }
 
 /// `list_models`.
@@ -149,6 +153,10 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
         savings: savings_line(ctx),
         evals,
         slot_losses,
+        runaways: crate::jobs::metrics::recent_runaways(&m_store(ctx), days)
+            .iter()
+            .map(|l| l.line(days))
+            .collect(),
     })
 }
 

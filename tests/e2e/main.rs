@@ -1521,3 +1521,115 @@ async fn t17_two_real_jobs_keep_or_lose_their_slots() {
         }
     }
 }
+
+/// The slots of a llama-server that are processing now.
+fn processing_slots(url: &str) -> usize {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("{url}/slots")])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| a.iter().filter(|s| s["is_processing"] == true).count())
+        .unwrap_or(0)
+}
+
+/// The tiny model on the real llama-server, with the eval's first task and
+/// no output cap, loops (tests/fixtures/runaway/gemma3-270m-loop.txt is
+/// its output for this prompt). The guard cuts each answer off, the server
+/// cancels the task when the shim closes the request (its log says so, and
+/// each cancelled task generated under half of the turn's 4,096-token
+/// budget), its slot is idle once the job has ended, and the job fails with
+/// the cause and the fix.
+#[test]
+fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
+    let srv = start_server(&["-c", "32768", "--parallel", "1"]);
+    let port = srv.url.rsplit(':').next().unwrap().to_string();
+    let d = dirs(&srv.url, "");
+    // No output cap: the turn's budget is Claude Code's (4,096 here).
+    std::fs::write(
+        &d.cfg,
+        format!(
+            "endpoints:\n  real:\n    base_url: {}\ndefaults:\n  max_turns: 3\n  timeout_s: 1200\n  setting_sources: []\n",
+            srv.url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.work.join("stats.py"),
+        "def last_n(xs, n):\n    return xs[-n-1:]\n",
+    )
+    .unwrap();
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--json",
+            "The tests in test_stats.py fail: `last_n` in stats.py returns one item too many. Fix `last_n` so that `python3 -m unittest -q` passes. Do not change test_stats.py.",
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let id = rec["id"].as_str().unwrap();
+    let reqs = requests(&d.state, id);
+    let cut: Vec<&Value> = reqs.iter().filter(|r| r["runaway"].is_object()).collect();
+    for r in &reqs {
+        eprintln!(
+            "t18: {} ms, stream {}, runaway {}, translated {}",
+            r["ms"], r["stream"], r["runaway"], r["translated"]
+        );
+    }
+    assert!(!cut.is_empty(), "the guard fired: {rec}");
+    let faults = &rec["model_faults"]["runaway_output"];
+    assert_eq!(faults["count"].as_u64(), Some(cut.len() as u64), "{rec}");
+    if cut.len() >= 2 {
+        assert_eq!(rec["status"], "failed", "{rec}");
+        assert!(
+            rec["error"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("runaway output: "),
+            "{rec}"
+        );
+    }
+    // The server stopped: no slot is still generating for the job.
+    let mut idle = false;
+    for _ in 0..300 {
+        if processing_slots(&srv.url) == 0 {
+            idle = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(idle, "the slot is idle once the job has ended");
+    // Its log: a task cancelled for each cut answer, each well under the
+    // turn's budget.
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("llama-e2e-{port}.log")))
+        .unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let mut cancelled_gen = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains("stop: cancel task") {
+            let n_gen = lines[i..]
+                .iter()
+                .take(4)
+                .find_map(|x| x.split("n_gen =").nth(1))
+                .and_then(|x| x.split(',').next())
+                .and_then(|x| x.trim().parse::<u64>().ok());
+            cancelled_gen.push(n_gen);
+        }
+    }
+    eprintln!("t18: tasks cancelled by the close, tokens generated: {cancelled_gen:?}");
+    assert!(
+        cancelled_gen.len() >= cut.len(),
+        "the server cancelled a task for each cut answer: {cancelled_gen:?}"
+    );
+    for n in cancelled_gen.iter().flatten() {
+        assert!(
+            *n < 2048,
+            "cut off under half of the 4,096 tokens: {cancelled_gen:?}"
+        );
+    }
+}
