@@ -15,7 +15,9 @@
 //!   quotes a marker, or a short template example, stays under it.
 //! - **a line**: one line (trimmed, at least [`MIN_LINE`] bytes with a
 //!   letter or digit) seen [`LINE_LIMIT`] times in one answer, in any order
-//!   (the real loops alternate two or three lines).
+//!   (the real loops alternate two or three lines). A sentence end (`. `,
+//!   `? `, `! `) ends a line too: a loop of sentences with no line break
+//!   has a period too long for the span rule.
 //! - **a span**: the last [`SPAN_BYTES`] bytes or more are one unit of at
 //!   most [`MAX_PERIOD`] bytes repeated at least [`SPAN_REPEATS`] times (a
 //!   token looped without a newline).
@@ -165,6 +167,8 @@ pub struct Watch {
     runs: [u32; MAX_PERIOD + 1],
     bytes: u64,
     fired: bool,
+    /// The byte before.
+    prev: u8,
 }
 
 impl Default for Watch {
@@ -181,6 +185,7 @@ impl Default for Watch {
             runs: [0; MAX_PERIOD + 1],
             bytes: 0,
             fired: false,
+            prev: 0,
         }
     }
 }
@@ -242,7 +247,9 @@ impl Watch {
             if let Some(f) = self.span_byte(b) {
                 return self.fire(f);
             }
-            if b == b'\n' {
+            let sentence_end = b == b' ' && matches!(self.prev, b'.' | b'?' | b'!');
+            self.prev = b;
+            if b == b'\n' || sentence_end {
                 if let Some(f) = self.end_line() {
                     return Some(f);
                 }
@@ -421,6 +428,15 @@ mod tests {
         assert_eq!(scan(&text), None, "one short of the limit");
         text.push_str("  The same sentence, again and again.  \n");
         assert_eq!(scan(&text).map(|f| f.repeats), Some(LINE_LIMIT));
+    }
+
+    #[test]
+    fn sentences_looped_without_a_newline_fire() {
+        let looped =
+            "You are a user (a user or a user-agent-agent user). You are not a user. ".repeat(30);
+        let f = scan(&looped).expect("fires");
+        assert_eq!(f.cause, Cause::Line, "{f:?}");
+        assert_eq!(f.repeats, LINE_LIMIT);
     }
 
     #[test]
