@@ -6,7 +6,9 @@
 //!   text-form repair, one event per upstream chunk as llama-server sends
 //!   them, p50 per answer;
 //! - the request: folding a Claude-Code-shaped body of 40 tool calls with
-//!   and without the loop guard's scan, p50 per body.
+//!   and without the loop guard's scan, p50 per body;
+//! - the runaway guard (issue 35): the same streamed answer relayed with
+//!   the repair, with and without the guard, p50 per event.
 //!
 //! Run: `cargo bench --bench repair` (`-- --markdown`: only the table).
 //! The two sides alternate, so a busy machine slows both alike.
@@ -75,10 +77,17 @@ fn tools_raw() -> Bytes {
 }
 
 fn relay_once(chunks: &[Bytes], tools: Option<&Bytes>) -> Duration {
+    relay_guarded(chunks, tools, false)
+}
+
+fn relay_guarded(chunks: &[Bytes], tools: Option<&Bytes>, guard: bool) -> Duration {
     let t = Instant::now();
     let mut r = Relay::new(Instant::now(), Backend::LlamaCpp, Some(131072));
     if let Some(raw) = tools {
         r = r.with_repair(LazyTools::new(raw.clone()));
+    }
+    if guard {
+        r = r.with_runaway(Box::new(|_| ("api_error", String::new())));
     }
     let mut n = 0;
     for c in chunks {
@@ -130,6 +139,22 @@ fn main() {
             repaired.push(b);
         }
     }
+    let mut guarded = Vec::new();
+    let mut unguarded = Vec::new();
+    for i in 0..warm + runs {
+        let a = relay_guarded(&chunks, Some(&tools), false);
+        let b = relay_guarded(&chunks, Some(&tools), true);
+        if i >= warm {
+            unguarded.push(a);
+            guarded.push(b);
+        }
+    }
+    let per_event = chunks.len() as f64;
+    let (mut u, mut g) = (ms(&unguarded), ms(&guarded));
+    let (u50, g50r) = (
+        stats::pct(&mut u, 0.5) / per_event,
+        stats::pct(&mut g, 0.5) / per_event,
+    );
     let (mut p, mut r) = (ms(&plain), ms(&repaired));
     let (p50, r50) = (stats::pct(&mut p, 0.5), stats::pct(&mut r, 0.5));
     let (p90, r90) = (stats::pct(&mut p, 0.9), stats::pct(&mut r, 0.9));
@@ -151,13 +176,15 @@ fn main() {
     let table = format!(
         "| what | without | with | added (p50) |\n|---|---|---|---|\n\
 | relaying a streamed tool_use answer ({} events), repair check | {p50:.4} ms | {r50:.4} ms | **{:.4} ms** (p90 {:.4} → {:.4}) |\n\
-| folding a {} KB body of 40 tool calls, loop guard | {f50:.3} ms | {g50:.3} ms | **{:.3} ms** |",
+| folding a {} KB body of 40 tool calls, loop guard | {f50:.3} ms | {g50:.3} ms | **{:.3} ms** |\n\
+| the same streamed answer, runaway guard, per event | {u50:.5} ms | {g50r:.5} ms | **{:.5} ms** |",
         chunks.len(),
         r50 - p50,
         p90,
         r90,
         b.len() / 1024,
-        g50 - f50
+        g50 - f50,
+        g50r - u50
     );
     if mode == bench::Mode::Markdown {
         println!("{table}");
@@ -168,5 +195,9 @@ fn main() {
     println!(
         "\ntarget: the repair check adds < 0.05 ms p50 to a normal streamed answer: {}",
         if r50 - p50 < 0.05 { "met" } else { "NOT met" }
+    );
+    println!(
+        "target: the runaway guard adds < 0.01 ms p50 per streamed event: {}",
+        if g50r - u50 < 0.01 { "met" } else { "NOT met" }
     );
 }

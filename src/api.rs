@@ -131,6 +131,10 @@ pub struct ModelsReport {
     /// (tell the user; run fewer jobs at once meanwhile).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub slot_losses: Vec<String>,
+    /// Endpoints whose recent jobs ran away (a line or the template's
+    /// markers over and over), with the likely cause and the fix.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runaways: Vec<String>,
 }
 
 /// `list_models`.
@@ -141,14 +145,19 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     // transcripts, and the slot losses and eval lines read records too:
     // on the blocking pool, never on an async worker.
     let (c, endpoints) = (ctx.clone(), status.endpoints.clone());
-    let (evals, slot_losses, savings) = tokio::task::spawn_blocking(move || {
+    let (evals, slot_losses, runaways, savings) = tokio::task::spawn_blocking(move || {
         let evals = crate::eval::lines(&c.state_dir, &endpoints);
         let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-        let slot_losses: Vec<String> = crate::jobs::metrics::recent_slot_losses(&m_store(&c), days)
+        let store = m_store(&c);
+        let slot_losses: Vec<String> = crate::jobs::metrics::recent_slot_losses(&store, days)
             .iter()
             .map(|l| l.line(days))
             .collect();
-        (evals, slot_losses, savings_line(&c))
+        let runaways: Vec<String> = crate::jobs::metrics::recent_runaways(&store, days)
+            .iter()
+            .map(|l| l.line(days))
+            .collect();
+        (evals, slot_losses, runaways, savings_line(&c))
     })
     .await
     .map_err(stopped)?;
@@ -158,6 +167,7 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
         savings,
         evals,
         slot_losses,
+        runaways,
     })
 }
 

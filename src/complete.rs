@@ -216,6 +216,7 @@ pub fn route(target: &Target, log_dir: &Path) -> Route {
     // history's thinking is handled as for a job.
     let policy = shim::Policy {
         loop_limit: 0,
+        runaway_limit: target.config.defaults.runaway_limit,
         thinking: target.config.defaults.thinking,
         repair: false,
         stop_on_fatal: false,

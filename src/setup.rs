@@ -304,10 +304,11 @@ fn endpoint_findings(
         }
         out.push((level, line));
     }
-    let losses = crate::jobs::metrics::recent_slot_losses(
-        &crate::jobs::Store::new(&ctx.state_dir),
-        crate::jobs::metrics::SLOT_LOSS_DAYS,
-    );
+    let store = crate::jobs::Store::new(&ctx.state_dir);
+    let losses =
+        crate::jobs::metrics::recent_slot_losses(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
+    let runaways =
+        crate::jobs::metrics::recent_runaways(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
     for st in crate::registry::builtin_answered(config, probes) {
         if !st.up {
             if config.endpoints_are_builtin() {
@@ -324,6 +325,9 @@ fn endpoint_findings(
             continue;
         }
         up_endpoint_findings(ctx, &st, &losses, out);
+        for l in runaways.iter().filter(|l| l.endpoint == st.name) {
+            out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
+        }
     }
 }
 

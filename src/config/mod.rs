@@ -32,8 +32,8 @@ mod schema;
 pub mod trust;
 
 pub use schema::{
-    BUILTIN_NEXT_PORT_NAME, Backend, Config, Defaults, Endpoint, ModelEntry, Thinking,
-    check_base_url, home_path, key_safe_url,
+    BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_RUNAWAY_LIMIT, Defaults, Endpoint, ModelEntry,
+    Thinking, check_base_url, home_path, key_safe_url,
 };
 
 use std::collections::HashMap;

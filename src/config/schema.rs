@@ -92,6 +92,7 @@ pub(super) struct DefaultsShape {
     pub backend_fail_s: Option<u64>,
     pub reference_model: Option<String>,
     pub loop_limit: Option<u32>,
+    pub runaway_limit: Option<u32>,
     pub thinking: Option<String>,
 }
 
@@ -233,6 +234,14 @@ pub struct ModelEntry {
     pub bring_up: Option<String>,
 }
 
+/// `defaults.runaway_limit` when unset: answers the shim's runaway guard
+/// stops in one job before the job fails. Claude Code answers a stream
+/// that ends in an error by asking the same thing once more without
+/// streaming: that is the model's second chance (a loop can be a sampling
+/// accident); a second runaway means the model or its template is broken
+/// for this work.
+pub const DEFAULT_RUNAWAY_LIMIT: u32 = 2;
+
 /// `defaults:`; see `models.example.yaml` for what each key does.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Defaults {
@@ -282,6 +291,9 @@ pub struct Defaults {
     /// Identical calls with identical results in a row before the loop
     /// guard's note (twice as many stop the job); 0 turns it off.
     pub loop_limit: u32,
+    /// Answers the runaway guard stops in one job before the job fails
+    /// with the likely cause and its fix; 0 turns the guard off.
+    pub runaway_limit: u32,
     /// What the shim does with thinking blocks in the history.
     pub thinking: Thinking,
 }
@@ -354,6 +366,7 @@ impl Default for Defaults {
             backend_fail_s: 120,
             reference_model: super::prices::DEFAULT_REFERENCE_MODEL.into(),
             loop_limit: 3,
+            runaway_limit: DEFAULT_RUNAWAY_LIMIT,
             thinking: Thinking::Auto,
         }
     }
@@ -906,6 +919,15 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
         } else {
             warnings.push(format!(
                 "defaults.loop_limit = {v} is not 2 to 50; using 3 (0 turns the guard off)"
+            ));
+        }
+    }
+    if let Some(v) = d.runaway_limit {
+        if v <= 20 {
+            defaults.runaway_limit = v;
+        } else {
+            warnings.push(format!(
+                "defaults.runaway_limit = {v} is over 20; using {DEFAULT_RUNAWAY_LIMIT} (0 turns the guard off)"
             ));
         }
     }

@@ -215,6 +215,18 @@ pub fn valid_share(r: &EvalReport) -> Option<f64> {
     (all > 0).then(|| calls.saturating_sub(repaired) as f64 / all as f64)
 }
 
+/// The first runaway of the probe or a task: its sentence.
+pub fn runaway(r: &EvalReport) -> Option<&str> {
+    r.probe.runaway.as_deref().or_else(|| {
+        r.tasks.iter().find_map(|t| {
+            t.model_faults
+                .runaway_output
+                .as_ref()
+                .map(|o| o.why.as_str())
+        })
+    })
+}
+
 /// "eval standard 5/6 (2026-12-01) · tool calls 100% valid · prefill 1,850
 /// tok/s · gen 62 tok/s"
 pub fn line(r: &EvalReport) -> String {
@@ -229,6 +241,12 @@ pub fn line(r: &EvalReport) -> String {
         Some(s) => parts.push(format!("tool calls {:.0}% valid", s * 100.0)),
         None if r.suite != "probe" => parts.push("no tool calls".into()),
         None => parts.push(format!("forced tool call: {}", r.probe.tool_call)),
+    }
+    if let Some(why) = runaway(r) {
+        parts.push(format!(
+            "ran away: {}",
+            why.trim_start_matches("runaway output: ")
+        ));
     }
     if let Some(p) = r.probe.prefill_tok_s {
         parts.push(format!(
@@ -374,6 +392,9 @@ pub fn table(r: &EvalReport) -> String {
         if f.empty_responses > 0 {
             faults.push(format!("{} empty", f.empty_responses));
         }
+        if f.runaways() > 0 {
+            faults.push(format!("{} ran away", f.runaways()));
+        }
         if t.text_only {
             faults.push("text only".into());
         }
@@ -408,7 +429,7 @@ pub fn table(r: &EvalReport) -> String {
 fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResult {
     let acc = rec.acceptance.as_ref();
     let passed = rec.status == Status::Succeeded && acc.is_some_and(|a| a.passed);
-    let faults = rec.model_faults.unwrap_or_default();
+    let faults = rec.model_faults.clone().unwrap_or_default();
     let text_only = rec.outcome.is_some_and(|o| o.text_only);
     let (failure, output_tail) = if passed {
         (None, None)

@@ -45,6 +45,9 @@ pub struct Capabilities {
     pub window: Option<u64>,
     /// The model sent thinking blocks.
     pub thinking: bool,
+    /// The runaway guard cut off an answer of the probe: the sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runaway: Option<String>,
 }
 
 /// The prompt of the prefill measurement: about 11 tokens a sentence in
@@ -156,6 +159,15 @@ fn error_text(v: &Value) -> String {
 
 /// Run the probe on `target`, logging its requests under `log_dir`.
 pub async fn run(target: &Target, log_dir: &std::path::Path) -> Capabilities {
+    let mut caps = measure(target, log_dir).await;
+    caps.runaway = crate::jobs::metrics::from_log(log_dir)
+        .faults
+        .runaway_output
+        .map(|r| r.why);
+    caps
+}
+
+async fn measure(target: &Target, log_dir: &std::path::Path) -> Capabilities {
     let mut route = crate::complete::route(target, log_dir);
     // As a job's route: text-form calls are repaired (and counted).
     route.guard = shim::Guard::new(shim::Policy {

@@ -127,6 +127,24 @@ pub struct RecordBrief {
     pub metrics: Option<BriefMetrics>,
     #[serde(default)]
     pub tool_use_id: Option<String>,
+    #[serde(default)]
+    pub model_faults: Option<BriefFaults>,
+}
+
+/// The model faults a scan reads of a record: its runaways.
+#[derive(Debug, Default, Deserialize)]
+pub struct BriefFaults {
+    #[serde(default)]
+    pub runaway_output: Option<BriefRunaway>,
+}
+
+/// A record's runaways: how many, and the sentence with the fix.
+#[derive(Debug, Default, Deserialize)]
+pub struct BriefRunaway {
+    #[serde(default)]
+    pub count: u64,
+    #[serde(default)]
+    pub why: String,
 }
 
 /// The figures a scan reads of a record's metrics.

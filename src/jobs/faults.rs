@@ -2,7 +2,8 @@
 //!
 //! A local model can end a job "succeeded" with nothing done: it wrote its
 //! tool calls as text, repeated one call, or only talked. The shim repairs
-//! or stops what it can and logs each fault in `requests.jsonl`; this module
+//! or stops what it can (a runaway answer is cut off) and logs each fault
+//! in `requests.jsonl`; this module
 //! sums them per job ([`ModelFaults`]), says what the session did
 //! ([`Outcome`]), and turns both into the one sentence that the summary,
 //! `list_jobs` and the hook line carry, so Claude tries another model
@@ -12,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The model's faults over a job, from its request log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelFaults {
     /// Tool calls written as text that the shim turned into `tool_use`.
     pub repaired_tool_calls: u64,
@@ -25,6 +26,28 @@ pub struct ModelFaults {
     pub max_tokens_retries: u64,
     /// Complete answers with no text and no tool call.
     pub empty_responses: u64,
+    /// Answers the runaway guard cut off (a line or the template's markers
+    /// over and over), with the first one's repeated unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runaway_output: Option<RunawayOutput>,
+}
+
+/// The runaways of a job: how many, the first one's repeated unit, and
+/// the bytes of answer the delegate never kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunawayOutput {
+    /// Answers cut off.
+    pub count: u64,
+    /// `marker` (chat-template markers as text), `line` or `span`.
+    pub cause: crate::shim::runaway::Cause,
+    /// The first runaway's repeated unit, cut short.
+    pub unit: String,
+    /// How many times it was seen when the guard fired.
+    pub repeats: u32,
+    /// Text and thinking bytes of the cut answers, all of them dropped.
+    pub bytes_dropped: u64,
+    /// The sentence with the likely cause and the fix.
+    pub why: String,
 }
 
 impl ModelFaults {
@@ -50,6 +73,32 @@ impl ModelFaults {
         if line["empty"] == true {
             self.empty_responses += 1;
         }
+        if let Some(f) = line
+            .get("runaway")
+            .and_then(|r| serde_json::from_value::<crate::shim::runaway::Found>(r.clone()).ok())
+        {
+            match self.runaway_output.as_mut() {
+                Some(r) => {
+                    r.count += 1;
+                    r.bytes_dropped = r.bytes_dropped.saturating_add(f.bytes_dropped);
+                }
+                None => {
+                    self.runaway_output = Some(RunawayOutput {
+                        count: 1,
+                        why: f.why,
+                        cause: f.cause,
+                        unit: f.unit,
+                        repeats: f.repeats,
+                        bytes_dropped: f.bytes_dropped,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Answers the runaway guard cut off.
+    pub fn runaways(&self) -> u64 {
+        self.runaway_output.as_ref().map_or(0, |r| r.count)
     }
 }
 
@@ -105,6 +154,13 @@ pub fn note(faults: &ModelFaults, outcome: &Outcome) -> Option<String> {
             plural(faults.loop_notes, "loop note", "loop notes")
         ));
     }
+    if let Some(r) = &faults.runaway_output {
+        parts.push(format!(
+            "{} cut off as runaway output ({})",
+            plural(r.count, "answer was", "answers were"),
+            r.why.trim_start_matches("runaway output: ")
+        ));
+    }
     if faults.empty_responses > 0 {
         parts.push(plural(
             faults.empty_responses,
@@ -140,7 +196,8 @@ mod tests {
                 unparsed_tool_text: 1,
                 loop_notes: 1,
                 max_tokens_retries: 1,
-                empty_responses: 1
+                empty_responses: 1,
+                runaway_output: None,
             }
         );
     }

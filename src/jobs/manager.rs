@@ -590,6 +590,7 @@ pub(super) struct Job {
 pub fn job_policy(d: &crate::config::Defaults) -> crate::shim::Policy {
     crate::shim::Policy {
         loop_limit: d.loop_limit,
+        runaway_limit: d.runaway_limit,
         thinking: d.thinking,
         repair: true,
         stop_on_fatal: true,

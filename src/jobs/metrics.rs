@@ -302,6 +302,63 @@ pub fn recent_slot_losses(store: &super::Store, days: i64) -> Vec<SlotLosses> {
     out
 }
 
+/// Runaway answers per endpoint over recent jobs, with the newest one's
+/// sentence (the likely cause and the fix).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Runaways {
+    pub endpoint: String,
+    /// Jobs with at least one runaway answer.
+    pub jobs: u64,
+    /// Answers cut off.
+    pub answers: u64,
+    pub why: String,
+}
+
+impl Runaways {
+    /// "jobs on `gpu1` ran away 4 times in the last 7 days (2 jobs): the
+    /// model writes its end-of-turn marker … ; start llama-server with …".
+    pub fn line(&self, days: i64) -> String {
+        format!(
+            "jobs on `{}` ran away {} {} in the last {days} days ({} {}): {}",
+            self.endpoint,
+            self.answers,
+            if self.answers == 1 { "time" } else { "times" },
+            self.jobs,
+            if self.jobs == 1 { "job" } else { "jobs" },
+            self.why.trim_start_matches("runaway output: ")
+        )
+    }
+}
+
+/// Runaways per endpoint over the jobs of the last `days` days, the
+/// endpoints with any, newest job first.
+pub fn recent_runaways(store: &super::Store, days: i64) -> Vec<Runaways> {
+    let mut out: Vec<Runaways> = Vec::new();
+    for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
+        let Some(b) = store.brief(&id) else { continue };
+        let Some(r) = b
+            .model_faults
+            .and_then(|f| f.runaway_output)
+            .filter(|r| r.count > 0)
+        else {
+            continue;
+        };
+        match out.iter_mut().find(|l| l.endpoint == b.endpoint) {
+            Some(l) => {
+                l.jobs += 1;
+                l.answers += r.count;
+            }
+            None => out.push(Runaways {
+                endpoint: b.endpoint.clone(),
+                jobs: 1,
+                answers: r.count,
+                why: r.why,
+            }),
+        }
+    }
+    out
+}
+
 /// The days [`recent_slot_losses`] looks back in `status` and `doctor`.
 pub const SLOT_LOSS_DAYS: i64 = 7;
 

@@ -519,7 +519,7 @@ impl JobRecord {
                 .then(|| batch::BatchReport::read(&self.log_dir))
                 .flatten(),
             review: review::Review::read(&self.log_dir),
-            model_faults: self.model_faults.filter(faults::ModelFaults::any),
+            model_faults: self.model_faults.clone().filter(faults::ModelFaults::any),
             outcome: self.outcome,
             model_note: self.model_note.clone(),
             cache_note: self.cache_note.clone(),

@@ -577,7 +577,7 @@ impl Manager {
         let fatal = reg.route.guard.fatal();
         let answered = result.as_ref().is_some_and(|r| r.success) && fatal.is_none();
         let outcome = faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), answered);
-        rec.model_faults = Some(m.faults);
+        rec.model_faults = Some(m.faults.clone());
         rec.model_note = faults::note(&m.faults, &outcome);
         rec.cache_note = m.cache_note(job.target.backend == crate::config::Backend::LlamaCpp);
         rec.outcome = Some(outcome);

@@ -57,6 +57,20 @@ pub fn error_type(status: u16) -> &'static str {
     }
 }
 
+/// The status of an Anthropic error type (the inverse of [`error_type`]).
+pub fn status_of(typ: &str) -> u16 {
+    match typ {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
+}
+
 /// Anthropic's error body.
 pub fn anthropic_error(typ: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": typ, "message": message}})
@@ -231,7 +245,7 @@ fn is_grammar_error(msg: &str) -> bool {
 pub fn is_fatal_note(note: &str) -> bool {
     matches!(
         note,
-        "template_error" | "grammar_error" | "loop_stuck" | "fatal_repeat"
+        "template_error" | "grammar_error" | "loop_stuck" | "fatal_repeat" | "runaway_stop"
     )
 }
 
@@ -255,6 +269,25 @@ pub fn fatal_again(why: &str) -> Translated {
         status: 400,
         body: anthropic_error("invalid_request_error", why),
         note: Some("fatal_repeat".into()),
+    }
+}
+
+/// The answer to a non-streamed answer that ran away: `typ` is
+/// `api_error` (500: Claude Code asks again) under the limit, else
+/// `invalid_request_error` (400, the job's end).
+pub fn runaway(typ: &str, message: &str) -> Translated {
+    let fatal = typ == "invalid_request_error";
+    Translated {
+        status: if fatal { 400 } else { 500 },
+        body: anthropic_error(typ, message),
+        note: Some(
+            if fatal {
+                "runaway_stop"
+            } else {
+                "runaway_output"
+            }
+            .into(),
+        ),
     }
 }
 

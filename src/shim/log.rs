@@ -63,6 +63,9 @@ pub struct RequestRecord {
     /// A complete answer with no text and no tool call.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub empty: bool,
+    /// The runaway guard stopped this answer: what repeated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runaway: Option<super::runaway::Found>,
 }
 
 impl RequestRecord {

@@ -13,19 +13,25 @@
 //! relayed as they arrive ([`sse`]), and every request is logged ([`log`]).
 //! The model's own faults are handled on the way: tool calls that came
 //! back as text become `tool_use` again ([`repair`]), a model that repeats
-//! itself gets a note and then is stopped ([`loops`]), and thinking blocks
-//! in the history are kept or dropped as the backend needs ([`Guard`]).
+//! itself gets a note and then is stopped ([`loops`]), an answer that
+//! runs away (a line or its template's markers over and over) is cut off
+//! and its backend request closed ([`runaway`]), and thinking blocks in
+//! the history are kept or dropped as the backend needs ([`Guard`]).
 
 pub mod errors;
 pub mod fold;
 pub mod log;
 pub mod loops;
 pub mod repair;
+pub mod runaway;
+#[cfg(test)]
+#[path = "runaway_fixtures.rs"]
+pub mod runaway_fixtures;
 pub mod sse;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -81,6 +87,8 @@ pub struct Guard {
     /// The server refused thinking blocks once (`thinking: auto`): they are
     /// dropped from then on.
     pub thinking_refused: AtomicBool,
+    /// Answers the runaway guard stopped on this route.
+    pub runaways: AtomicU32,
     /// Whether the backend's last answers were faults, since when.
     health: Mutex<Health>,
 }
@@ -155,6 +163,30 @@ impl Guard {
         })
     }
 
+    /// Count a runaway and decide the answer: a retryable error (type
+    /// `api_error`) while under `runaway_limit`, then the fatal sentence
+    /// (`invalid_request_error`), which ends the job.
+    pub fn runaway(&self, found: &mut runaway::Found, llama_cpp: bool) -> (&'static str, String) {
+        let n = self
+            .runaways
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let sentence = found.sentence(llama_cpp);
+        found.why = sentence.clone();
+        let limit = self.policy.runaway_limit;
+        if n >= limit {
+            self.set_fatal(&sentence);
+            ("invalid_request_error", sentence)
+        } else {
+            (
+                "api_error",
+                format!(
+                    "{sentence} (the shim stopped the answer: runaway {n} of defaults.runaway_limit {limit})"
+                ),
+            )
+        }
+    }
+
     fn set_fatal(&self, why: &str) {
         if let Ok(mut f) = self.fatal.lock()
             && f.is_none()
@@ -169,6 +201,9 @@ impl Guard {
 pub struct Policy {
     /// `defaults.loop_limit` (0: no guard).
     pub loop_limit: u32,
+    /// `defaults.runaway_limit`: runaways before the route's fatal answer
+    /// (0: no runaway guard).
+    pub runaway_limit: u32,
     /// Thinking blocks in the history (`defaults.thinking`).
     pub thinking: Thinking,
     /// Turn text-form tool calls into `tool_use` blocks.
@@ -183,6 +218,7 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             loop_limit: loops::DEFAULT_LIMIT,
+            runaway_limit: runaway::DEFAULT_LIMIT,
             thinking: Thinking::Auto,
             repair: true,
             stop_on_fatal: false,
@@ -553,6 +589,7 @@ fn reply_error(
     rec.status = tr.status;
     if rec.path == "/v1/messages"
         && tr.status >= 500
+        && rec.runaway.is_none()
         && let Some(m) = tr.body.pointer("/error/message").and_then(Value::as_str)
     {
         route.guard.backend_failed(m);
@@ -779,10 +816,32 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let tools = tools_range.map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
     route.log.dump_body(&ts, "/v1/messages", &out);
     let stream = rec.stream;
+    // After a runaway, Claude Code asks the same thing again without
+    // streaming: that answer is streamed from the backend all the same,
+    // so the guard can stop it early, and put together here.
+    let collect = !stream
+        && route.guard.policy.runaway_limit > 0
+        && route.guard.runaways.load(Ordering::Relaxed) > 0;
+    if collect
+        && let Ok(mut v) = serde_json::from_slice::<Value>(&out)
+        && let Some(o) = v.as_object_mut()
+    {
+        o.insert("stream".into(), Value::Bool(true));
+        out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+        notes.push("streamed_upstream".into());
+    }
     let mut retried = false;
     let mut loading_since: Option<Instant> = None;
     let resp = loop {
-        let resp = match send(&route, "/v1/messages", out.clone(), stream, &mut notes).await {
+        let resp = match send(
+            &route,
+            "/v1/messages",
+            out.clone(),
+            stream || collect,
+            &mut notes,
+        )
+        .await
+        {
             Ok(r) => r,
             Err(e) => return send_failed(&route, e, rec, started, notes),
         };
@@ -873,6 +932,12 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         if let Some(t) = tools {
             relay = relay.with_repair(t);
         }
+        if route.guard.policy.runaway_limit > 0 {
+            let r = route.clone();
+            relay = relay.with_runaway(Box::new(move |f: &mut runaway::Found| {
+                r.guard.runaway(f, r.backend == Backend::LlamaCpp)
+            }));
+        }
         let route2 = route.clone();
         let on_done: sse::OnDone = Box::new(move |tap: &sse::Tap, report: &repair::Report| {
             let mut rec = rec;
@@ -890,7 +955,11 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
                 rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
             }
             notes.extend(tap.translated.iter().cloned());
-            if tap.translated.iter().any(|t| t == "stream_cut")
+            rec.runaway = tap.runaway.clone();
+            if tap.runaway.is_some() {
+                // The model's fault, not the backend's: it answered.
+                route2.guard.backend_answered();
+            } else if tap.translated.iter().any(|t| t == "stream_cut")
                 && let Some(e) = &tap.error
             {
                 route2.guard.backend_failed(e);
@@ -909,14 +978,21 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         return out;
     }
-    let bytes = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => {
-            let tr = errors::unreachable(
-                &route.endpoint.base_url,
-                &format!("the answer broke off: {e}"),
-            );
-            return reply_error(&route, tr, rec, started, notes);
+    let bytes = if collect {
+        match collect_stream(&route, resp, started, &mut rec).await {
+            Ok(b) => b,
+            Err(tr) => return reply_error(&route, tr, rec, started, notes),
+        }
+    } else {
+        match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                let tr = errors::unreachable(
+                    &route.endpoint.base_url,
+                    &format!("the answer broke off: {e}"),
+                );
+                return reply_error(&route, tr, rec, started, notes);
+            }
         }
     };
     let mut bytes = bytes;
@@ -935,6 +1011,17 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             .get("content")
             .and_then(Value::as_array)
             .is_some_and(|c| c.is_empty());
+        if route.guard.policy.runaway_limit > 0
+            && let Some(mut found) = runaway_in(&v)
+        {
+            let (typ, message) = route
+                .guard
+                .runaway(&mut found, route.backend == Backend::LlamaCpp);
+            rec.runaway = Some(found);
+            rec.upstream_status = Some(200);
+            route.guard.backend_answered();
+            return reply_error(&route, errors::runaway(typ, &message), rec, started, notes);
+        }
         rec.stop_reason = v
             .get("stop_reason")
             .and_then(Value::as_str)
@@ -950,6 +1037,81 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         HeaderValue::from_static("application/json"),
     );
     out
+}
+
+/// The most a collected answer may hold (a whole answer of `max_tokens`
+/// is far less).
+const MAX_COLLECTED: usize = 32 * 1024 * 1024;
+
+/// A streamed backend answer to a non-streamed request, through the relay
+/// and its runaway guard, put together as one Messages response; or the
+/// error it ended with. A runaway closes the backend's response at once.
+async fn collect_stream(
+    route: &Arc<Route>,
+    resp: reqwest::Response,
+    started: Instant,
+    rec: &mut RequestRecord,
+) -> Result<Bytes, Translated> {
+    use futures::StreamExt;
+    let r = route.clone();
+    let mut relay = sse::Relay::new(started, route.backend, route.window).with_runaway(Box::new(
+        move |f: &mut runaway::Found| r.guard.runaway(f, r.backend == Backend::LlamaCpp),
+    ));
+    let mut up = resp.bytes_stream();
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        let end = match tokio::time::timeout(route.idle_timeout, up.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                out.extend_from_slice(&relay.push(chunk));
+                if relay.stopped() {
+                    break;
+                }
+                if out.len() > MAX_COLLECTED {
+                    Some("grew past 32 MiB".to_string())
+                } else {
+                    None
+                }
+            }
+            Ok(Some(Err(e))) => Some(format!("broke ({e})")),
+            Ok(None) => Some("ended".to_string()),
+            Err(_) => Some(format!(
+                "was silent for {}s (idle timeout)",
+                route.idle_timeout.as_secs()
+            )),
+        };
+        if let Some(why) = end {
+            if let Some(b) = relay.finish(&why) {
+                out.extend_from_slice(&b);
+            }
+            break;
+        }
+    }
+    // The backend's response is closed here, before the answer is made.
+    drop(up);
+    rec.runaway = relay.tap.runaway.clone();
+    rec.ttft_ms = relay.tap.ttft.map(|d| d.as_millis() as u64);
+    match sse::assemble(&out) {
+        Ok(v) => Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default())),
+        Err((typ, message)) if rec.runaway.is_some() => Err(errors::runaway(&typ, &message)),
+        Err((typ, message)) => {
+            rec.error = Some(crate::fmt::first_chars(&message, 500));
+            Err(Translated {
+                status: errors::status_of(&typ),
+                body: errors::anthropic_error(&typ, &message),
+                note: relay.tap.translated.last().cloned(),
+            })
+        }
+    }
+}
+
+/// The runaway in a whole (non-streamed) answer's text and thinking.
+fn runaway_in(v: &Value) -> Option<runaway::Found> {
+    let blocks = v.get("content")?.as_array()?;
+    runaway::scan_blocks(blocks.iter().filter_map(|b| {
+        b.get("text")
+            .or_else(|| b.get("thinking"))
+            .and_then(Value::as_str)
+    }))
 }
 
 /// Bytes a token, where a server cannot count: the one estimate of the

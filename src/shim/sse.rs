@@ -14,6 +14,12 @@
 //! translated to "prompt is too long"), and a stream that ends without
 //! `message_stop` or goes silent past the idle timeout gets a closing
 //! Anthropic `error` event, so Claude Code never hangs.
+//!
+//! The runaway guard ([`runaway`]) reads the text and thinking deltas as
+//! they pass. When an answer runs away, nothing more is forwarded: the
+//! stream ends with an `error` event (so Claude Code keeps none of the
+//! answer) and the upstream response is dropped, which closes the
+//! connection and makes the server stop generating.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +31,7 @@ use serde_json::Value;
 
 use super::errors;
 use super::repair::{self, Emit, LazyTools, StreamRepair};
+use super::runaway;
 use crate::config::Backend;
 
 /// Token usage as the log records it.
@@ -66,6 +73,8 @@ pub struct Tap {
     pub tool_uses: u64,
     /// Text deltas the backend sent.
     pub text_deltas: u64,
+    /// The runaway guard stopped the answer.
+    pub runaway: Option<runaway::Found>,
 }
 
 impl Tap {
@@ -106,10 +115,129 @@ pub fn parse_event(raw: &[u8]) -> (Option<&str>, String) {
     (name, data.join("\n"))
 }
 
+/// A Messages response put together from its stream (what the relay
+/// forwarded), or the `(type, message)` of the error event it ended with.
+pub fn assemble(bytes: &[u8]) -> Result<Value, (String, String)> {
+    let mut msg = serde_json::json!({"type": "message", "role": "assistant", "content": []});
+    let mut json_parts: Vec<String> = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let len = boundary(rest).unwrap_or(rest.len());
+        let (name, data) = parse_event(&rest[..len]);
+        rest = &rest[len..];
+        let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
+        let name = name
+            .map(str::to_string)
+            .or_else(|| v["type"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        match name.as_str() {
+            "message_start" => {
+                if let Some(m) = v.get("message").and_then(Value::as_object) {
+                    for (k, x) in m {
+                        if k != "content" {
+                            msg[k] = x.clone();
+                        }
+                    }
+                }
+            }
+            "content_block_start" => {
+                if let Some(content) = msg["content"].as_array_mut() {
+                    content.push(v["content_block"].clone());
+                    json_parts.push(String::new());
+                }
+            }
+            "content_block_delta" => {
+                let i = v["index"].as_u64().unwrap_or(0) as usize;
+                let d = &v["delta"];
+                if let Some(p) = d["partial_json"].as_str()
+                    && let Some(part) = json_parts.get_mut(i)
+                {
+                    part.push_str(p);
+                }
+                if let Some(b) = msg["content"].get_mut(i) {
+                    for key in ["text", "thinking", "signature"] {
+                        if let Some(t) = d[key].as_str() {
+                            let cur = b[key].as_str().unwrap_or("").to_string();
+                            b[key] = Value::String(cur + t);
+                        }
+                    }
+                }
+            }
+            "content_block_stop" => {
+                let i = v["index"].as_u64().unwrap_or(0) as usize;
+                if let Some(p) = json_parts.get(i).filter(|p| !p.is_empty())
+                    && let Ok(input) = serde_json::from_str::<Value>(p)
+                    && let Some(b) = msg["content"].get_mut(i)
+                {
+                    b["input"] = input;
+                }
+            }
+            "message_delta" => {
+                if let Some(d) = v.get("delta").and_then(Value::as_object) {
+                    for (k, x) in d {
+                        msg[k] = x.clone();
+                    }
+                }
+                if let Some(u) = v.get("usage").and_then(Value::as_object) {
+                    for (k, x) in u {
+                        msg["usage"][k] = x.clone();
+                    }
+                }
+            }
+            "error" => {
+                let (m, _) = errors::message_of(&v);
+                let typ = v
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("api_error")
+                    .to_string();
+                return Err((typ, m.unwrap_or_else(|| data.clone())));
+            }
+            _ => {}
+        }
+    }
+    Ok(msg)
+}
+
 /// An Anthropic `error` event.
 pub fn error_event(typ: &str, message: &str) -> Bytes {
     let body = errors::anthropic_error(typ, message);
     Bytes::from(format!("event: error\ndata: {body}\n\n"))
+}
+
+/// What the route answers a runaway with: the error event's type and
+/// message (it counts the runaway, and may make it the job's end).
+pub type OnRunaway = Box<dyn FnMut(&mut runaway::Found) -> (&'static str, String) + Send>;
+
+/// The runaway guard of one stream.
+struct Guarded {
+    watch: runaway::Watch,
+    answer: OnRunaway,
+}
+
+impl std::fmt::Debug for Guarded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded")
+            .field("watch", &self.watch)
+            .finish()
+    }
+}
+
+/// The text or thinking of a `content_block_delta` (not tool input).
+#[derive(serde::Deserialize)]
+struct DeltaEvent<'a> {
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    text: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    thinking: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// Splits a byte stream at event boundaries and keeps the tap.
@@ -126,6 +254,10 @@ pub struct Relay {
     /// The longest silence before the first event (the prompt's prefill),
     /// when longer than the idle timeout.
     first_wait: Duration,
+    /// The runaway guard, when on.
+    runaway: Option<Guarded>,
+    /// The guard stopped the stream: nothing more is forwarded.
+    stopped: bool,
 }
 
 impl Relay {
@@ -138,7 +270,23 @@ impl Relay {
             window,
             repair: None,
             first_wait: Duration::ZERO,
+            runaway: None,
+            stopped: false,
         }
+    }
+
+    /// Watch the answer for a runaway; `answer` decides the closing error.
+    pub fn with_runaway(mut self, answer: OnRunaway) -> Self {
+        self.runaway = Some(Guarded {
+            watch: runaway::Watch::new(),
+            answer,
+        });
+        self
+    }
+
+    /// Did the runaway guard stop the stream?
+    pub fn stopped(&self) -> bool {
+        self.stopped
     }
 
     /// Wait up to `d` for the first event (comments do not count).
@@ -164,6 +312,9 @@ impl Relay {
     /// Feed one upstream chunk; returns the bytes to forward now (possibly
     /// empty, when the chunk ends inside an event).
     pub fn push(&mut self, chunk: Bytes) -> Bytes {
+        if self.stopped {
+            return Bytes::new();
+        }
         let complete: Bytes = if self.pending.is_empty() {
             // Fast path: no copy. Find the last boundary in the chunk.
             let mut end = 0;
@@ -218,6 +369,10 @@ impl Relay {
                 (Emit::Pass, None) => {}
             }
             pos += len;
+            if self.stopped {
+                // The rest of the run is the runaway's: not forwarded.
+                return rebuilt.map(BytesMut::freeze).unwrap_or_default();
+            }
         }
         match rebuilt {
             Some(b) => b.freeze(),
@@ -243,6 +398,11 @@ impl Relay {
             }
         };
         let replacement = self.observe(&name, &data, raw);
+        if replacement.is_none()
+            && let Some(found) = self.watch(&name, &data, raw)
+        {
+            return Emit::Out(vec![self.stop_runaway(found)]);
+        }
         if let Some(new) = replacement {
             let mut out = self.repair.as_mut().map(|r| r.flush()).unwrap_or_default();
             out.push(new);
@@ -252,6 +412,49 @@ impl Relay {
             Some(r) => r.feed(&name, &data, raw),
             None => Emit::Pass,
         }
+    }
+
+    /// The runaway guard's look at one event: text and thinking deltas are
+    /// fed; a new block or the end of the message ends the current line.
+    fn watch(&mut self, name: &str, data: &str, raw: &[u8]) -> Option<runaway::Found> {
+        let g = self.runaway.as_mut()?;
+        match name {
+            "content_block_delta" => {
+                if memmem::find(raw, b"_json_delta").is_some()
+                    || memmem::find(raw, b"signature_delta").is_some()
+                {
+                    return None;
+                }
+                let d = serde_json::from_str::<DeltaEvent>(data).ok()?.delta?;
+                let piece = d.text.or(d.thinking)?;
+                g.watch.feed(piece.as_bytes())
+            }
+            "content_block_start" | "content_block_stop" => g.watch.block_break(),
+            "message_delta" => g.watch.finish(),
+            _ => None,
+        }
+    }
+
+    /// End the stream on a runaway: the error event the route decides,
+    /// the tap told. Text a repair still holds is the runaway's: dropped.
+    fn stop_runaway(&mut self, mut found: runaway::Found) -> Bytes {
+        let (typ, message) = match self.runaway.as_mut() {
+            Some(g) => (g.answer)(&mut found),
+            None => ("api_error", found.sentence(true)),
+        };
+        self.stopped = true;
+        self.tap.saw_error = true;
+        self.tap.error = Some(message.clone());
+        self.tap.translated.push(
+            if typ == "invalid_request_error" {
+                "runaway_stop"
+            } else {
+                "runaway_output"
+            }
+            .into(),
+        );
+        self.tap.runaway = Some(found);
+        error_event(typ, &message)
     }
 
     /// Update the tap; return a replacement for error events.
@@ -328,6 +531,9 @@ impl Relay {
     /// The closing event for an upstream that stopped early, if one is due.
     /// Whatever the repair still holds leaves first.
     pub fn finish(&mut self, why: &str) -> Option<Bytes> {
+        if self.stopped {
+            return None;
+        }
         let held: Vec<Bytes> = self.repair.as_mut().map(|r| r.flush()).unwrap_or_default();
         if self.tap.terminal() {
             if held.is_empty() {
@@ -353,7 +559,8 @@ impl Relay {
 pub type OnDone = Box<dyn FnOnce(&Tap, &repair::Report) + Send>;
 
 struct State<S> {
-    upstream: S,
+    /// Dropped (the connection closed) when the runaway guard stops.
+    upstream: Option<S>,
     relay: Relay,
     idle: Duration,
     finished: bool,
@@ -397,7 +604,7 @@ where
     E: std::fmt::Display,
 {
     let state = State {
-        upstream,
+        upstream: Some(upstream),
         relay,
         idle,
         finished: false,
@@ -414,7 +621,8 @@ where
             } else {
                 st.idle
             };
-            match tokio::time::timeout(wait, st.upstream.next()).await {
+            let up = st.upstream.as_mut()?;
+            match tokio::time::timeout(wait, up.next()).await {
                 Err(_) => {
                     st.finished = true;
                     let why = if st.relay.tap.events == 0 && wait > st.idle {
@@ -453,6 +661,13 @@ where
                         st.window = (Instant::now(), 0);
                     }
                     let out = st.relay.push(chunk);
+                    if st.relay.stopped() {
+                        // Close the backend's response now: the server
+                        // stops generating when its client goes away.
+                        st.upstream = None;
+                        st.finished = true;
+                        return Some((Ok(out), st));
+                    }
                     if !out.is_empty() {
                         return Some((Ok(out), st));
                     }
@@ -948,6 +1163,149 @@ mod tests {
             text.ends_with("stream ended before message_stop\"}}\n\n"),
             "{text}"
         );
+    }
+
+    /// An upstream of one chunk per event that records how many it gave
+    /// and whether it was dropped before its end (the connection closed).
+    struct Counted {
+        chunks: std::vec::IntoIter<Bytes>,
+        given: Arc<Mutex<(usize, bool)>>,
+        total: usize,
+    }
+
+    impl Stream for Counted {
+        type Item = Result<Bytes, String>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            let next = self.chunks.next();
+            if next.is_some() {
+                self.given.lock().unwrap().0 += 1;
+            }
+            std::task::Poll::Ready(next.map(Ok))
+        }
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            let mut g = self.given.lock().unwrap();
+            g.1 = g.0 < self.total;
+        }
+    }
+
+    fn guarded() -> Relay {
+        relay_new().with_runaway(Box::new(|f: &mut runaway::Found| {
+            f.why = f.sentence(true);
+            ("api_error", f.why.clone())
+        }))
+    }
+
+    /// The real loop streamed a token at a time: the relay forwards its
+    /// start, then an error event instead of the rest, and drops the
+    /// upstream (closing the backend's connection) before its end.
+    #[tokio::test]
+    async fn a_runaway_is_cut_off_with_an_error_and_the_upstream_dropped() {
+        let input = text_stream(
+            &super::super::runaway_fixtures::GEMMA_LOOP.repeat(8),
+            4,
+            false,
+        );
+        let chunks: Vec<Bytes> = input
+            .split_inclusive("\n\n")
+            .map(|e| Bytes::from(e.to_string()))
+            .collect();
+        let total = chunks.len();
+        let given = Arc::new(Mutex::new((0, false)));
+        let up = Counted {
+            chunks: chunks.into_iter(),
+            given: given.clone(),
+            total,
+        };
+        let seen = Arc::new(Mutex::new(None));
+        let seen2 = seen.clone();
+        let s = relay(
+            up,
+            guarded(),
+            Duration::from_secs(5),
+            Box::new(move |t: &Tap, _: &repair::Report| {
+                *seen2.lock().unwrap() = Some(t.clone());
+            }),
+        );
+        let out: Vec<Bytes> = s.map(|r| r.unwrap()).collect().await;
+        let text = String::from_utf8(out.concat()).unwrap();
+        let (sent, dropped_early) = *given.lock().unwrap();
+        assert!(dropped_early && sent < total / 4, "{sent} of {total}");
+        assert!(
+            text.ends_with("\"}}\n\n") && text.contains("event: error"),
+            "{text}"
+        );
+        assert!(
+            text.contains("runaway output: the model repeated one line 20 times"),
+            "{text}"
+        );
+        assert!(!text.contains("message_stop"), "{text}");
+        let tap = seen.lock().unwrap().clone().unwrap();
+        let f = tap.runaway.expect("the tap has it");
+        assert_eq!(f.cause, runaway::Cause::Line);
+        assert!(tap.translated.iter().any(|t| t == "runaway_output"));
+        assert!(!tap.translated.iter().any(|t| t == "stream_cut"));
+    }
+
+    /// The repeated unit cut across deltas at every offset, and the stream
+    /// across chunks: the guard fires at the same byte of the answer.
+    #[test]
+    fn a_runaway_is_found_at_every_split_point() {
+        let text = super::super::runaway_fixtures::GEMMA_LOOP;
+        let want = runaway::scan_blocks([text]).expect("the loop fires");
+        let unit = want.unit.len() + 1;
+        for offset in 0..unit {
+            for step in [1, 3, unit] {
+                let mut r = guarded();
+                let head: String = text.chars().take(offset).collect();
+                let rest: String = text.chars().skip(offset).collect();
+                let mut input = text_stream(&head, offset.max(1), false);
+                input.truncate(input.find("event: content_block_stop").unwrap());
+                let body = text_stream(&rest, step, false);
+                input.push_str(&body[body.find("event: content_block_delta").unwrap()..]);
+                let bytes = input.as_bytes();
+                let mut out = Vec::new();
+                for c in bytes.chunks(97) {
+                    out.extend_from_slice(&r.push(Bytes::copy_from_slice(c)));
+                }
+                let got = r.tap.runaway.clone();
+                assert_eq!(
+                    got.map(|f| (f.cause, f.unit, f.repeats, f.bytes_dropped)),
+                    Some((
+                        want.cause.clone(),
+                        want.unit.clone(),
+                        want.repeats,
+                        want.bytes_dropped
+                    )),
+                    "offset {offset} step {step}"
+                );
+                assert!(r.stopped());
+                assert!(String::from_utf8(out).unwrap().contains("event: error"));
+            }
+        }
+    }
+
+    /// A normal answer passes untouched with the guard on: the same bytes,
+    /// and a tool_use answer without a copy.
+    #[test]
+    fn a_normal_answer_passes_the_guard_without_a_copy() {
+        let mut r = guarded().with_repair(tools());
+        let plain = Bytes::from(text_stream("Done: the tests pass.", 4, true));
+        assert_eq!(r.push(plain.clone()), plain);
+        assert!(r.tap.runaway.is_none() && !r.stopped());
+        let mut r = guarded().with_repair(tools());
+        let only_tool = Bytes::from(STREAM.replace(
+            "{\"type\":\"text\",\"text\":\"\"}",
+            "{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"Read\",\"input\":{}}",
+        ));
+        let out = r.push(only_tool.clone());
+        assert_eq!(out.as_ptr(), only_tool.as_ptr(), "not copied");
+        assert!(r.tap.runaway.is_none() && !r.stopped());
     }
 
     #[test]

@@ -394,13 +394,22 @@ pub fn job(token: &str, v: &JobView) -> String {
         Some(f) => {
             let _ = write!(
                 s,
-                "<table class=\"faults\"><tr><td>tool calls repaired from text</td><td>{}</td></tr><tr><td>tool-call text left unparsed</td><td>{}</td></tr><tr><td>loop notes</td><td>{}</td></tr><tr><td>max_tokens retries</td><td>{}</td></tr><tr><td>empty answers</td><td>{}</td></tr></table>",
+                "<table class=\"faults\"><tr><td>tool calls repaired from text</td><td>{}</td></tr><tr><td>tool-call text left unparsed</td><td>{}</td></tr><tr><td>loop notes</td><td>{}</td></tr><tr><td>max_tokens retries</td><td>{}</td></tr><tr><td>empty answers</td><td>{}</td></tr><tr><td>answers cut off as runaway output</td><td>{}</td></tr></table>",
                 f.repaired_tool_calls,
                 f.unparsed_tool_text,
                 f.loop_notes,
                 f.max_tokens_retries,
-                f.empty_responses
+                f.empty_responses,
+                f.runaways()
             );
+            if let Some(r) = &f.runaway_output {
+                let _ = write!(
+                    s,
+                    "<p class=\"runaway\">{} ({} bytes dropped)</p>",
+                    esc(&r.why),
+                    r.bytes_dropped
+                );
+            }
         }
         None => s.push_str("<p class=\"none\">None recorded.</p>"),
     }

@@ -1521,3 +1521,119 @@ async fn t17_two_real_jobs_keep_or_lose_their_slots() {
         }
     }
 }
+
+/// The slots of a llama-server that are processing now.
+fn processing_slots(url: &str) -> usize {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("{url}/slots")])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| a.iter().filter(|s| s["is_processing"] == true).count())
+        .unwrap_or(0)
+}
+
+/// The tiny model on the real llama-server with the GGUF's own template
+/// (ChatML, which Gemma was not trained on), the eval's first task and no
+/// output cap, loops. (Behind the strict template llama-server's tool-call
+/// parser holds the text back until the end, so nothing reaches the shim
+/// to watch.) The guard cuts each answer off, the server cancels the task
+/// when the shim closes the request (its log says so; the tokens each
+/// cancelled task held are printed), its slot is idle once the job has
+/// ended, and the job fails with the cause and the fix.
+#[test]
+fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
+    let srv = server::start_own_template(&["-c", "32768", "--parallel", "1"]);
+    let port = srv.url.rsplit(':').next().unwrap().to_string();
+    let d = dirs(&srv.url, "");
+    // No output cap: the turn's budget is Claude Code's (4,096 here).
+    std::fs::write(
+        &d.cfg,
+        format!(
+            "endpoints:\n  real:\n    base_url: {}\ndefaults:\n  max_turns: 3\n  timeout_s: 1200\n  setting_sources: []\n",
+            srv.url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.work.join("stats.py"),
+        "def last_n(xs, n):\n    return xs[-n-1:]\n",
+    )
+    .unwrap();
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--json",
+            "The tests in test_stats.py fail: `last_n` in stats.py returns one item too many. Fix `last_n` so that `python3 -m unittest -q` passes. Do not change test_stats.py.",
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let id = rec["id"].as_str().unwrap();
+    let reqs = requests(&d.state, id);
+    let cut: Vec<&Value> = reqs.iter().filter(|r| r["runaway"].is_object()).collect();
+    for r in &reqs {
+        eprintln!(
+            "t18: {} ms, stream {}, runaway {}, translated {}",
+            r["ms"], r["stream"], r["runaway"], r["translated"]
+        );
+    }
+    assert!(!cut.is_empty(), "the guard fired: {rec}");
+    let faults = &rec["model_faults"]["runaway_output"];
+    assert_eq!(faults["count"].as_u64(), Some(cut.len() as u64), "{rec}");
+    if cut.len() >= 2 {
+        assert_eq!(rec["status"], "failed", "{rec}");
+        assert!(
+            rec["error"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("runaway output: "),
+            "{rec}"
+        );
+    }
+    // The server stopped: no slot is still generating for the job.
+    let mut idle = false;
+    for _ in 0..300 {
+        if processing_slots(&srv.url) == 0 {
+            idle = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(idle, "the slot is idle once the job has ended");
+    // Its log: a task cancelled for each cut answer.
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("llama-e2e-{port}.log")))
+        .unwrap();
+    // Per cancelled task: its tokens at release less its prompt (its own
+    // prompt line, or the last one before it: a fully cached prompt logs
+    // none).
+    let num = |l: &str, key: &str| -> Option<u64> {
+        l.split(key).nth(1)?.split(',').next()?.trim().parse().ok()
+    };
+    let mut prompt = None;
+    let mut cancelled = Vec::new();
+    let mut cancelled_gen = Vec::new();
+    for l in log.lines() {
+        if l.contains("prompt processing, n_tokens =") && l.contains("progress = 1.00") {
+            prompt = num(l, "n_tokens =");
+        }
+        if let Some(t) = l.split("stop: cancel task, id_task = ").nth(1) {
+            cancelled.push(format!("task {} |", t.trim()));
+        }
+        if l.contains("release:") && cancelled.iter().any(|t| l.contains(t.as_str())) {
+            let at_release = num(l, "n_tokens =");
+            cancelled_gen.push(at_release.zip(prompt).map(|(r, p)| r.saturating_sub(p)));
+        }
+    }
+    eprintln!(
+        "t18: tasks cancelled by the close, tokens at release less the last full prompt logged (an upper bound of what it generated): {cancelled_gen:?}"
+    );
+    assert!(
+        cancelled_gen.len() >= cut.len() && cancelled_gen.iter().all(Option::is_some),
+        "the server cancelled a task for each cut answer: {cancelled_gen:?}"
+    );
+}

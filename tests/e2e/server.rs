@@ -32,6 +32,17 @@ pub fn start(extra: &[&str]) -> Server {
     launch(&args)
 }
 
+/// Start llama-server with gemma3-270m and the GGUF's own chat template
+/// (ChatML, not Gemma's turn markers: the model writes and loops past its
+/// turns), `--slots --metrics` and `extra`.
+#[allow(dead_code)] // The benches share this file.
+pub fn start_own_template(extra: &[&str]) -> Server {
+    let model = need("LOCALAGENTS_E2E_MODEL");
+    let mut args = vec!["-m", model.as_str(), "--alias", "gemma3-270m", "--slots"];
+    args.extend_from_slice(extra);
+    launch_with(&args, false)
+}
+
 /// Start llama-server in router mode over `models_dir` (models load on
 /// demand), with the strict template passed through to its instances.
 #[allow(dead_code)] // The benches share this file and start no router.
@@ -43,6 +54,10 @@ pub fn start_router(models_dir: &std::path::Path, extra: &[&str]) -> Server {
 }
 
 fn launch(extra: &[&str]) -> Server {
+    launch_with(extra, true)
+}
+
+fn launch_with(extra: &[&str], strict: bool) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -50,12 +65,14 @@ fn launch(extra: &[&str]) -> Server {
         .port();
     let log =
         std::fs::File::create(std::env::temp_dir().join(format!("llama-e2e-{port}.log"))).unwrap();
+    let template = need("LOCALAGENTS_E2E_TEMPLATE");
     let child = Command::new(need("LOCALAGENTS_E2E_SERVER"))
-        .args([
-            "--jinja",
-            "--chat-template-file",
-            &need("LOCALAGENTS_E2E_TEMPLATE"),
-        ])
+        .arg("--jinja")
+        .args(if strict {
+            vec!["--chat-template-file", template.as_str()]
+        } else {
+            vec![]
+        })
         .args([
             "--host",
             "127.0.0.1",

@@ -761,6 +761,7 @@ it restarted; run it again or `resume_job`).
 | "rejected the request in its chat template" | the server's template cannot take this conversation | ask the user to fix the template |
 | "could not build a grammar for the offered tools" | llama.cpp cannot compile the tools' schemas into a grammar; the job ended at its first request | ask the user to upgrade llama.cpp, or pass a narrower `allowed_tools` |
 | "stuck: the model called X N times in a row with the same result" | the model looped (a note at 3, a stop at 6: `defaults.loop_limit`) | resume with guidance on what to do instead, or try another model |
+| "runaway output: the model writes its end-of-turn marker … as text" / "repeated one line N times" | the model ran away (`defaults.runaway_limit` answers cut off): its template's stop token is not set, or the model loops | tell the user the fix the sentence names (`--jinja` and the GGUF's own template), or try another model or quantisation |
 | `model_note` "the model answered in text only" | no tool called, no file changed | do not review an empty diff: try another model |
 | `cache_note` "lost its cache on N of M turns" | another request took the job's slot on the server, which then processed the job's conversation again each turn | tell the user the fix it names (`--slot-prompt-similarity 0.9`, `--parallel` at least the jobs at once); run fewer jobs at once meanwhile |
 | `model_faults.repaired_tool_calls` | the server left tool calls in the text; localagents turned them into real ones | review as usual; tell the user the server's tool parser or template misses calls |
@@ -1193,6 +1194,11 @@ const DEFAULT_MEANINGS: &[Meaning] = &[
         "loop_limit",
         None,
         "the same tool call answered by the same result this many times in a row gets one note to the model; twice as many stop the job as `stuck` (0: off; at most 50)",
+    ),
+    (
+        "runaway_limit",
+        None,
+        "answers the shim's runaway guard stops in one job (the same line over and over, or the model's chat-template markers written as text) before the job fails with the likely cause and its fix; each stop closes the backend request so the server stops generating (0: the guard is off; at most 20)",
     ),
     (
         "thinking",

@@ -512,3 +512,156 @@ async fn a_failing_backend_ends_the_job_early_with_the_reason() {
         );
     }
 }
+
+/// Real runaway output: what the tiny Gemma wrote on the real llama-server
+/// for the eval's first task (tests/fixtures/runaway/SOURCES.md).
+fn gemma_runaway() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/runaway/gemma3-270m-loop.txt"),
+    )
+    .unwrap()
+}
+
+/// The fake streams the tiny Gemma's real runaway, over and over until
+/// `max_tokens`, as llama-server does. Through the real Claude Code CLI:
+/// the shim cuts each answer off at its first signs (the fake sees its
+/// client close before it has sent the text: an order of events), Claude
+/// Code asks again without streaming (streamed upstream all the same, and
+/// cut off again), and at `defaults.runaway_limit` (2) the job fails with
+/// the cause and the fix. No request carries the repeated text back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_answer_is_cut_off_its_request_closed_and_the_job_fails_with_the_fix() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let text = gemma_runaway();
+    fake.set_script(Arc::new(move |_: &Value| Reply::Runaway(text.clone())));
+    let e = env_for(fake.url());
+    let rec = run_json(&e, &["Fix the failing test in calc.py."]).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let fix = rec["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        fix.starts_with("runaway output: the model repeated one line 20 times (")
+            && fix.ends_with("): try another model or quantisation"),
+        "{rec}"
+    );
+    let r = &rec["model_faults"]["runaway_output"];
+    assert_eq!(r["count"], 2, "{rec}");
+    assert_eq!(r["cause"], "line");
+    assert!(fix.contains(r["unit"].as_str().unwrap()), "{r}");
+    assert!(r["bytes_dropped"].as_u64().unwrap() > 0, "{r}");
+    // The fake saw each answer's client go away before its last event.
+    let sends: Vec<(u64, u64, bool)> = fake
+        .state
+        .runaways
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s.sent.load(std::sync::atomic::Ordering::SeqCst),
+                s.total,
+                s.closed_early.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sends.len(),
+        2,
+        "the answer and Claude Code's one more try: {sends:?}"
+    );
+    for (sent, total, closed) in &sends {
+        assert!(
+            *closed && sent < total,
+            "the client closed before the fake sent all of the text: {sends:?}"
+        );
+    }
+    // No request carried the answer back into the conversation.
+    let bodies = fake.bodies();
+    for b in &bodies {
+        let s = b["messages"].to_string();
+        assert!(
+            !s.contains("a user or a user-agent-agent user"),
+            "a request carried the runaway text: {s}"
+        );
+    }
+    let logged = requests(&rec);
+    let notes: Vec<&str> = logged
+        .iter()
+        .filter_map(|x| x["translated"].as_str())
+        .collect();
+    assert_eq!(
+        logged.iter().filter(|x| x["runaway"].is_object()).count(),
+        2,
+        "{logged:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("runaway_output")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("runaway_stop")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("streamed_upstream")),
+        "Claude Code's non-streamed try went upstream streamed: {notes:?}"
+    );
+    // The summary, list_jobs and the hook line say it.
+    let note = rec["model_note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("2 answers were cut off as runaway output"),
+        "{rec}"
+    );
+    let id = rec["id"].as_str().unwrap();
+    let out = localagents(&e, &["jobs", "--json"]).await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let item = list["jobs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["id"] == id))
+        .cloned()
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        item["model_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("cut off as runaway output")),
+        "{item}"
+    );
+    let line = hook_line(&e).await;
+    assert!(line.contains("runaway output"), "{line}");
+}
+
+/// What must not trip the guard: a Write whose content repeats one line
+/// (a CSV), prose that quotes a marker once, and a long normal answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_a_quoted_marker_and_a_long_answer_are_not_runaways() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = env_for(fake.url());
+    let csv_path = e.work.join("zeros.csv");
+    let csv = format!("a,b,c\n{}", "0,0,0,0,0,0,0,0\n".repeat(300));
+    fake.set_script(script::write_then_report(csv_path.to_str().unwrap(), &csv));
+    let rec = run_json(&e, &["Write zeros.csv with 300 rows of zeros."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(std::fs::read_to_string(&csv_path).unwrap(), csv);
+    assert!(rec["model_faults"]["runaway_output"].is_null(), "{rec}");
+
+    let long = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/runaway/normal-report.txt"),
+    )
+    .unwrap();
+    let long = format!(
+        "Each turn ends with `<|im_end|>`, which the server reads as the stop token.\n\n{}",
+        &long[..long
+            .char_indices()
+            .nth(20_000)
+            .map_or(long.len(), |(i, _)| i)]
+    );
+    fake.set_script(Arc::new(move |_: &Value| Reply::TokenText(long.clone())));
+    let rec = run_json(&e, &["Explain the guide."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert!(rec["model_faults"]["runaway_output"].is_null(), "{rec}");
+    assert!(
+        requests(&rec).iter().all(|x| x["runaway"].is_null()),
+        "{rec}"
+    );
+}

@@ -45,6 +45,7 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
         || std::env::var("LOCALAGENTS_DUMP_REQUESTS").is_ok_and(|v| v == "1");
     let policy = crate::shim::Policy {
         loop_limit: target.config.defaults.loop_limit,
+        runaway_limit: target.config.defaults.runaway_limit,
         thinking: target.config.defaults.thinking,
         repair: true,
         stop_on_fatal: false,

@@ -31,6 +31,9 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
         for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
             writeln!(out, "{}", l.line(days))?;
         }
+        for l in crate::jobs::metrics::recent_runaways(&store, days) {
+            writeln!(out, "{}", l.line(days))?;
+        }
         writeln!(out, "{}", crate::api::savings_line(ctx))?;
     }
     Ok(ExitStatus::Success)

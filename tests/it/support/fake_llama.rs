@@ -84,6 +84,95 @@ pub struct LlamaState {
     /// `/props` `model_path` (None: `/models/<alias>.gguf`); a test swaps
     /// the model file by setting it.
     pub model_path: Mutex<Option<String>>,
+    /// Streamed runaway answers ([`Reply::Runaway`]), in order: the events
+    /// sent, of how many, and whether the client went away before the end.
+    pub runaways: Mutex<Vec<Arc<RunawaySend>>>,
+}
+
+/// One streamed runaway answer, as the fake saw it go out.
+#[derive(Debug, Default)]
+pub struct RunawaySend {
+    pub total: u64,
+    pub sent: AtomicU64,
+    /// The body was dropped before its last event: the client closed.
+    pub closed_early: AtomicBool,
+}
+
+/// The body of a runaway answer: one event per poll; counts what it sent
+/// and sees a close (hyper drops a body whose connection went away). After
+/// `hold_after` events (the model's real output, once) it stands for a
+/// server still generating: it sends the rest only after [`HOLD`], so a
+/// client that closes on what it has seen closes before the fake has sent
+/// all of the text, however fast the socket took the first part.
+struct RunawayBody {
+    events: std::vec::IntoIter<String>,
+    send: Arc<RunawaySend>,
+    hold_after: u64,
+    hold: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// How long a runaway answer pauses after the model's real output.
+const HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl futures::Stream for RunawayBody {
+    type Item = Result<axum::body::Bytes, std::convert::Infallible>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if self.send.sent.load(Ordering::SeqCst) == self.hold_after {
+            let hold = self
+                .hold
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(HOLD)));
+            if std::future::Future::poll(hold.as_mut(), cx).is_pending() {
+                return std::task::Poll::Pending;
+            }
+        }
+        let next = self.events.next();
+        if next.is_some() {
+            self.send.sent.fetch_add(1, Ordering::SeqCst);
+        }
+        std::task::Poll::Ready(next.map(|e| Ok(axum::body::Bytes::from(e))))
+    }
+}
+
+impl Drop for RunawayBody {
+    fn drop(&mut self) {
+        if self.send.sent.load(Ordering::SeqCst) < self.send.total {
+            self.send.closed_early.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The events of a runaway answer: `text` cut in deltas of 4 characters,
+/// repeated until `max_tokens` deltas, then a `max_tokens` stop.
+fn runaway_events(model: &str, text: &str, max_tokens: u64, input: u64) -> Vec<String> {
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut out = vec![
+        ev(
+            "message_start",
+            json!({"type": "message_start", "message": {
+            "id": script::msg_id(), "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": input, "cache_read_input_tokens": 0, "output_tokens": 0}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+    ];
+    let chars: Vec<char> = text.chars().collect();
+    let pieces: Vec<String> = chars.chunks(4).map(|c| c.iter().collect()).collect();
+    for t in pieces.iter().cycle().take(max_tokens as usize) {
+        out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}})));
+    }
+    out.push(ev(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    out.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": null}, "usage": {"output_tokens": max_tokens}})));
+    out.push(ev("message_stop", json!({"type": "message_stop"})));
+    out
 }
 
 /// A server running on a loopback port; stops when dropped.
@@ -425,6 +514,31 @@ async fn messages(
     if let Reply::Raw { content_type, body } = reply {
         return (StatusCode::OK, [("content-type", content_type)], body).into_response();
     }
+    if let (Reply::Runaway(text), true) = (&reply, req["stream"] == true) {
+        let max = req["max_tokens"].as_u64().unwrap_or(4096);
+        let events = runaway_events(&model, text, max, input - cached);
+        let send = Arc::new(RunawaySend {
+            total: events.len() as u64,
+            ..Default::default()
+        });
+        if let Ok(mut r) = st.runaways.lock() {
+            r.push(send.clone());
+        }
+        // The message start, the block start and the text once.
+        let hold_after = 2 + text.chars().count().div_ceil(4) as u64;
+        let body = RunawayBody {
+            events: events.into_iter(),
+            send,
+            hold_after,
+            hold: None,
+        };
+        return (
+            StatusCode::OK,
+            [("content-type", "text/event-stream")],
+            axum::body::Body::from_stream(body),
+        )
+            .into_response();
+    }
     if req["stream"] == true || matches!(reply, Reply::RawSse(_)) {
         let text = script::message_sse(&model, &reply, input - cached, cached);
         return (
@@ -478,6 +592,7 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         statuses: Mutex::new(Vec::new()),
         auth_seen: Mutex::new(Vec::new()),
         model_path: Mutex::new(None),
+        runaways: Mutex::new(Vec::new()),
     })
 }
 

@@ -35,6 +35,12 @@ pub enum Reply {
     /// Text streamed a few characters per delta, as a server streams
     /// tokens (a text-form tool call arrives like this).
     TokenText(String),
+    /// A model that runs away: `text` in token-sized deltas, over and over,
+    /// until the request's `max_tokens` deltas are sent, then
+    /// `stop_reason: max_tokens`, as llama-server ends a generation that hit
+    /// its limit. Streamed one event at a time; the fake counts the events
+    /// it sent and sees when the client goes away.
+    Runaway(String),
     /// A thinking block (llama.cpp's shape: empty signature), then `then`.
     ThinkThen {
         thinking: String,
@@ -107,7 +113,7 @@ pub fn msg_id() -> String {
 
 fn blocks(reply: &Reply) -> (Vec<Value>, &'static str) {
     match reply {
-        Reply::Text(t) | Reply::TokenText(t) => {
+        Reply::Text(t) | Reply::TokenText(t) | Reply::Runaway(t) => {
             (vec![json!({"type": "text", "text": t})], "end_turn")
         }
         Reply::ThinkThen { thinking, then } => {
