@@ -184,7 +184,23 @@ pub async fn check_out(c: &Checkout, stop: Arc<AtomicBool>) -> Result<(), GitErr
     .await
 }
 
+/// Tests hold a checkout at its start until this file exists (at most a
+/// minute), so that a cancel lands during the checkout whatever the
+/// machine's speed. Unset, nothing waits.
+const HOLD_ENV: &str = "LOCALAGENTS_TEST_HOLD_CHECKOUT";
+
+fn hold_for_tests() {
+    let Some(gate) = std::env::var_os(HOLD_ENV) else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    while !Path::new(&gate).exists() && t.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn check_out_blocking(c: &Checkout) -> Result<(), GitError> {
+    hold_for_tests();
     let repo = Repository::open(&c.info.repo)?;
     let head = repo.find_commit(Oid::from_str(&c.info.base)?)?;
     let branch = repo.branch(&c.info.branch, &head, false)?;

@@ -44,8 +44,30 @@ fn config(url: &str, root: &Path) -> String {
     )
 }
 
-async fn serve(h: Harness) -> Served {
-    h.serve().await
+/// The fake answering with `script`, and `serve` in a copy of the large
+/// repository (its project); jobs may run anywhere under the test's temp
+/// dir.
+async fn serve_on_large_tree(script: script::Script) -> (fake_llama::FakeLlama, Served, PathBuf) {
+    serve_on_large_tree_with(script, None).await
+}
+
+/// [`serve_on_large_tree`], every checkout held at its start until the
+/// file `hold` exists, when one is given.
+async fn serve_on_large_tree_with(
+    script: script::Script,
+    hold: Option<&Path>,
+) -> (fake_llama::FakeLlama, Served, PathBuf) {
+    let fake = fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
+    fake.set_script(script);
+    let mut h = Harness::new();
+    let cfg = config(fake.url(), h.dir());
+    h = h.config(&cfg);
+    if let Some(hold) = hold {
+        h = h.env("LOCALAGENTS_TEST_HOLD_CHECKOUT", hold);
+    }
+    let repo = large_copy(h.dir()).await;
+    let s = h.cwd(&repo).serve().await;
+    (fake, s, repo)
 }
 
 fn parse(text: &str) -> Value {
@@ -100,15 +122,8 @@ async fn ping(s: &Served) -> DateTime<Utc> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_while_three_worktree_jobs_check_out_a_large_tree() {
-    let fake = fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
-    fake.set_script(script::text("Looked around; nothing to change."));
-    let h = Harness::new();
-    let h = {
-        let cfg = config(fake.url(), h.dir());
-        h.config(&cfg)
-    };
-    let repo = large_copy(h.dir()).await;
-    let s = serve(h.cwd(&repo)).await;
+    let (_fake, s, _repo) =
+        serve_on_large_tree(script::text("Looked around; nothing to change.")).await;
 
     // Three worktree jobs at once, and pings sent after them.
     let start = |n: usize| {
@@ -155,15 +170,11 @@ async fn serve_answers_while_three_worktree_jobs_check_out_a_large_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_in_its_checkout_says_so_and_cancel_leaves_no_worktree_or_branch() {
-    let fake = fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
-    fake.set_script(script::text("done"));
-    let h = Harness::new();
-    let h = {
-        let cfg = config(fake.url(), h.dir());
-        h.config(&cfg)
-    };
-    let repo = large_copy(h.dir()).await;
-    let s = serve(h.cwd(&repo)).await;
+    // The checkout waits for `gate` at its start: the calls below land
+    // during it however fast the machine is.
+    let gate_dir = tempfile::tempdir().unwrap();
+    let gate = gate_dir.path().join("go");
+    let (fake, s, repo) = serve_on_large_tree_with(script::text("done"), Some(&gate)).await;
 
     let (err, text) = s
         .call(
@@ -185,7 +196,7 @@ async fn a_job_in_its_checkout_says_so_and_cancel_leaves_no_worktree_or_branch()
     let cancelled = parse(&text);
     let rec = record(s.state_dir(), &id);
     // Order: job_status and list_jobs answered, then the cancel, all
-    // before the checkout would have ended.
+    // while the checkout was held.
     assert_eq!(st["last_activity"], phase, "{st}");
     assert_eq!(st["status"], "queued", "{st}");
     let item = list["jobs"]
@@ -206,6 +217,7 @@ async fn a_job_in_its_checkout_says_so_and_cancel_leaves_no_worktree_or_branch()
     );
     // Git's checkout cannot be interrupted while it writes: once it
     // returns, what it made goes, branch included.
+    std::fs::write(&gate, "").unwrap();
     let wt = s.state_dir().join("worktrees").join(&id);
     let branch = format!("local-agent/{id}");
     let meta = repo.join(".git/worktrees").join(&id);
@@ -227,12 +239,11 @@ fn from_small(req: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobs_relay_goes_on_while_two_others_check_out_a_large_tree() {
-    let fake = fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
     // Job A (in the small repository) runs `echo` turn after turn until the
     // test opens the gate; the others answer at once.
     let gate = Arc::new(AtomicBool::new(false));
     let g = gate.clone();
-    fake.set_script(Arc::new(move |req: &Value| {
+    let script: script::Script = Arc::new(move |req: &Value| {
         if !from_small(req) || req.get("tools").is_none() {
             return Reply::Text("done".into());
         }
@@ -246,16 +257,10 @@ async fn a_jobs_relay_goes_on_while_two_others_check_out_a_large_tree() {
                 input: json!({"command": format!("sleep 0.2; echo turn {n}"), "description": "wait"}),
             }
         }
-    }));
-    let h = Harness::new();
-    let h = {
-        let cfg = config(fake.url(), h.dir());
-        h.config(&cfg)
-    };
-    let small = h.dir().join("small-repo");
+    });
+    let (_fake, s, _repo) = serve_on_large_tree(script).await;
+    let small = s.dir().join("small-repo");
     git::repo(&small);
-    let repo = large_copy(h.dir()).await;
-    let s = serve(h.cwd(&repo)).await;
 
     let (err, text) = s
         .call(
