@@ -25,7 +25,7 @@
 //! Tool input (`input_json_delta`) is not read: a file written through
 //! Write may repeat a line legitimately (a CSV, a test table).
 //!
-//! The thresholds come from real output ([`super::runaway_fixtures`]):
+//! The thresholds come from real output (`runaway_fixtures.rs`):
 //! the tiny Gemma's loop repeats its lines 20 to 46 times in 1,500 tokens
 //! (the 4,096-token turns: 250 to 580 times), a Llama 2 fine-tune
 //! writes a marker line every line, a Llama 3 loops a 22-byte span. So 20
