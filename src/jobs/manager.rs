@@ -331,14 +331,11 @@ impl Manager {
         let dir = self.store.dir(&id)?;
         let brief = JobDir::at(&dir).task();
         let task = plan.task.clone();
-        let made = tokio::task::spawn_blocking(move || -> Result<(), JobError> {
-            crate::paths::private_dir_all(brief.parent().unwrap_or(&brief))?;
-            crate::paths::write_atomic(&brief, task.as_bytes())?;
-            Ok(())
-        })
-        .await
-        .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?;
-        made?;
+        // The job's dir (private) and its brief, off the async workers.
+        tokio::task::spawn_blocking(move || crate::paths::write_atomic(&brief, task.as_bytes()))
+            .await
+            .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
+            .map_err(JobError::from)?;
         // A new worktree is planned here (its repository, HEAD and file
         // count: a start error is the caller's at once) and checked out by
         // the job itself, as its first phase: a checkout of a large tree

@@ -35,8 +35,9 @@ pub enum Stop {
 /// How a checkout phase ended short of a worktree.
 #[derive(Debug)]
 enum Prepared {
-    /// A cancel or the job's deadline.
-    Stopped(Stop),
+    Cancelled,
+    /// The job's deadline.
+    Timeout,
     /// Git failed; what it made was removed.
     Failed(worktree::GitError),
 }
@@ -298,16 +299,16 @@ impl Manager {
         let done = loop {
             tokio::select! {
                 r = &mut work => break r.map_err(Prepared::Failed),
-                _ = cancel.changed() => break Err(Prepared::Stopped(Stop::Cancelled)),
-                _ = tokio::time::sleep_until(deadline) => break Err(Prepared::Stopped(Stop::Timeout)),
+                _ = cancel.changed() => break Err(Prepared::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => break Err(Prepared::Timeout),
                 _ = tick.tick() => {
                     if tokio::fs::try_exists(&marker).await.unwrap_or(false) {
-                        break Err(Prepared::Stopped(Stop::Cancelled));
+                        break Err(Prepared::Cancelled);
                     }
                 }
             }
         };
-        if matches!(done, Err(Prepared::Stopped(_))) {
+        if matches!(done, Err(Prepared::Cancelled | Prepared::Timeout)) {
             stop.store(true, Ordering::SeqCst);
         }
         if let Some(p) = rec.prepare.as_mut() {
@@ -328,18 +329,17 @@ impl Manager {
     ) {
         let files = crate::fmt::thousands(c.files as u64);
         let (status, error) = match why {
-            Prepared::Stopped(Stop::Cancelled) => (
+            Prepared::Cancelled => (
                 Status::Cancelled,
                 format!("cancelled while git checked out its worktree ({files} files)"),
             ),
-            Prepared::Stopped(Stop::Timeout) => (
+            Prepared::Timeout => (
                 Status::Timeout,
                 format!(
                     "timed out after {} s (timeout_s) while git checked out its worktree ({files} files): raise timeout_s, or use isolation \"none\" for a tree this large",
                     rec.timeout_s
                 ),
             ),
-            Prepared::Stopped(Stop::Refused(why)) => (Status::Failed, why),
             Prepared::Failed(e) => (
                 Status::Failed,
                 format!("could not create the job's worktree ({files} files): {e}"),
