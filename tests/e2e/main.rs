@@ -853,6 +853,13 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
 fn t11_complete_and_batch_on_small_slots() {
     let small = start_server(&["-c", "8192", "--parallel", "2"]);
     let d = dirs(&small.url, "");
+    // The runaway guard off (`runaway_limit: 0`): the server samples with a
+    // random seed, so the tiny model's count may loop one line 20 times in
+    // 48 tokens on one run and not the next (CI saw "category" x20 fail an
+    // item). This test is about lanes and windows; t18 is the guard's.
+    let mut cfg = std::fs::read_to_string(&d.cfg).unwrap();
+    cfg.push_str("  runaway_limit: 0\n");
+    std::fs::write(&d.cfg, cfg).unwrap();
     let out = localagents(
         &d,
         &["complete", "--max-tokens", "32", "--json", "Say hello."],
@@ -1608,15 +1615,17 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
     // Its log: a task cancelled for each cut answer.
     let log = std::fs::read_to_string(std::env::temp_dir().join(format!("llama-e2e-{port}.log")))
         .unwrap();
-    // Per cancelled task: its tokens at release less its prompt (its own
-    // prompt line, or the last one before it: a fully cached prompt logs
-    // none).
+    // Per cancelled task: its release line (the server freed the slot) and
+    // its tokens then. Less its prompt, they bound what it generated; the
+    // prompt's size is on the server's periodic timing line, which it
+    // writes only for a prompt that takes seconds (on a fast machine, none:
+    // then the figure is not printed, and the release is still asserted).
     let num = |l: &str, key: &str| -> Option<u64> {
         l.split(key).nth(1)?.split(',').next()?.trim().parse().ok()
     };
     let mut prompt = None;
     let mut cancelled = Vec::new();
-    let mut cancelled_gen = Vec::new();
+    let mut released = Vec::new();
     for l in log.lines() {
         if l.contains("prompt processing, n_tokens =") && l.contains("progress = 1.00") {
             prompt = num(l, "n_tokens =");
@@ -1625,15 +1634,21 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
             cancelled.push(format!("task {} |", t.trim()));
         }
         if l.contains("release:") && cancelled.iter().any(|t| l.contains(t.as_str())) {
-            let at_release = num(l, "n_tokens =");
-            cancelled_gen.push(at_release.zip(prompt).map(|(r, p)| r.saturating_sub(p)));
+            released.push((num(l, "n_tokens ="), prompt));
         }
     }
+    let generated: Vec<Option<u64>> = released
+        .iter()
+        .map(|&(at, p)| at.zip(p).map(|(r, p)| r.saturating_sub(p)))
+        .collect();
     eprintln!(
-        "t18: tasks cancelled by the close, tokens at release less the last full prompt logged (an upper bound of what it generated): {cancelled_gen:?}"
+        "t18: tasks cancelled by the close: {}; tokens at release less the last prompt timed (an upper bound of what it generated; None: no timing line): {generated:?}",
+        cancelled.len()
     );
     assert!(
-        cancelled_gen.len() >= cut.len() && cancelled_gen.iter().all(Option::is_some),
-        "the server cancelled a task for each cut answer: {cancelled_gen:?}"
+        cancelled.len() >= cut.len()
+            && released.len() >= cut.len()
+            && released.iter().all(|(at, _)| at.is_some()),
+        "the server cancelled and released a task for each cut answer: cancelled {cancelled:?}, released {released:?}"
     );
 }
