@@ -550,3 +550,33 @@ async fn ui_a_live_jobs_turn_counter_advances_and_cancel_asks_first() {
         serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
     assert_eq!(rec["status"], "cancelled", "{rec}");
 }
+
+/// A page test without Chromium, outside CI, does not pass silently: it
+/// writes its skip to the file `scripts/test.sh` counts after the run. This
+/// runs one page test in a child of this test binary with a `PATH` that
+/// holds no Chromium.
+#[test]
+fn a_page_test_without_chromium_records_its_skip_for_the_runner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let skips = tmp.path().join("skips");
+    let name = "ui::ui_a_transcript_with_a_script_tag_renders_as_text";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env("PATH", tmp.path())
+        .env_remove("LOCALAGENTS_CHROMIUM")
+        .env_remove("CI")
+        .env(browser::SKIPS_VAR, &skips)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran the test: {stdout}"
+    );
+    let recorded = std::fs::read_to_string(&skips).unwrap_or_default();
+    assert_eq!(
+        recorded, "ui escaping: no chromium on PATH (apt-get install chromium)\n",
+        "{stdout}"
+    );
+}

@@ -33,7 +33,10 @@ pub fn chromium() -> Option<PathBuf> {
 }
 
 /// The Chromium binary; under CI its absence fails the test, elsewhere the
-/// test says it is skipped (`None`).
+/// test says it is skipped (`None`): on stderr, which nextest hides for a
+/// passing test, and in the file `LOCALAGENTS_TEST_SKIPS` names, which
+/// `scripts/test.sh` counts after the run so that the skip is said where
+/// the runner's summary shows.
 pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
     let c = chromium();
     if c.is_none() {
@@ -41,9 +44,29 @@ pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: chromium is not installed; .ci/run installs Debian's chromium"
         );
-        eprintln!("{test}: SKIPPED: no chromium on PATH (apt-get install chromium)");
+        let why = "no chromium on PATH (apt-get install chromium)";
+        eprintln!("{test}: SKIPPED: {why}");
+        if let Some(file) = std::env::var_os(SKIPS_VAR) {
+            record_skip(Path::new(&file), test, why);
+        }
     }
     c
+}
+
+/// The variable that names the file of skipped tests.
+pub const SKIPS_VAR: &str = "LOCALAGENTS_TEST_SKIPS";
+
+/// Append `test: why` to the skip file: one line each, `O_APPEND` so that
+/// tests in parallel processes do not overwrite each other. A skip that
+/// cannot be recorded fails the test: a silent pass is what this prevents.
+pub fn record_skip(file: &Path, test: &str, why: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .unwrap_or_else(|e| panic!("{test}: cannot record the skip in {}: {e}", file.display()));
+    f.write_all(format!("{test}: {why}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{test}: cannot record the skip in {}: {e}", file.display()));
 }
 
 const FLAGS: &[&str] = &[
