@@ -11,8 +11,9 @@ use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 
-use crate::jobs::{call, env_for, serve, strict_fake_opts};
+use crate::jobs::strict_fake_opts;
 use crate::support::harness::Harness;
+use crate::support::harness::{call, env_for, serve};
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
 /// The acceptance command of the fix-round test: it passes only when

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use localagents::eval::tasks::{self, Step};
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, call, env_for, localagents, localagents_json, serve, strict_fake_opts};
+use crate::jobs::strict_fake_opts;
 use crate::support::fake_llama;
+use crate::support::harness::{Env, call, env_for, localagents, localagents_json, serve};
 use crate::support::script::{self, Reply};
 
 /// The task a request belongs to, from its brief's tag.
@@ -85,13 +86,7 @@ async fn a_competent_model_passes_the_quick_suite_and_list_models_shows_it() {
     fake.set_script(competent());
     let e = env_for(fake.url());
     let doctor = |e: &Env| {
-        let e = Env {
-            _tmp: tempfile::tempdir().unwrap(),
-            home: e.home.clone(),
-            work: e.work.clone(),
-            state: e.state.clone(),
-            cfg: e.cfg.clone(),
-        };
+        let e = e.clone();
         async move {
             let out = localagents(&e, &["doctor"]).await;
             String::from_utf8_lossy(&out.stdout).into_owned()

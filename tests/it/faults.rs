@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, env_for, hook_line, localagents, localagents_json, strict_fake_opts};
+use crate::jobs::strict_fake_opts;
+use crate::support::harness::{Env, env_for, hook_line, localagents, localagents_json};
 use crate::support::script::{self, Reply};
 use crate::support::{fake_llama, fake_vllm};
 
@@ -472,7 +473,7 @@ async fn a_failing_backend_ends_the_job_early_with_the_reason() {
         ));
         std::fs::write(&e.cfg, cfg).unwrap();
         let t = std::time::Instant::now();
-        let out = crate::jobs::localagents(
+        let out = crate::support::harness::localagents(
             &e,
             &[
                 "run",

@@ -8,43 +8,12 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
-use crate::support::harness::Harness;
+use crate::support::harness::{
+    Env, call, env_for, localagents, localagents_json, serve, serve_from,
+};
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
-
-pub(crate) struct Env {
-    pub(crate) _tmp: tempfile::TempDir,
-    pub(crate) home: PathBuf,
-    pub(crate) work: PathBuf,
-    pub(crate) state: PathBuf,
-    pub(crate) cfg: PathBuf,
-}
-
-pub(crate) fn env_for(fake_url: &str) -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let work = tmp.path().join("work");
-    let state = tmp.path().join("state");
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"),
-    )
-    .unwrap();
-    Env {
-        _tmp: tmp,
-        home,
-        work,
-        state,
-        cfg,
-    }
-}
 
 pub(crate) fn git_init(dir: &Path) {
     for args in [
@@ -80,102 +49,6 @@ pub(crate) fn git_init(dir: &Path) {
             .unwrap()
             .success()
     );
-}
-
-/// `localagents ARGS` with the env's config, state dir, HOME and the real CLI.
-pub(crate) async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(args)
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
-        .output()
-        .await
-        .unwrap()
-}
-
-/// `localagents ARGS` whose stdout is JSON: the value (a panic with both
-/// streams when it is not).
-pub(crate) async fn localagents_json(e: &Env, args: &[&str]) -> Value {
-    let out = localagents(e, args).await;
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
-        panic!(
-            "{err}: stdout {} stderr {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-/// What the `UserPromptSubmit` hook says for the jobs of `e`'s project.
-pub(crate) async fn hook_line(e: &Env) -> String {
-    use tokio::io::AsyncWriteExt;
-    let mut hook = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["hook", "prompt-submit"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
-    let mut stdin = hook.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = hook.wait_with_output().await.unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-pub(crate) async fn serve(
-    e: &Env,
-    claude_bin: Option<&Path>,
-) -> RunningService<rmcp::RoleClient, ()> {
-    serve_from(e, Path::new(env!("CARGO_BIN_EXE_localagents")), claude_bin).await
-}
-
-/// `serve` started from the localagents binary `localagents`.
-pub(crate) async fn serve_from(
-    e: &Env,
-    localagents: &Path,
-    claude_bin: Option<&Path>,
-) -> RunningService<rmcp::RoleClient, ()> {
-    let bin = claude_bin
-        .map(Path::to_path_buf)
-        .unwrap_or_else(claude::binary);
-    Harness::new()
-        .config_file(&e.cfg)
-        .state_at(&e.state)
-        .home_dir(&e.home)
-        .cwd(&e.work)
-        .bin(localagents)
-        .claude(bin)
-        .serve()
-        .await
-        .client
-}
-
-pub(crate) async fn call(
-    c: &RunningService<rmcp::RoleClient, ()>,
-    tool: &'static str,
-    args: Value,
-) -> (bool, Value) {
-    let r = c
-        .call_tool(
-            CallToolRequestParams::new(tool).with_arguments(args.as_object().cloned().unwrap()),
-        )
-        .await
-        .unwrap();
-    let text = r
-        .content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default();
-    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (r.is_error == Some(true), v)
 }
 
 pub(crate) fn strict_fake_opts() -> fake_llama::LlamaOpts {

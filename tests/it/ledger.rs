@@ -4,7 +4,8 @@
 
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, env_for, localagents, strict_fake_opts};
+use crate::jobs::strict_fake_opts;
+use crate::support::harness::{Env, env_for, localagents};
 use crate::support::{fake_llama, script};
 
 /// Sum of a job's `/v1/messages` usage in its requests.jsonl.
@@ -93,7 +94,7 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
         (rec["equivalent_usd"].as_f64().unwrap() - own).abs() < 0.0001,
         "{rec}"
     );
-    let text = crate::jobs::hook_line(&e).await;
+    let text = crate::support::harness::hook_line(&e).await;
     let total: u64 = sums[1].iter().sum();
     assert!(
         text.contains(&format!(

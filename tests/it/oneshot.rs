@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::jobs::{call, env_for, git_init, localagents, serve, strict_fake_opts};
+use crate::jobs::{git_init, strict_fake_opts};
 use crate::support::fake_llama;
+use crate::support::harness::{call, env_for, localagents, serve};
 use crate::support::script::{self, Reply};
 
 fn small() -> fake_llama::LlamaOpts {

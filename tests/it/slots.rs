@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::jobs::{call, serve};
 use crate::support::harness::Harness;
+use crate::support::harness::{call, serve};
 use crate::support::{fake_llama, script};
 
 /// A finished job's record on `endpoint` whose turns lost the cache.
@@ -94,14 +94,14 @@ async fn without_lost_slots_nothing_is_said() {
 }
 
 /// A record of job `id` in `e`'s state dir.
-fn record(e: &crate::jobs::Env, id: &str) -> serde_json::Value {
+fn record(e: &crate::support::harness::Env, id: &str) -> serde_json::Value {
     let path = e.state.join("jobs").join(id).join("job.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 /// Wait until `cond` holds of job `id`'s record (or panic after `limit`).
 async fn wait_record(
-    e: &crate::jobs::Env,
+    e: &crate::support::harness::Env,
     id: &str,
     limit: Duration,
     what: &str,
@@ -173,7 +173,7 @@ fn running(r: &serde_json::Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn() {
     let fake = waiting_fake(2).await;
-    let e = crate::jobs::env_for(fake.url());
+    let e = crate::support::harness::env_for(fake.url());
     let one = serve(&e, None).await;
     let two = serve(&e, None).await;
     let a = start_id(&one, "Job A.").await;
@@ -202,7 +202,7 @@ async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn
         .unwrap();
     assert_eq!(item["status"], "queued", "{item}");
     assert_eq!(item["waiting"], line, "{item}");
-    let out = crate::jobs::localagents(&e, &["status"]).await;
+    let out = crate::support::harness::localagents(&e, &["status"]).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("job {c} {line}")), "{text}");
     // Still waiting a while later: nothing freed.
@@ -234,7 +234,7 @@ async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
     let (f1, f2) = (waiting_fake(1).await, waiting_fake(1).await);
-    let e = crate::jobs::env_for(f1.url());
+    let e = crate::support::harness::env_for(f1.url());
     std::fs::write(
         &e.cfg,
         format!(
@@ -259,7 +259,7 @@ async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_queue_off_every_job_starts_at_once() {
     let fake = waiting_fake(1).await;
-    let e = crate::jobs::env_for(fake.url());
+    let e = crate::support::harness::env_for(fake.url());
     let cfg = std::fs::read_to_string(&e.cfg).unwrap();
     std::fs::write(
         &e.cfg,
@@ -279,7 +279,7 @@ async fn with_queue_off_every_job_starts_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_takes_only_the_slots_no_job_has_leased() {
     let fake = waiting_fake(2).await;
-    let e = crate::jobs::env_for(fake.url());
+    let e = crate::support::harness::env_for(fake.url());
     let c = serve(&e, None).await;
     let items = json!({"items": [{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}]});
     // Nothing leased: the batch fans out over both slots.
@@ -312,7 +312,7 @@ async fn serve_prewarms_an_unused_server_with_the_jobs_own_prefix() {
     })
     .await;
     fake.set_script(script::text("done"));
-    let e = crate::jobs::env_for(fake.url());
+    let e = crate::support::harness::env_for(fake.url());
     // The shared config turns it off; this one leaves the default (on).
     let cfg = std::fs::read_to_string(&e.cfg).unwrap();
     std::fs::write(&e.cfg, cfg.replace("  prewarm: false\n", "")).unwrap();
@@ -360,6 +360,6 @@ async fn serve_prewarms_an_unused_server_with_the_jobs_own_prefix() {
     // The slots have served requests now, so another session's serve
     // sends nothing (the rule is `jobs::prewarm`'s unit test): `/slots`
     // says so.
-    let st = crate::jobs::localagents_json(&e, &["status", "--json"]).await;
+    let st = crate::support::harness::localagents_json(&e, &["status", "--json"]).await;
     assert_eq!(st["endpoints"][0]["slots"]["unused"], 0, "{st}");
 }

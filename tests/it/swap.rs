@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::jobs::{Env, call, env_for, localagents, serve};
 use crate::support::fake_swap::{self, SwapModel};
+use crate::support::harness::{Env, call, env_for, localagents, serve};
 use crate::support::script;
 
 fn models(qwen_load: Duration, gemma_load: Duration) -> Vec<SwapModel> {

@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::jobs::{Env, env_for, git_init, localagents, strict_fake_opts};
+use crate::jobs::{git_init, strict_fake_opts};
 use crate::support::browser::{self, Browser};
+use crate::support::harness::{Env, env_for, localagents};
 use crate::support::{fake_llama, http_client, script, until};
 
 /// A running `localagents ui`: its URL's port and token.
@@ -26,14 +27,7 @@ struct Ui {
 
 impl Ui {
     async fn start(e: &Env) -> Ui {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-            .arg("--config")
-            .arg(&e.cfg)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .args(["ui", "--port", "0"])
-            .env("HOME", &e.home)
-            .current_dir(&e.work)
+        let mut child = tokio::process::Command::from(e.command(&["ui", "--port", "0"]))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)

@@ -62,6 +62,35 @@ pub fn clean_env(cmd: &mut std::process::Command, home: &Path) {
     cmd.env("HOME", home);
 }
 
+/// `bin [--config …] --state-dir …` under the policy: [`clean_env`], then
+/// the pinned CLI, then the test's own variables; cwd `work`. The one place
+/// a test builds a `localagents` command line ([`Harness::command`] and
+/// [`Env::command`] both come here).
+fn policy_command(
+    bin: &Path,
+    config: Option<&Path>,
+    state: &Path,
+    home: &Path,
+    work: &Path,
+    claude: Option<&Path>,
+    env: &[(OsString, OsString)],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
+    if let Some(cfg) = config {
+        c.arg("--config").arg(cfg);
+    }
+    c.arg("--state-dir").arg(state);
+    clean_env(&mut c, home);
+    if let Some(claude) = claude {
+        c.env("LOCALAGENTS_CLAUDE", claude);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.current_dir(work);
+    c
+}
+
 /// A `localagents serve` to start: dirs, config, env.
 pub struct Harness {
     tmp: tempfile::TempDir,
@@ -191,19 +220,17 @@ impl Harness {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut c = std::process::Command::new(&self.bin);
-        if let Some(cfg) = &self.config {
-            c.arg("--config").arg(cfg);
-        }
-        c.arg("--state-dir").arg(&self.state).args(args);
-        clean_env(&mut c, &self.home);
-        if let Some(claude) = &self.claude {
-            c.env("LOCALAGENTS_CLAUDE", claude);
-        }
-        for (k, v) in &self.env {
-            c.env(k, v);
-        }
-        c.current_dir(&self.work);
+        let mut c = policy_command(
+            &self.bin,
+            self.config.as_deref(),
+            &self.state,
+            &self.home,
+            &self.work,
+            self.claude.as_deref(),
+            &self.env,
+        );
+        // The subcommand's arguments come after the global ones.
+        c.args(args);
         c
     }
 
@@ -287,4 +314,140 @@ impl<S: ClientHandler> Served<S> {
     pub async fn cancel(self) {
         self.client.cancel().await.expect("close the client");
     }
+}
+
+/// A test's dirs beside a fake llama.cpp (`box`), for one-shot commands and
+/// `serve` alike, under the same policy as [`Harness`]: the config
+/// [`env_for`] writes, `HOME`, `work/` (the cwd) and `state/`. Cloning
+/// shares the temp dir, which lives as long as the last clone.
+#[derive(Clone)]
+pub struct Env {
+    _tmp: std::sync::Arc<tempfile::TempDir>,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub state: PathBuf,
+    pub cfg: PathBuf,
+}
+
+impl Env {
+    /// `localagents --config … --state-dir … ARGS` under the policy, with
+    /// the pinned Claude Code CLI.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        let claude = crate::support::claude::binary();
+        let mut c = policy_command(
+            Path::new(env!("CARGO_BIN_EXE_localagents")),
+            Some(&self.cfg),
+            &self.state,
+            &self.home,
+            &self.work,
+            Some(&claude),
+            &[],
+        );
+        c.args(args);
+        c
+    }
+
+    /// A [`Harness`] on these dirs and this config (to `serve`).
+    pub fn harness(&self) -> Harness {
+        Harness::new()
+            .config_file(&self.cfg)
+            .state_at(&self.state)
+            .home_dir(&self.home)
+            .cwd(&self.work)
+    }
+}
+
+/// An [`Env`] whose config names the fake llama.cpp at `fake_url` as the
+/// endpoint `box`, two models of the registry, and test defaults (no
+/// prewarm, no setting sources).
+pub fn env_for(fake_url: &str) -> Env {
+    let h = Harness::new().config(&format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"));
+    Env {
+        home: h.home.clone(),
+        work: h.work.clone(),
+        state: h.state.clone(),
+        cfg: h.config_path().to_path_buf(),
+        _tmp: std::sync::Arc::new(h.tmp),
+    }
+}
+
+/// `localagents ARGS` in `e`, awaited.
+pub async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::from(e.command(args))
+        .output()
+        .await
+        .unwrap()
+}
+
+/// `localagents ARGS` whose stdout is JSON: the value (a panic with both
+/// streams when it is not).
+pub async fn localagents_json(e: &Env, args: &[&str]) -> Value {
+    let out = localagents(e, args).await;
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// What the `UserPromptSubmit` hook says for the jobs of `e`'s project.
+pub async fn hook_line(e: &Env) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut hook = tokio::process::Command::from(e.command(&["hook", "prompt-submit"]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = serde_json::json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
+    let mut stdin = hook.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = hook.wait_with_output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `localagents serve` in `e` with the real CLI (or `claude_bin`).
+pub async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<RoleClient, ()> {
+    serve_from(e, Path::new(env!("CARGO_BIN_EXE_localagents")), claude_bin).await
+}
+
+/// [`serve`] started from the localagents binary `localagents`.
+pub async fn serve_from(
+    e: &Env,
+    localagents: &Path,
+    claude_bin: Option<&Path>,
+) -> RunningService<RoleClient, ()> {
+    let bin = claude_bin
+        .map(Path::to_path_buf)
+        .unwrap_or_else(crate::support::claude::binary);
+    e.harness()
+        .bin(localagents)
+        .claude(bin)
+        .serve()
+        .await
+        .client
+}
+
+/// Call `tool` on `c`: whether it is a tool error, and its text read as
+/// JSON (a string when it is not JSON).
+pub async fn call(
+    c: &RunningService<RoleClient, ()>,
+    tool: &'static str,
+    args: Value,
+) -> (bool, Value) {
+    let r = c
+        .call_tool(
+            CallToolRequestParams::new(tool).with_arguments(args.as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    let text = r
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default();
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (r.is_error == Some(true), v)
 }
