@@ -6,8 +6,8 @@
 //! rmcp tool router (`mcp::tools()`), the config module's own key lists and
 //! types (read through `config::parse_text`) with `Defaults::default()`,
 //! and the JSON schema of the status object. The texts a person wrote
-//! (what a key means, what a tool is for) live here beside them, and the
-//! generator fails when the code has a key, field or tool they do not
+//! (what a key means, help the code does not carry) live in
+//! `docs/reference/prose.yaml`, which this reads, and the generator fails when the code has a key, field or tool they do not
 //! cover, or they name one the code does not have.
 //!
 //! `the_references_are_generated` compares each file byte for byte;
@@ -166,46 +166,16 @@ fn arg_notes(a: &clap::Arg) -> String {
     notes.join(" ")
 }
 
-/// Help for the arguments the clap definitions leave without one, by
-/// command and argument id. A doc comment in src/cli/mod.rs replaces it
-/// (and then this entry must go).
-const ARG_HELP: &[(&str, &str, &str)] = &[
-    ("localagents job show", "id", "The job id."),
-    (
-        "localagents job show",
-        "json",
-        "Print the whole record as JSON.",
-    ),
-    ("localagents job log", "id", "The job id."),
-    ("localagents job diff", "id", "The job id."),
-    ("localagents job cancel", "id", "The job id."),
-    (
-        "localagents complete",
-        "temperature",
-        "Sampling temperature (left out: the server's own).",
-    ),
-    (
-        "localagents batch",
-        "temperature",
-        "Sampling temperature (left out: the server's own).",
-    ),
-    (
-        "localagents review",
-        "model",
-        "Model name from the menu, a served id, or a fuzzy name.",
-    ),
-    ("localagents review", "endpoint", "Only use this endpoint."),
-];
-
 fn arg_help(cmd: &str, a: &clap::Arg) -> String {
     let own = a.get_long_help().or(a.get_help());
-    let fallback = ARG_HELP
+    let fallback = PROSE
+        .arg_help
         .iter()
-        .find(|(c, id, _)| *c == cmd && *id == a.get_id().as_str())
-        .map(|(_, _, h)| *h);
+        .find(|(c, id, _)| c == cmd && id == a.get_id().as_str())
+        .map(|(_, _, h)| h.as_str());
     if let (Some(_), Some(_)) = (own, fallback) {
         panic!(
-            "`{cmd}` {} has help in the code now: remove its ARG_HELP entry in tests/it/docs.rs",
+            "`{cmd}` {} has help in the code now: remove its entry under `cli.args` in docs/reference/prose.yaml",
             a.get_id()
         );
     }
@@ -295,7 +265,7 @@ pub fn cli_md() -> String {
     let usage = cli.render_usage().to_string();
     let usage = usage.trim().trim_start_matches("Usage:").trim().to_string();
     let _ = writeln!(out, "```\n{usage}\n```\n");
-    out.push_str(CLI_INTRO);
+    out.push_str(&PROSE.cli_intro);
     out.push_str("## Global options\n\nEvery command takes them.\n\n");
     arg_table(&mut out, "localagents", &own_args(&cli, true));
     out.push_str("## Commands\n\n| command | what it does |\n|---|---|\n");
@@ -322,27 +292,6 @@ pub fn cli_md() -> String {
     }
     out.trim_end().to_string() + "\n"
 }
-
-/// The hand-written part of the CLI reference.
-const CLI_INTRO: &str = "\
-Logs go to stderr; `LOCALAGENTS_LOG=debug` for more. Exit codes: 0 ok (also
-when endpoints are down), 1 runtime error, 2 usage or config error. A closed
-stdout (`localagents jobs | head -1`) is not an error. Colour only on a
-terminal (`NO_COLOR` is honoured). The state directory defaults to
-`$XDG_STATE_HOME/localagents`, i.e. `~/.local/state/localagents`. A `hook`
-this binary does not know (a newer plugin) exits 0 with no output.
-
-`status` prints one line per endpoint: name, backend, up or down with the
-reason, served ids with the window per slot, slots busy/total, latency.
-`doctor` says ok, warn or fail with the fix for each check, the delegate's
-fixed prompt (measured with the real CLI) included. `config check` exits 2
-on an error; `config path` also says where `register_endpoint` writes. The
-`hook` commands read the hook's JSON on stdin. `batch` shows a progress
-bar. `bringup --run` loads the model through a router or llama-swap
-endpoint (or wakes a sleeping server), else runs its `bring_up` command and
-waits; `--unload` frees it on a router or llama-swap.
-
-";
 
 // --- JSON schema rendering (MCP tools, status object) ------------------------
 
@@ -525,36 +474,15 @@ fn signature(tool: &Value) -> String {
     format!("{}({})", tool["name"].as_str().unwrap(), params.join(", "))
 }
 
-/// Descriptions for the parameters src/mcp.rs leaves without a doc
-/// comment, by tool and parameter. A doc comment there replaces it (and
-/// then this entry must go).
-const PARAM_HELP: &[(&str, &str, &str)] = &[
-    ("local_batch", "items[].prompt", "The prompt of this item."),
-    (
-        "local_batch",
-        "items[].system",
-        "A system prompt for this item.",
-    ),
-    (
-        "local_batch",
-        "temperature",
-        "Sampling temperature (left out: the server's own).",
-    ),
-    (
-        "local_complete",
-        "temperature",
-        "Sampling temperature (left out: the server's own).",
-    ),
-];
-
 fn param_description(tool: &str, f: &Field) -> String {
-    let fallback = PARAM_HELP
+    let fallback = PROSE
+        .param_help
         .iter()
-        .find(|(t, p, _)| *t == tool && *p == f.path)
-        .map(|(_, _, d)| *d);
+        .find(|(t, p, _)| t == tool && *p == f.path)
+        .map(|(_, _, d)| d.as_str());
     match (f.description.is_empty(), fallback) {
         (false, Some(_)) => panic!(
-            "`{tool}` `{}` has a description in the code now: remove its PARAM_HELP entry in tests/it/docs.rs",
+            "`{tool}` `{}` has a description in the code now: remove its entry under `mcp_tools.params` in docs/reference/prose.yaml",
             f.path
         ),
         (true, Some(d)) => d.to_string(),
@@ -728,128 +656,19 @@ pub fn skill_reference_md() -> String {
         let _ = writeln!(out, "| {} | {} |", cell(&code(&signature(tool))), note);
     }
     out.push('\n');
-    out.push_str(SKILL_REST);
+    out.push_str(&PROSE.skill_rest);
     out
 }
 
-/// The skill reference after the tool table, as written.
-const SKILL_REST: &str = r#"## Statuses
-
-`queued`, `running`, `succeeded`, `failed` (see `error`), `cancelled`,
-`timeout` (raise `timeout_s` or split the task), `lost` (the server that ran
-it restarted; run it again or `resume_job`).
-
-## Reading a result
-
-- `files_changed` comes from git status, so it includes edits made with Bash.
-- A worktree job is kept only if it changed something: `worktree.kept`,
-  `worktree.diffstat`, branch `local-agent/<job>`.
-- `metrics.cache_ratio_turn2_on` near 1.0 means the server reused its prompt
-  cache; low values mean slow turns.
-- `queued` in the summary: every slot was busy, the job waited on the server.
-
-## Failures and what to do
-
-| you see | meaning | do |
-|---|---|---|
-| `model_unavailable` | nothing serves that name | ask the user to start it (name, host, notes) |
-| "could unload the model of running job …" | loading this model would swap out another job's model | wait for that job, or ask the user whether to pass `force` |
-| "was not ready after N s (defaults.load_timeout_s)" | the router or llama-swap did not load the model in time | tell the user; a large model may need a higher `load_timeout_s` |
-| endpoint `error` "nothing listens on port" | server down | ask the user to start it |
-| "acceptance failed after N rounds: exit C" | the command still fails; `acceptance_output` has the end of its output, `acceptance.txt` (job_log) all of it | fix it yourself or resume with a narrower brief |
-| "prompt is too long" in a job error | the window is too small for the task | smaller task, or a server with 64k+ per slot (32k is the floor) |
-| "rejected the request in its chat template" | the server's template cannot take this conversation | ask the user to fix the template |
-| "could not build a grammar for the offered tools" | llama.cpp cannot compile the tools' schemas into a grammar; the job ended at its first request | ask the user to upgrade llama.cpp, or pass a narrower `allowed_tools` |
-| "stuck: the model called X N times in a row with the same result" | the model looped (a note at 3, a stop at 6: `defaults.loop_limit`) | resume with guidance on what to do instead, or try another model |
-| "runaway output: the model writes its end-of-turn marker … as text" / "repeated one line N times" | the model ran away (`defaults.runaway_limit` answers cut off): its template's stop token is not set, or the model loops | tell the user the fix the sentence names (`--jinja` and the GGUF's own template), or try another model or quantisation |
-| `model_note` "the model answered in text only" | no tool called, no file changed | do not review an empty diff: try another model |
-| `cache_note` "lost its cache on N of M turns" | another request took the job's slot on the server, which then processed the job's conversation again each turn | tell the user the fix it names (`--slot-prompt-similarity 0.9`, `--parallel` at least the jobs at once); run fewer jobs at once meanwhile |
-| `model_faults.repaired_tool_calls` | the server left tool calls in the text; localagents turned them into real ones | review as usual; tell the user the server's tool parser or template misses calls |
-| `model_faults.unparsed_tool_text` | the text held a call that could not be used (unknown tool, missing keys) | the model may be too small for the task |
-| `model_faults.empty_responses` | the server returned answers with nothing in them | ask the user to check the server's log |
-| "is not allowed for a delegated job" / "outside this session's project" / "may only narrow" | the call asked for more than the user's config allows | do the job within the limits, or tell the user which config key the error names; never work around it |
-| a status warning "ignored from …/models.yaml" | the project's file tried to set keys only the user may set | mention it to the user; `localagents trust` is theirs to run |
-| "not inside a git repository" | worktree isolation needs git | use `isolation: "none"` or init the repo |
-"#;
-
 // --- the status object -------------------------------------------------------
 
-/// Meanings the status object's doc comments leave out.
-const STATUS_NOTES: &[(&str, &str)] = &[
-    ("cwd", "the project directory of this call"),
-    ("default_model", "`defaults.model`"),
-    (
-        "warnings",
-        "config warnings (unknown keys, skipped entries, …)",
-    ),
-    ("endpoints[]", "one per endpoint, config order"),
-    ("endpoints[].name", "from the config"),
-    ("endpoints[].base_url", "from the config"),
-    ("endpoints[].host", "from the config"),
-    ("endpoints[].notes", "from the config"),
-    (
-        "endpoints[].up",
-        "`GET /v1/models` answered with a model list",
-    ),
-    (
-        "endpoints[].models[]",
-        "served ids with their per-slot window",
-    ),
-    ("endpoints[].models[].id", "the served id"),
-    (
-        "endpoints[].slots",
-        "llama.cpp, from `/slots` (or `/props` + `/metrics`)",
-    ),
-    ("endpoints[].load", "vLLM, from `/metrics`"),
-    (
-        "endpoints[].chat_template",
-        "llama.cpp `chat_template_caps`",
-    ),
-    ("models[]", "the menu"),
-    ("models[].name", "the menu name"),
-    ("models[].notes", "from the config"),
-    ("models[].host", "from the config"),
-    (
-        "endpoints[].models[].file.path",
-        "llama.cpp `/props` `model_path`; vLLM's `root`",
-    ),
-    (
-        "endpoints[].models[].file.size",
-        "bytes, from `/v1/models` `meta.size`",
-    ),
-    (
-        "endpoints[].models[].file.build",
-        "llama.cpp `/props` `build_info`",
-    ),
-    ("endpoints[].slots.total", "slots in all"),
-    ("endpoints[].slots.busy", "slots processing a request"),
-    ("endpoints[].slots.free", "slots free"),
-    ("endpoints[].load.running", "requests running"),
-    ("endpoints[].load.waiting", "requests waiting"),
-    (
-        "endpoints[].chat_template.supports_system_role",
-        "the template takes a system message",
-    ),
-    (
-        "endpoints[].chat_template.supports_tool_calls",
-        "the template renders tool calls",
-    ),
-    (
-        "guidance",
-        "`{next, endpoints_up, endpoints_total}`: the next step for Claude, and how many endpoints are up",
-    ),
-    ("evals[].endpoint", "the endpoint"),
-    ("evals[].model", "the served id"),
-    (
-        "evals[].evaluated",
-        "an eval result is stored for this model",
-    ),
-];
-
-fn schema_table(out: &mut String, fields: &[Field], notes: &[(&str, &str)]) {
+fn schema_table(out: &mut String, fields: &[Field], notes: &[(String, String)]) {
     out.push_str("| field | type | present | meaning |\n|---|---|---|---|\n");
     for f in fields {
-        let note = notes.iter().find(|(p, _)| *p == f.path).map(|(_, n)| *n);
+        let note = notes
+            .iter()
+            .find(|(p, _)| *p == f.path)
+            .map(|(_, n)| n.as_str());
         let meaning = match (f.description.is_empty(), note) {
             (false, _) => f.description.clone(),
             (true, Some(n)) => n.to_string(),
@@ -896,10 +715,10 @@ pub fn status_json_md() -> String {
         .chain(&report_fields)
         .map(|f| f.path.clone())
         .collect();
-    for (p, _) in STATUS_NOTES {
+    for (p, _) in &PROSE.status_notes {
         assert!(
-            known.contains(*p),
-            "STATUS_NOTES in tests/it/docs.rs names `{p}`, which the status object does not have: remove it"
+            known.contains(p),
+            "`status_json.notes` in docs/reference/prose.yaml names `{p}`, which the status object does not have: remove it"
         );
     }
     let in_status: BTreeSet<&str> = status_fields.iter().map(|f| f.path.as_str()).collect();
@@ -918,9 +737,9 @@ pub fn status_json_md() -> String {
          out when there is nothing to say.\n\n",
     ));
     out.push_str("## The status object\n\n");
-    schema_table(&mut out, &status_fields, STATUS_NOTES);
+    schema_table(&mut out, &status_fields, &PROSE.status_notes);
     out.push_str("## What `list_models` adds\n\n");
-    schema_table(&mut out, &extra, STATUS_NOTES);
+    schema_table(&mut out, &extra, &PROSE.status_notes);
     out.push_str(&prose(
         "Each endpoint that is down carries one sentence in `error`; the \
          [guide](../guide.md#probe-failures) lists them.\n",
@@ -1000,222 +819,102 @@ fn yaml_value(v: &Value) -> String {
 
 /// One key of a section: its default when the code's is none (`None`
 /// here: the code's default is shown), and what it means.
-type Meaning = (&'static str, Option<&'static str>, &'static str);
+type Meaning = (String, Option<String>, String);
 
-const TOP_MEANINGS: &[Meaning] = &[
-    (
-        "endpoints",
-        None,
-        "where the servers are; config order is priority order (see [`endpoints.<name>`](#endpointsname))",
-    ),
-    (
-        "models",
-        None,
-        "a menu of names (see [`models.<name>`](#modelsname))",
-    ),
-    ("defaults", None, "see [`defaults`](#defaults)"),
-    (
-        "trusted_projects",
-        None,
-        "user scope only: the projects whose `models.yaml` is read in full; written by `localagents trust`",
-    ),
-    (
-        "prices",
-        None,
-        "`prices.<model>: {input, output, cache_read}` adds or overrides a list price for the ledger (see [`prices.<model>`](#pricesmodel))",
-    ),
-];
+/// `docs/reference/prose.yaml`: the texts a person wrote, read in file
+/// order.
+struct Prose {
+    cli_intro: String,
+    /// (command, argument id, help)
+    arg_help: Vec<(String, String, String)>,
+    /// (tool, field path, description)
+    param_help: Vec<(String, String, String)>,
+    /// (field path, note)
+    status_notes: Vec<(String, String)>,
+    config_top: Vec<Meaning>,
+    config_endpoint: Vec<Meaning>,
+    config_model: Vec<Meaning>,
+    config_defaults: Vec<Meaning>,
+    config_prices: Vec<Meaning>,
+    skill_rest: String,
+}
 
-const ENDPOINT_MEANINGS: &[Meaning] = &[
-    (
-        "base_url",
-        Some("required"),
-        "`http(s)://host:port`, without `/v1`",
-    ),
-    (
-        "backend",
-        Some("detected"),
-        "`llama.cpp`, `vllm` or `other`; detected from `owned_by` and which endpoints answer",
-    ),
-    (
-        "host",
-        Some("the URL's host"),
-        "a label used when asking you to start something",
-    ),
-    ("notes", None, "free text"),
-    (
-        "env",
-        None,
-        "extra env for delegate sessions on this endpoint",
-    ),
-    (
-        "api_key_env",
-        None,
-        "name of an env var holding the server's API key",
-    ),
-    (
-        "allow_insecure_key",
-        None,
-        "send that key over plain http to a host that is not loopback or private",
-    ),
-];
+const PROSE_FILE: &str = "docs/reference/prose.yaml";
 
-const MODEL_MEANINGS: &[Meaning] = &[
-    ("notes", None, "shown when asking you to bring the model up"),
-    ("host", None, "where to bring it up"),
-    (
-        "served_name",
-        None,
-        "exact served id or case-insensitive glob",
-    ),
-    ("endpoint", None, "only look on this endpoint"),
-    (
-        "context",
-        None,
-        "fallback window when the server does not report one",
-    ),
-    (
-        "bring_up",
-        None,
-        "a start command, run by `localagents bringup MODEL --run`",
-    ),
-];
+static PROSE: std::sync::LazyLock<Prose> = std::sync::LazyLock::new(|| {
+    let text = std::fs::read_to_string(root().join(PROSE_FILE))
+        .unwrap_or_else(|e| panic!("{PROSE_FILE}: {e}"));
+    prose_from(&text).unwrap_or_else(|e| panic!("{PROSE_FILE}: {e}"))
+});
 
-const DEFAULT_MEANINGS: &[Meaning] = &[
-    (
-        "model",
-        Some("none: the first served model, preferring free slots"),
-        "the model a job gets when it names none",
-    ),
-    ("permission_mode", None, "the delegate's permission mode"),
-    (
-        "allowed_tools",
-        None,
-        "the tools a delegate is offered and may use",
-    ),
-    (
-        "disallowed_tools",
-        None,
-        "a delegate may not spawn delegates",
-    ),
-    (
-        "setting_sources",
-        None,
-        "the delegate's `--setting-sources`",
-    ),
-    ("max_turns", None, "a job's turn limit"),
-    ("timeout_s", None, "a whole job's timeout"),
-    (
-        "probe_timeout_s",
-        None,
-        "the whole probe budget per endpoint",
-    ),
-    (
-        "system_prompt_append",
-        None,
-        "appended to the delegate's system prompt; the default tells the delegate it is one and how to report",
-    ),
-    (
-        "dump_requests",
-        None,
-        "also log each folded body to `requests_full.jsonl`",
-    ),
-    (
-        "claude_path",
-        Some("none: then `$LOCALAGENTS_CLAUDE`, then `PATH`"),
-        "the Claude Code binary delegates run",
-    ),
-    (
-        "stream_idle_timeout_s",
-        None,
-        "a stream silent this long is closed with an error event",
-    ),
-    (
-        "mcp_config",
-        Some("none"),
-        "an MCP config file (`claude --mcp-config` format, absolute or `~/` path) whose servers delegates get; without it a delegate has no MCP servers at all",
-    ),
-    (
-        "first_byte_timeout_s",
-        Some("from the window: window/100 s, at least 300, at most 3600"),
-        "a prompt that fills the window at 100 tokens/s, a 27B partly on the CPU, still gets its first byte; a streamed request whose response headers take longer gets a 504 that says so",
-    ),
-    (
-        "allow_bypass_permissions",
-        None,
-        "a `run_agent` call may ask for `permission_mode: bypassPermissions` only when this is true",
-    ),
-    (
-        "allowed_roots",
-        None,
-        "directories (absolute or `~/`) where `run_agent` may run besides the calling session's project",
-    ),
-    (
-        "sandbox",
-        None,
-        "run delegates' Bash in Claude Code's own sandbox (`--settings {\"sandbox\":{\"enabled\":true,\"failIfUnavailable\":true,\"allowUnsandboxedCommands\":false}}`): commands write only inside the job's tree (and temp), and get no network (the delegate's own API traffic to the shim is not a Bash command and is unaffected). Needs `bubblewrap` and `socat` on Linux; without them the job fails at start with Claude Code's sentence naming them, it never runs unsandboxed. Off by default because builds need their caches (`~/.cargo`, `~/.npm`) and package registries",
-    ),
-    (
-        "queue",
-        None,
-        "each job takes a lease on one slot of its endpoint (a lock file under the state dir, shared by every localagents process of the user, released when its process ends) and, when every slot of every endpoint serving the model is leased, waits in a first-come queue per model that `run_agent`, `list_jobs`, `localagents status` and the CLI spinner show (another endpoint serving the model with a free slot takes the job first); a server that reports no slots (vLLM) is not leased; `false` starts every job at once, for servers whose slots are not the limit",
-    ),
-    (
-        "prewarm",
-        None,
-        "when `serve` starts, send the delegate's fixed prefix (its `system` and `tools`, captured as `doctor` captures them) as a 1-token request to each slot of a server nothing has used since it started (every slot idle and empty per `/slots`), so the session's first job starts from the cache; never to a sleeping server, a model a router or llama-swap has not loaded, a server that reports no slots, or an endpoint where a job holds a slot; `false` sends nothing",
-    ),
-    (
-        "fix_rounds",
-        None,
-        "fix rounds after a failed acceptance command (at most 10)",
-    ),
-    (
-        "acceptance_timeout_s",
-        None,
-        "longest run of one acceptance command",
-    ),
-    (
-        "load_timeout_s",
-        None,
-        "longest wait for a router to load (or a sleeping server to wake for) a job's model",
-    ),
-    (
-        "backend_fail_s",
-        None,
-        "a job whose backend has failed every request this long stops with the reason (the shim's sentence, with the number of tries) instead of waiting out `timeout_s`; 0 turns it off",
-    ),
-    (
-        "reference_model",
-        None,
-        "the Anthropic model whose list prices the ledger uses (see [the ledger](../guide.md#the-ledger-what-delegation-kept-local))",
-    ),
-    (
-        "loop_limit",
-        None,
-        "the same tool call answered by the same result this many times in a row gets one note to the model; twice as many stop the job as `stuck` (0: off; at most 50)",
-    ),
-    (
-        "runaway_limit",
-        None,
-        "answers the shim's runaway guard stops in one job (the same line over and over, or the model's chat-template markers written as text) before the job fails with the likely cause and its fix; each stop closes the backend request so the server stops generating (0: the guard is off; at most 20)",
-    ),
-    (
-        "thinking",
-        None,
-        "`auto`: thinking blocks that Claude Code sends back in the history are kept, and dropped from then on if the server refuses one (vLLM before 0.17); `keep` never drops them, `drop` always does",
-    ),
-];
-
-const PRICE_MEANINGS: &[Meaning] = &[
-    ("input", None, "USD per million fresh input tokens"),
-    ("output", None, "USD per million output tokens"),
-    (
-        "cache_read",
-        Some("a tenth of `input`"),
-        "USD per million tokens the server had cached",
-    ),
-];
+fn prose_from(text: &str) -> Result<Prose, String> {
+    use serde_yaml_ng::{Mapping, Value as Y};
+    let root: Y = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    let get = |m: &Y, path: &str| -> Result<Y, String> {
+        let mut v = m;
+        for k in path.split('.') {
+            v = v.get(k).ok_or_else(|| format!("no `{path}`"))?;
+        }
+        Ok(v.clone())
+    };
+    let text_of = |v: &Y, at: &str| -> Result<String, String> {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("`{at}` is not text"))
+    };
+    let map_of = |v: &Y, at: &str| -> Result<Mapping, String> {
+        v.as_mapping()
+            .cloned()
+            .ok_or_else(|| format!("`{at}` is not a map"))
+    };
+    let pairs = |path: &str| -> Result<Vec<(String, Y)>, String> {
+        map_of(&get(&root, path)?, path)?
+            .into_iter()
+            .map(|(k, v)| Ok((text_of(&k, path)?, v)))
+            .collect()
+    };
+    let nested = |path: &str| -> Result<Vec<(String, String, String)>, String> {
+        let mut out = Vec::new();
+        for (outer, inner) in pairs(path)? {
+            for (k, v) in map_of(&inner, &outer)? {
+                let at = format!("{path}.{outer}");
+                out.push((outer.clone(), text_of(&k, &at)?, text_of(&v, &at)?));
+            }
+        }
+        Ok(out)
+    };
+    let meanings = |path: &str| -> Result<Vec<Meaning>, String> {
+        pairs(path)?
+            .into_iter()
+            .map(|(k, v)| {
+                let at = format!("{path}.{k}");
+                Ok(match v {
+                    Y::String(m) => (k, None, m),
+                    v => (
+                        k,
+                        Some(text_of(&get(&v, "default")?, &at)?),
+                        text_of(&get(&v, "meaning")?, &at)?,
+                    ),
+                })
+            })
+            .collect()
+    };
+    Ok(Prose {
+        cli_intro: text_of(&get(&root, "cli.intro")?, "cli.intro")?,
+        arg_help: nested("cli.args")?,
+        param_help: nested("mcp_tools.params")?,
+        status_notes: pairs("status_json.notes")?
+            .into_iter()
+            .map(|(k, v)| Ok((k.clone(), text_of(&v, &k)?)))
+            .collect::<Result<_, String>>()?,
+        config_top: meanings("config.top")?,
+        config_endpoint: meanings("config.endpoint")?,
+        config_model: meanings("config.model")?,
+        config_defaults: meanings("config.defaults")?,
+        config_prices: meanings("config.prices")?,
+        skill_rest: text_of(&get(&root, "skill_reference.rest")?, "skill_reference.rest")?,
+    })
+}
 
 /// The keys a project's own `models.yaml` may set in a section.
 fn project_may(section: &str, key: &str) -> bool {
@@ -1271,17 +970,17 @@ fn key_table(
     meanings: &[Meaning],
     below: &mut Vec<(String, String)>,
 ) {
-    let documented: BTreeSet<&str> = meanings.iter().map(|m| m.0).collect();
+    let documented: BTreeSet<&str> = meanings.iter().map(|m| m.0.as_str()).collect();
     for k in keys {
         assert!(
             documented.contains(k.as_str()),
-            "the config key `{what}.{k}` has no meaning in tests/it/docs.rs: add one"
+            "the config key `{what}.{k}` has no meaning in docs/reference/prose.yaml: add one"
         );
     }
     for (k, _, _) in meanings {
         assert!(
             keys.iter().any(|x| x == k),
-            "tests/it/docs.rs documents `{what}.{k}`, which the config does not have: remove it"
+            "docs/reference/prose.yaml documents `{what}.{k}`, which the config does not have: remove it"
         );
     }
     let project_column = matches!(section, "top" | "models" | "defaults");
@@ -1300,7 +999,7 @@ fn key_table(
         "---|".repeat(head.len())
     );
     for k in keys {
-        let (_, note_default, meaning) = meanings.iter().find(|m| m.0 == k).unwrap();
+        let (_, note_default, meaning) = meanings.iter().find(|m| m.0 == *k).unwrap();
         let mut row = vec![code(k), types(k)];
         if let Some(d) = defaults {
             let v = d.get(k.as_str()).cloned().unwrap_or(Value::Null);
@@ -1308,7 +1007,7 @@ fn key_table(
                 (Value::Null, Some(n)) => n.to_string(),
                 (Value::Null, None) => String::new(),
                 (_, Some(_)) => panic!(
-                    "tests/it/docs.rs gives `{what}.{k}` a default in words, but the code has one ({v}): drop the words"
+                    "docs/reference/prose.yaml gives `{what}.{k}` a default in words, but the code has one ({v}): drop the words"
                 ),
                 (Value::String(s), None) if s.len() > 60 => {
                     let heading = format!("The default `{what}.{k}`");
@@ -1366,7 +1065,7 @@ pub fn config_md() -> String {
         &top,
         |k| type_of("", k, ""),
         None,
-        TOP_MEANINGS,
+        &PROSE.config_top,
         &mut below,
     );
 
@@ -1382,7 +1081,7 @@ pub fn config_md() -> String {
         &ep,
         |k| type_of("endpoints: {e: {", k, "}}"),
         Some(&ep_defaults),
-        ENDPOINT_MEANINGS,
+        &PROSE.config_endpoint,
         &mut below,
     );
 
@@ -1397,7 +1096,7 @@ pub fn config_md() -> String {
         &models,
         |k| type_of("models: {m: {", k, "}}"),
         None,
-        MODEL_MEANINGS,
+        &PROSE.config_model,
         &mut below,
     );
 
@@ -1422,7 +1121,7 @@ pub fn config_md() -> String {
         &defaults,
         |k| type_of("defaults: {", k, "}"),
         Some(&code_defaults),
-        DEFAULT_MEANINGS,
+        &PROSE.config_defaults,
         &mut below,
     );
 
@@ -1430,12 +1129,12 @@ pub fn config_md() -> String {
         "## `prices.<model>`\n\nUSD per million tokens; adds or overrides a list price for \
          the ledger.\n\n",
     ));
-    let prices: Vec<String> = PRICE_MEANINGS.iter().map(|m| m.0.to_string()).collect();
+    let prices: Vec<String> = PROSE.config_prices.iter().map(|m| m.0.clone()).collect();
     for k in &prices {
         let t = type_of("prices: {m: {", k, "}}");
         assert_ne!(
             t, "list",
-            "`prices.<model>.{k}` takes any value: it is no price key (tests/it/docs.rs)"
+            "`prices.<model>.{k}` takes any value: it is no price key (docs/reference/prose.yaml)"
         );
     }
     key_table(
@@ -1444,7 +1143,7 @@ pub fn config_md() -> String {
         &prices,
         |k| type_of("prices: {m: {", k, "}}"),
         Some(&Map::new()),
-        PRICE_MEANINGS,
+        &PROSE.config_prices,
         &mut below,
     );
 
@@ -1828,4 +1527,29 @@ fn the_architecture_matches_the_code() {
         named >= 10,
         "ARCHITECTURE.md's invariants name only {named} tests"
     );
+}
+
+/// A wrong shape in `docs/reference/prose.yaml` is an error that names
+/// where, not a panic deep in the generator or an empty cell.
+#[test]
+fn the_prose_file_names_a_wrong_shape() {
+    let good = std::fs::read_to_string(root().join(PROSE_FILE)).unwrap();
+    assert!(prose_from(&good).is_ok());
+    let cases = [
+        ("cli: 3\n", "no `cli.intro`"),
+        (
+            &good.replacen("  intro: |+", "  intro:\n    - a list\n  was: |+", 1) as &str,
+            "`cli.intro` is not text",
+        ),
+        (
+            &good.replacen("  defaults:\n", "  defaults: 7\n  was:\n", 1) as &str,
+            "`config.defaults` is not a map",
+        ),
+    ];
+    for (text, want) in cases {
+        match prose_from(text) {
+            Err(e) => assert!(e.contains(want), "{e} (wanted {want})"),
+            Ok(_) => panic!("read a wrong shape as prose: wanted {want}"),
+        }
+    }
 }
