@@ -17,8 +17,7 @@
 
 #[path = "../tests/e2e/server.rs"]
 mod server;
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use support::git::{git, repo};
 

@@ -8,8 +8,7 @@
 //! `-- --smoke` (run by `.ci/run`): only the cold start, 10 runs; fails on a
 //! gross regression, a p50 over [`SMOKE_COLD_START_MS`].
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -7,8 +7,7 @@
 //! prints only the docs/benchmarks.md table (scripts/bench-readme.sh pastes it between
 //! the `<!-- bench:jobs -->` markers). No smoke mode: it needs Claude Code.
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

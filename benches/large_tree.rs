@@ -20,8 +20,7 @@
 //! (`-- --markdown`: the docs/benchmarks.md table). Needs the pinned Claude
 //! Code CLI (scripts/install-claude.sh, or LOCALAGENTS_CLAUDE) and git.
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

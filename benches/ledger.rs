@@ -13,8 +13,7 @@
 //! the page of a job with 200 requests, timed from the request to the
 //! last byte over loopback, 30 runs each. Target: under 200 ms.
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::process::Command;
 use std::time::Instant;

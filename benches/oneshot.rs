@@ -15,8 +15,7 @@
 #[path = "../tests/e2e/server.rs"]
 #[allow(dead_code)]
 mod server;
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -14,8 +14,7 @@
 //! [`SMOKE_HOOK_MS`]; and the SessionStart hook with a fresh cache, 20 runs,
 //! limit [`SMOKE_SESSION_START_MS`].
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -23,11 +23,7 @@ use localagents::shim::repair::LazyTools;
 use localagents::shim::sse::Relay;
 use serde_json::json;
 
-#[path = "../tests/it/support/bench.rs"]
-mod bench;
-#[path = "../tests/it/support/stats.rs"]
-#[allow(dead_code)] // rss_kb is for the other benches
-mod stats;
+use localagents_testkit::{bench, stats};
 
 fn sse(name: &str, v: serde_json::Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {v}\n\n"))

@@ -12,8 +12,7 @@
 //! [`SMOKE_ADDED_PER_HOP`] times the bare hop's p50. A ratio within one run,
 //! so a busy machine slows both sides alike.
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};

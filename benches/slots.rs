@@ -19,8 +19,7 @@
 
 #[path = "../tests/e2e/server.rs"]
 mod server;
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use localagents::jobs::metrics::context_lost;
 use localagents::shim::fold;

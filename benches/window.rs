@@ -13,8 +13,7 @@
 //! Run: `cargo bench --bench window`. Prints a Markdown table and the
 //! smallest working window.
 
-#[path = "../tests/it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use std::path::Path;
 use std::time::Instant;

@@ -9,8 +9,7 @@
 
 mod relay;
 mod server;
-#[path = "../it/support/mod.rs"]
-mod support;
+use localagents_testkit as support;
 
 use server::{need, start as start_server, start_router};
 use support::git::repo;

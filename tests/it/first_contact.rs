@@ -738,7 +738,7 @@ async fn an_interactive_session_shows_the_line_on_screen() {
         .to_string(),
     )
     .unwrap();
-    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/drive_pty.py");
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/drive_pty.py");
     let out = tokio::process::Command::new("python3")
         .arg(driver)
         .arg(claude::binary())

@@ -1,6 +1,6 @@
 //! Integration tests, in one binary so the 2-core CI links once.
 
-mod support;
+use localagents_testkit as support;
 
 mod accept;
 mod bad_input;

@@ -156,7 +156,7 @@ fn job_records(state: &std::path::Path) -> Vec<Value> {
 async fn interactive_claude_code_gets_the_job_result_as_a_task_without_wait_job() {
     let (fake, s) = fake_session().await;
     fake.set_script(top_level_and_delegate(s.done.clone()));
-    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/drive_pty.py");
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/drive_pty.py");
     let out = tokio::process::Command::new("python3")
         .arg(driver)
         .arg(claude::binary())

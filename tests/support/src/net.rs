@@ -48,7 +48,7 @@ pub async fn fixed_response(
     status: u16,
     content_type: &'static str,
     body: &'static str,
-) -> crate::support::fake_llama::Running {
+) -> crate::fake_llama::Running {
     use axum::{Router, http::StatusCode, response::IntoResponse};
     let app = Router::new().fallback(move || async move {
         (
@@ -58,5 +58,5 @@ pub async fn fixed_response(
         )
             .into_response()
     });
-    crate::support::fake_llama::Running::serve(app).await
+    crate::fake_llama::Running::serve(app).await
 }

@@ -126,8 +126,8 @@ impl Harness {
             work,
             state,
             config: Some(root.join("models.yaml")),
-            bin: PathBuf::from(env!("CARGO_BIN_EXE_localagents")),
-            claude: crate::support::claude::find(),
+            bin: crate::bin(),
+            claude: crate::claude::find(),
             env: Vec::new(),
         }
     }
@@ -333,9 +333,9 @@ impl Env {
     /// `localagents --config … --state-dir … ARGS` under the policy, with
     /// the pinned Claude Code CLI.
     pub fn command(&self, args: &[&str]) -> std::process::Command {
-        let claude = crate::support::claude::binary();
+        let claude = crate::claude::binary();
         let mut c = policy_command(
-            Path::new(env!("CARGO_BIN_EXE_localagents")),
+            &crate::bin(),
             Some(&self.cfg),
             &self.state,
             &self.home,
@@ -410,7 +410,7 @@ pub async fn hook_line(e: &Env) -> String {
 
 /// `localagents serve` in `e` with the real CLI (or `claude_bin`).
 pub async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<RoleClient, ()> {
-    serve_from(e, Path::new(env!("CARGO_BIN_EXE_localagents")), claude_bin).await
+    serve_from(e, &crate::bin(), claude_bin).await
 }
 
 /// [`serve`] started from the localagents binary `localagents`.
@@ -421,7 +421,7 @@ pub async fn serve_from(
 ) -> RunningService<RoleClient, ()> {
     let bin = claude_bin
         .map(Path::to_path_buf)
-        .unwrap_or_else(crate::support::claude::binary);
+        .unwrap_or_else(crate::claude::binary);
     e.harness()
         .bin(localagents)
         .claude(bin)

@@ -1,7 +1,15 @@
 //! Test support: fake backends that answer with exactly the shapes real
 //! llama.cpp and vLLM servers send (see shared/reference/backends.md), plus
-//! small helpers. Shared by the integration tests and the benchmarks.
-#![allow(dead_code)]
+//! small helpers. Shared by the integration tests (`tests/it`, `tests/e2e`)
+//! and the benchmarks, which name it `support`: one crate of the workspace
+//! (a dev-dependency), so it is compiled once, not into every test and
+//! bench binary.
+//!
+//! A library crate has no `CARGO_BIN_EXE_localagents` or
+//! `CARGO_TARGET_TMPDIR` of its own: [`bin`] and [`target_tmp`] find them
+//! beside the running test or bench, where Cargo puts them.
+
+use std::path::PathBuf;
 
 pub mod bench;
 pub mod browser;
@@ -17,6 +25,44 @@ pub mod route;
 pub mod script;
 pub mod session;
 pub mod stats;
+
+/// The running test's or bench's `target/<profile>/deps` directory.
+fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent().expect("the deps dir").to_path_buf()
+}
+
+/// The `localagents` binary Cargo built for this test or bench run
+/// (`target/<profile>/localagents`: Cargo builds a package's binaries for
+/// its integration tests and benchmarks). `LOCALAGENTS_TEST_BIN` names
+/// another.
+pub fn bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOCALAGENTS_TEST_BIN") {
+        return PathBuf::from(p);
+    }
+    let profile = deps_dir().parent().expect("the profile dir").to_path_buf();
+    profile.join("localagents")
+}
+
+/// Cargo's temp dir for tests and benches, `target/tmp`
+/// (`CARGO_TARGET_TMPDIR` of an integration test), made if missing.
+pub fn target_tmp() -> PathBuf {
+    let target = deps_dir()
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("the target dir")
+        .to_path_buf();
+    let tmp = target.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("target/tmp");
+    tmp
+}
+
+/// The repository's root (the `localagents` package).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .canonicalize()
+        .expect("the repository root")
+}
 
 /// A fresh HTTP client for a test to talk to a shim or a fake. reqwest is
 /// built without a default crypto provider (`rustls-no-provider`), so this

@@ -20,9 +20,16 @@ use rmcp::ServiceExt;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The package's version, read from its Cargo.toml (this crate's own
+/// `CARGO_PKG_VERSION` is the test kit's).
+fn version() -> String {
+    let toml = std::fs::read_to_string(crate::repo_root().join("Cargo.toml")).expect("Cargo.toml");
+    toml.lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("the package's version in Cargo.toml")
+        .to_string()
+}
 
 pub fn claude_cmd(home: &Path) -> Command {
     let mut c = Command::new(super::claude::binary());
@@ -48,7 +55,7 @@ pub fn clean_checkout(dest: &Path) {
             "--others",
             "--exclude-standard",
         ])
-        .current_dir(ROOT)
+        .current_dir(crate::repo_root())
         .output()
         .unwrap();
     for rel in out.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
@@ -56,7 +63,7 @@ pub fn clean_checkout(dest: &Path) {
         if rel == "package-lock.json" {
             continue;
         }
-        let (from, to) = (Path::new(ROOT).join(rel), dest.join(rel));
+        let (from, to) = (crate::repo_root().join(rel), dest.join(rel));
         if from.is_file() {
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
             std::fs::copy(&from, &to).unwrap();
@@ -70,7 +77,7 @@ pub fn pack_bin() -> PathBuf {
     std::env::var_os("LOCALAGENTS_PACK_BIN")
         .map(PathBuf::from)
         .filter(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from(BIN))
+        .unwrap_or_else(crate::bin)
 }
 
 pub fn check(o: &std::process::Output, what: &str) {
@@ -126,7 +133,7 @@ pub fn pack(out: &Path, bin: &Path) -> Packed {
 /// so the lockfile pins four packages as a release's does.
 pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
     use std::os::unix::fs::PermissionsExt;
-    let mut c = Command::new(format!("{ROOT}/scripts/npm-pack.sh"));
+    let mut c = Command::new(crate::repo_root().join("scripts/npm-pack.sh"));
     c.arg(out).arg(format!("linux-x64={}", bin.display()));
     if all {
         std::fs::create_dir_all(out).unwrap();
@@ -143,8 +150,9 @@ pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
     }
     let o = c.output().unwrap();
     check(&o, "npm-pack.sh");
-    let platform = out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
-    let meta = out.join(format!("localagents-cli-{VERSION}.tgz"));
+    let version = version();
+    let platform = out.join(format!("localagents-cli-linux-x64-{version}.tgz"));
+    let meta = out.join(format!("localagents-cli-{version}.tgz"));
     assert!(platform.is_file() && meta.is_file(), "{}", text(&o));
     Packed { platform, meta }
 }
@@ -152,7 +160,7 @@ pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
 /// `scripts/npm-lock.mjs TARBALLS OUT [--registry URL]`.
 pub fn lock(tarballs: &Path, out: &Path, registry: Option<&str>) -> std::process::Output {
     let mut c = Command::new("node");
-    c.arg(format!("{ROOT}/scripts/npm-lock.mjs"))
+    c.arg(crate::repo_root().join("scripts/npm-lock.mjs"))
         .arg(tarballs)
         .arg(out);
     if let Some(r) = registry {

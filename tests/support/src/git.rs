@@ -40,14 +40,13 @@ pub fn repo(dir: &Path) {
 /// under the target's temp dir for every later test and bench run. A test
 /// takes its own copy with [`clone_no_checkout`] (the pack is hard-linked).
 pub fn large_repo(files: usize) -> std::path::PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("large-repo-{files}"));
+    let root = crate::target_tmp().join(format!("large-repo-{files}"));
     if root.join(".git/localagents-ready").exists() {
         return root;
     }
     // Built beside, then renamed into place: two processes making it at
     // once both finish, and one rename wins.
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("large-repo-{files}.{}.tmp", std::process::id()));
+    let tmp = crate::target_tmp().join(format!("large-repo-{files}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     let folders = 200.min(files.max(1));
