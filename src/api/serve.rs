@@ -8,11 +8,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Context, Error, JobRecord, Manager, RunArgs, Target};
+use super::{Context, Error, JobRecord, Manager, Progress, RunArgs, Target};
 use crate::shim::log::RequestLog;
 use crate::shim::{Registration, Route, Shim};
-
-pub use crate::jobs::manager::Progress;
 
 /// What [`run_job`] reports while its job runs.
 pub enum RunEvent<'a> {

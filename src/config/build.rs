@@ -7,7 +7,10 @@
 use indexmap::IndexMap;
 use serde_yaml_ng::Value;
 
-use super::schema::*;
+use super::schema::{
+    Backend, Config, DEFAULT_RUNAWAY_LIMIT, Defaults, DefaultsShape, Endpoint, EndpointShape,
+    FileShape, ModelEntry, ModelShape, PriceShape, Thinking, home_path, key_safe_url,
+};
 
 /// A string that says something (empty ones count as unset).
 fn text(s: &Option<String>) -> Option<String> {
