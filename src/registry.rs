@@ -27,8 +27,10 @@ pub struct MenuItem {
 }
 
 /// The object `status --json` prints and `list_models` returns.
+/// (Its schema keeps the title `Status`, the reference's name for it.)
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Status {
+#[schemars(rename = "Status")]
+pub struct Report {
     /// Files read, in merge order. Empty: the built-in default is in use.
     pub config: Vec<PathBuf>,
     pub cwd: Option<PathBuf>,
@@ -65,7 +67,7 @@ pub fn builtin_sentence(probes: &[EndpointStatus]) -> String {
 }
 
 /// Load the config and probe everything.
-pub async fn status(discovery: &Discovery) -> Result<(Loaded, Status), ConfigError> {
+pub async fn status(discovery: &Discovery) -> Result<(Loaded, Report), ConfigError> {
     let loaded = config::load(discovery)?;
     let probes = probe::probe_all(&loaded.config).await;
     let st = build_status(&loaded, discovery, probes);
@@ -73,7 +75,7 @@ pub async fn status(discovery: &Discovery) -> Result<(Loaded, Status), ConfigErr
 }
 
 /// Assemble the status object from a loaded config and probe results.
-pub fn build_status(loaded: &Loaded, discovery: &Discovery, probes: Vec<EndpointStatus>) -> Status {
+pub fn build_status(loaded: &Loaded, discovery: &Discovery, probes: Vec<EndpointStatus>) -> Report {
     let mut warnings = loaded.warnings.clone();
     let probes = builtin_answered(&loaded.config, probes);
     if loaded.builtin {
@@ -99,7 +101,7 @@ pub fn build_status(loaded: &Loaded, discovery: &Discovery, probes: Vec<Endpoint
                 .collect(),
         })
         .collect();
-    Status {
+    Report {
         config: loaded.files.clone(),
         cwd: discovery.project_dir.clone(),
         default_model: loaded.config.defaults.model.clone(),
@@ -470,7 +472,7 @@ fn unavailable(
 }
 
 /// Short guidance that `list_models` adds to the status object.
-pub fn guidance(status: &Status) -> Value {
+pub fn guidance(status: &Report) -> Value {
     let up = status.endpoints.iter().filter(|e| e.up).count();
     json!({
         "next": if up > 0 {

@@ -18,8 +18,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::api::ExitStatus;
-use crate::api::{Context, LogStream};
-use crate::jobs::Status;
+use crate::api::{Context, LogStream, Status};
 
 /// Hand Claude Code's grunt work to a model on your own llama.cpp or vLLM server.
 #[derive(Debug, Parser)]

@@ -6,10 +6,9 @@ use std::io::Write;
 
 use anstyle::{AnsiColor, Style};
 
-use crate::api::JobList;
-use crate::jobs::{JobRecord, Status as JobStatus};
+use crate::api::{JobList, JobRecord, Status as JobStatus};
 use crate::probe::EndpointStatus;
-use crate::registry::Status;
+use crate::registry::Report;
 
 pub const GREEN: Style = AnsiColor::Green.on_default().bold();
 pub const RED: Style = AnsiColor::Red.on_default().bold();
@@ -19,7 +18,7 @@ pub const BOLD: Style = Style::new().bold();
 
 /// One line per endpoint, then the menu and warnings. Colour is written
 /// unconditionally; `anstream` strips it when stdout is not a terminal.
-pub fn render_status(out: &mut impl Write, st: &Status) -> std::io::Result<()> {
+pub fn render_status(out: &mut impl Write, st: &Report) -> std::io::Result<()> {
     let name_w = st
         .endpoints
         .iter()

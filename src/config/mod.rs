@@ -27,13 +27,15 @@
 //! entry (an endpoint without a usable `base_url`) is dropped with a warning,
 //! so one bad line never takes every tool down.
 
+mod build;
 pub mod prices;
 mod schema;
 pub mod trust;
 
+pub use build::check_base_url;
 pub use schema::{
     BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_RUNAWAY_LIMIT, Defaults, Endpoint, ModelEntry,
-    Thinking, check_base_url, home_path, key_safe_url,
+    Thinking, home_path, key_safe_url,
 };
 
 use std::collections::HashMap;
@@ -239,7 +241,7 @@ pub fn load(discovery: &Discovery) -> Result<Loaded, ConfigError> {
         }
     }
     let builtin = files.is_empty();
-    let (config, more) = schema::build(merged);
+    let (config, more) = build::build(merged);
     warnings.extend(more);
     Ok(Loaded {
         config: Arc::new(config),

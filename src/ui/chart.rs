@@ -5,11 +5,11 @@
 //! of SVG cost less than a crate with a font stack. No script, no style
 //! attribute (the page's Content-Security-Policy allows neither inline):
 //! colours come from classes in the page's stylesheet. Every label goes
-//! through [`super::page::esc`].
+//! through [`super::html::esc`].
 
 use std::fmt::Write;
 
-use super::page::esc;
+use super::html::esc;
 
 /// One group of bars: its label and a value per series (NaN: no bar).
 pub struct Group {

@@ -21,6 +21,7 @@
 //! the page shows everything as of its loading.
 
 pub mod chart;
+pub mod html;
 pub mod page;
 
 use std::collections::HashMap;
@@ -37,9 +38,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use futures::{Stream, StreamExt};
 
-use crate::api::{self, Context};
-use crate::jobs::manager::Manager;
-use crate::jobs::{Status, valid_id};
+use crate::api::{self, Context, Manager, Status, valid_id};
 
 /// How often the live stream looks at the records.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -220,8 +219,7 @@ fn jobs_html(ui: &Ui) -> String {
     let m = &ui.manager;
     // A live job is younger than the longest timeout (its time queued
     // counts toward it): older records are not read each tick.
-    let oldest =
-        chrono::Utc::now() - chrono::Duration::seconds(crate::jobs::manager::MAX_TIMEOUT_S as i64);
+    let oldest = chrono::Utc::now() - chrono::Duration::seconds(api::MAX_TIMEOUT_S as i64);
     let mut active = Vec::new();
     for id in m.store.ids_since(Some(oldest)) {
         let Ok(record) = m.store.load(&id) else {

@@ -10,29 +10,13 @@
 
 use std::fmt::Write;
 
-use crate::api::{DiffPage, LiveProgress, RequestPoint};
+use crate::api::{DiffPage, Isolation, JobListItem, JobRecord, LiveProgress, RequestPoint};
 use crate::eval::EvalLine;
-use crate::jobs::{JobListItem, JobRecord};
 use crate::ledger::{self, Savings};
 use crate::probe::EndpointStatus;
 
 use super::chart::{self, Bars, Group};
-
-/// Text made safe for HTML, in element content and in quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + s.len() / 8);
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
+pub use super::html::esc;
 
 /// Which page a link goes to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -334,8 +318,8 @@ pub fn job(token: &str, v: &JobView) -> String {
         esc(&r.cwd.display().to_string()),
         esc(&r.created),
         match r.isolation {
-            crate::jobs::Isolation::None => "none (in the tree)",
-            crate::jobs::Isolation::Worktree => "worktree",
+            Isolation::None => "none (in the tree)",
+            Isolation::Worktree => "worktree",
         },
     );
     let _ = write!(

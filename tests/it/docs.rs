@@ -700,7 +700,7 @@ pub fn status_json_md() -> String {
             .into_generator()
     };
     let status =
-        serde_json::to_value(generator().into_root_schema_for::<localagents::registry::Status>())
+        serde_json::to_value(generator().into_root_schema_for::<localagents::registry::Report>())
             .unwrap();
     let report =
         serde_json::to_value(generator().into_root_schema_for::<localagents::api::ModelsReport>())

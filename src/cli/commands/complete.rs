@@ -5,12 +5,9 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use crate::api::{self, Context};
+use crate::api::{self, BatchArgs, Caller, Context, Manager, Status};
 use crate::cli::{BatchCmd, CompleteCmd, ExitStatus, ReviewCmd, fail};
 use crate::complete::{Ask, Options};
-use crate::jobs::Status;
-use crate::jobs::limits::Caller;
-use crate::jobs::manager::Manager;
 
 /// The text of `arg`, or stdin when it is `-`.
 fn text_or_stdin(arg: &str) -> std::io::Result<String> {
@@ -106,7 +103,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
     };
     let total = items.len() as u64;
     let manager = Manager::new(ctx);
-    let args = crate::jobs::batch::BatchArgs {
+    let args = BatchArgs {
         items,
         model: a.model,
         endpoint: a.endpoint,

@@ -2,11 +2,9 @@
 
 use std::io::Write;
 
-use crate::api::{self, Context};
+use crate::api::{self, Context, Manager, Status};
 use crate::cli::render::{render_job, render_jobs};
 use crate::cli::{ExitStatus, JobCommand, fail};
-use crate::jobs::Status;
-use crate::jobs::manager::Manager;
 
 pub fn list(
     ctx: &Context,

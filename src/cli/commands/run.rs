@@ -3,11 +3,9 @@
 
 use std::io::Write;
 
-use crate::api::Context;
+use crate::api::{self, Context, Isolation, Manager, RunArgs, RunEvent, Status};
 use crate::cli::render::render_job;
 use crate::cli::{ExitStatus, RunCmd, fail};
-use crate::jobs::manager::{Manager, RunArgs};
-use crate::jobs::{Isolation, Status};
 
 impl From<RunCmd> for RunArgs {
     fn from(a: RunCmd) -> RunArgs {
@@ -35,47 +33,49 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     let manager = Manager::new(ctx);
     let json = args.json;
     let run_args = RunArgs::from(args);
-    let rec = match manager.start(run_args).await {
-        Ok(r) => r,
-        Err(e) => return Ok(fail(&e.into())),
+    // The spinner shows once the job has started.
+    let mut bar = None;
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
     };
-    let id = rec.id.clone();
-    let bar = crate::cli::render::spinner();
-    bar.set_message(format!("job {id} on {} ({})", rec.served_id, rec.endpoint));
-    let mut progress = manager.progress(&id);
-    let interrupted = loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break true,
-            r = manager.wait(&id, std::time::Duration::from_secs(1)) => {
-                match r {
-                    Ok((_, false)) => break false,
-                    Ok((rec, true)) => {
-                        let p = progress.as_mut().map(|p| p.borrow_and_update().clone()).unwrap_or_default();
-                        let round = p
-                            .acceptance_round
-                            .map(|r| format!(" · acceptance round {r}"))
-                            .unwrap_or_default();
-                        bar.set_message(format!(
-                            "job {id} · requests {} · tool calls {} · tokens {} · {}{round}",
-                            p.turns,
-                            rec.tool_calls.max(p.tool_calls),
-                            p.tokens,
-                            crate::fmt::first_chars(&p.last_activity, 60)
-                        ));
-                    }
-                    Err(e) => {
-                        bar.finish_and_clear();
-                        return Ok(fail(&e.into()));
-                    }
-                }
+    let ran = api::run_job(&manager, run_args, interrupt, |event| match event {
+        RunEvent::Started(rec) => {
+            let b = crate::cli::render::spinner();
+            b.set_message(format!(
+                "job {} on {} ({})",
+                rec.id, rec.served_id, rec.endpoint
+            ));
+            bar = Some(b);
+        }
+        RunEvent::Running(rec, p) => {
+            let Some(bar) = &bar else { return };
+            let round = p
+                .acceptance_round
+                .map(|r| format!(" · acceptance round {r}"))
+                .unwrap_or_default();
+            bar.set_message(format!(
+                "job {} · requests {} · tool calls {} · tokens {} · {}{round}",
+                rec.id,
+                p.turns,
+                rec.tool_calls.max(p.tool_calls),
+                p.tokens,
+                crate::fmt::first_chars(&p.last_activity, 60)
+            ));
+        }
+        RunEvent::Cancelling(id) => {
+            if let Some(bar) = &bar {
+                bar.set_message(format!("cancelling job {id}…"));
             }
         }
-    };
-    if interrupted {
-        bar.set_message(format!("cancelling job {id}…"));
-        let _ = manager.cancel(&id).await;
+    })
+    .await;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
     }
-    bar.finish_and_clear();
+    let id = match ran {
+        Ok(id) => id,
+        Err(e) => return Ok(fail(&e)),
+    };
     let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut out = anstream::stdout().lock();
     if json {

@@ -21,18 +21,8 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
         for e in crate::eval::lines(&ctx.state_dir, &st.endpoints) {
             writeln!(out, "{} on `{}`: {}", e.model, e.endpoint, e.line)?;
         }
-        let store = crate::jobs::Store::new(&ctx.state_dir);
-        for j in store.list(Some(crate::jobs::Status::Queued), 20) {
-            if let Some(w) = j.list_item().waiting {
-                writeln!(out, "job {} {w}", j.id)?;
-            }
-        }
-        let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-        for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
-            writeln!(out, "{}", l.line(days))?;
-        }
-        for l in crate::jobs::metrics::recent_runaways(&store, days) {
-            writeln!(out, "{}", l.line(days))?;
+        for line in crate::api::status_notes(ctx) {
+            writeln!(out, "{line}")?;
         }
         writeln!(out, "{}", crate::api::savings_line(ctx))?;
     }
