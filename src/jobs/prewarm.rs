@@ -260,7 +260,7 @@ async fn send(
             &target,
             m.context,
             RequestLog::new(&log_dir, false),
-            super::manager::job_policy(&config.defaults),
+            super::policy::job_policy(&config.defaults),
         ))
         .map_err(|e| format!("cannot register with the shim ({e})"))?;
     // The longest a job's request may stay silent: a cold prefix on a

@@ -11,26 +11,21 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use super::admit::Admission;
+use super::accept;
+use super::admit;
+use super::args::deadline_in;
 use super::dir::JobDir;
-use super::manager::{Job, Manager, Progress};
-use super::{JobRecord, Status, accept, faults, metrics};
+use super::faults;
+use super::job::{Halt, Job, Progress};
+use super::lease::{Admission, Lease};
+use super::metrics;
+use super::record::{JobRecord, Prepare, Status, preparing_line};
+use super::runtime::Runtime;
 use crate::probe;
 use crate::runner;
 use crate::shim::Route;
 use crate::shim::log::{RequestLog, now_ts};
 use crate::worktree;
-
-/// A stop we decided, over whatever the delegate says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// The job cannot go on: the sentence is its error (a tool Claude Code
-    /// does not have, a delegate that does not start, an acceptance command
-    /// that cannot run).
-    Refused(String),
-    Cancelled,
-    Timeout,
-}
 
 /// How a checkout phase ended short of a worktree.
 #[derive(Debug)]
@@ -44,7 +39,7 @@ enum Prepared {
 
 /// How one delegate session ended.
 struct SessionEnd {
-    stop: Option<Stop>,
+    stop: Option<Halt>,
     result: Option<runner::ResultEvent>,
     exit: Exit,
     stderr_tail: String,
@@ -54,7 +49,7 @@ impl SessionEnd {
     /// A session that never started: `why` is the job's error.
     fn refused(why: String) -> SessionEnd {
         SessionEnd {
-            stop: Some(Stop::Refused(why)),
+            stop: Some(Halt::Refused(why)),
             result: None,
             exit: Exit::Unknown,
             stderr_tail: String::new(),
@@ -88,7 +83,7 @@ pub fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String 
 /// `result` event, or failing both, the exit code and the last lines of
 /// stderr.
 pub fn outcome(
-    stop: Option<&Stop>,
+    stop: Option<&Halt>,
     result: Option<&runner::ResultEvent>,
     exit: Exit,
     stderr_tail: &str,
@@ -96,12 +91,12 @@ pub fn outcome(
     events: &Path,
 ) -> (Status, Option<String>) {
     match (stop, result) {
-        (Some(Stop::Refused(why)), _) => (Status::Failed, Some(why.clone())),
-        (Some(Stop::Cancelled), _) => (
+        (Some(Halt::Refused(why)), _) => (Status::Failed, Some(why.clone())),
+        (Some(Halt::Cancelled), _) => (
             Status::Cancelled,
             Some("cancelled; its process group was stopped".to_string()),
         ),
-        (Some(Stop::Timeout), _) => (
+        (Some(Halt::Timeout), _) => (
             Status::Timeout,
             Some(format!(
                 "timed out after {timeout_s} s (timeout_s); its process group was stopped; raise timeout_s or split the task"
@@ -175,13 +170,13 @@ fn progress_of(
 /// `running`. Every phase finishes the record itself, so on a normal end
 /// this finds it ended and does nothing.
 struct EndGuard<'a> {
-    manager: &'a Manager,
+    runtime: &'a Runtime,
     id: String,
 }
 
 impl Drop for EndGuard<'_> {
     fn drop(&mut self) {
-        let Ok(mut rec) = self.manager.record(&self.id) else {
+        let Ok(mut rec) = self.runtime.record(&self.id) else {
             return;
         };
         if rec.status.terminal() {
@@ -193,8 +188,8 @@ impl Drop for EndGuard<'_> {
             "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
         );
         rec.finished = Some(now_ts());
-        self.manager.keep_now(&rec);
-        self.manager.unmark_active(&rec.endpoint, &rec.id);
+        self.runtime.keep_now(&rec);
+        self.runtime.unmark_active(&rec.endpoint, &rec.id);
     }
 }
 
@@ -209,7 +204,7 @@ fn finish(rec: &mut JobRecord, status: Status, error: Option<String>, started: I
     rec.elapsed_s = Some(started.elapsed().as_secs_f64());
 }
 
-impl Manager {
+impl Runtime {
     /// A job that fails before its session starts (a load, the shim):
     /// finished as failed with `why`, saved, and no longer active on its
     /// endpoint.
@@ -227,13 +222,11 @@ impl Manager {
         rec: &mut JobRecord,
         cancel: &mut watch::Receiver<bool>,
         progress: &watch::Sender<Progress>,
-    ) -> Result<Option<super::lease::Lease>, Stop> {
+    ) -> Result<Option<Lease>, Halt> {
         match job.admission.take() {
             Some(Admission::Go(l)) => Ok(l),
             Some(Admission::Wait(ticket)) => {
-                let lease = self
-                    .wait_for_slot(job, rec, ticket, cancel, progress)
-                    .await?;
+                let lease = admit::wait_for_slot(self, job, rec, ticket, cancel, progress).await?;
                 // What the server says now, not before the wait: its
                 // slots, counters and the model's state.
                 job.target.probe = probe::probe(&job.target.endpoint, job.probe_budget).await;
@@ -245,20 +238,20 @@ impl Manager {
     }
 
     /// A job cancelled or timed out while it waited for a slot.
-    async fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Stop, started: Instant) {
+    async fn stop_while_queued(&self, rec: &mut JobRecord, stop: &Halt, started: Instant) {
         let (status, error) = match stop {
-            Stop::Cancelled => (
+            Halt::Cancelled => (
                 Status::Cancelled,
                 "cancelled while it waited for a slot".to_string(),
             ),
-            Stop::Timeout => (
+            Halt::Timeout => (
                 Status::Timeout,
                 format!(
                     "timed out after {} s (timeout_s) while it waited for a slot: raise timeout_s, run fewer jobs at once, or start the server with more --parallel slots",
                     rec.timeout_s
                 ),
             ),
-            Stop::Refused(why) => (Status::Failed, why.clone()),
+            Halt::Refused(why) => (Status::Failed, why.clone()),
         };
         finish(rec, status, Some(error), started);
         rec.last_activity = Some(format!("{} while queued", status.as_str()));
@@ -279,16 +272,16 @@ impl Manager {
         progress: &watch::Sender<Progress>,
     ) -> Result<(), Prepared> {
         let t0 = Instant::now();
-        rec.prepare = Some(super::Prepare {
+        rec.prepare = Some(Prepare {
             files: c.files,
             started: now_ts(),
             finished: None,
             elapsed_s: None,
         });
-        rec.last_activity = Some(super::preparing_line(c.files));
+        rec.last_activity = Some(preparing_line(c.files));
         self.keep(rec);
         let _ = progress.send(Progress {
-            last_activity: super::preparing_line(c.files),
+            last_activity: preparing_line(c.files),
             ..Progress::default()
         });
         let marker = JobDir::at(&rec.log_dir).cancel_marker();
@@ -365,7 +358,7 @@ impl Manager {
     ) {
         let mut rec = job.rec.clone();
         let _end = EndGuard {
-            manager: self,
+            runtime: self,
             id: rec.id.clone(),
         };
         let dir = rec.log_dir.clone();
@@ -373,14 +366,20 @@ impl Manager {
         // A new worktree: checked out first, then the job queues for a slot.
         let fresh_worktree = job.checkout.is_some();
         if let Some(c) = job.checkout.take() {
-            let deadline = super::manager::deadline_in(Duration::from_secs(rec.timeout_s));
+            let deadline = deadline_in(Duration::from_secs(rec.timeout_s));
             if let Err(e) = self
                 .prepare(&mut rec, &c, deadline, &mut cancel, &progress)
                 .await
             {
                 return self.stop_while_preparing(&mut rec, e, &c, started).await;
             }
-            job.admission = Some(self.first_look(&mut rec, &job.target, job.queue, job.pinned));
+            job.admission = Some(admit::first_look(
+                &self.ctx.state_dir,
+                &mut rec,
+                &job.target,
+                job.queue,
+                job.pinned,
+            ));
             self.keep(&rec);
         }
         // Held for the whole job: dropped when `run` returns.
@@ -427,9 +426,7 @@ impl Manager {
             .await
             .unwrap_or_else(|_| rec.task.clone());
         // The time it waited for a slot counts toward timeout_s.
-        let deadline = super::manager::deadline_in(
-            Duration::from_secs(rec.timeout_s).saturating_sub(queued_for),
-        );
+        let deadline = deadline_in(Duration::from_secs(rec.timeout_s).saturating_sub(queued_for));
         let resume = if rec.resumed_from.is_some() {
             rec.session_id.clone()
         } else {
@@ -597,7 +594,7 @@ impl Manager {
         // A job that timed out or failed while its backend failed every
         // request: the shim's sentence for it says why, not the bare end.
         if matches!(status, Status::Timeout | Status::Failed)
-            && !matches!(stop, Some(Stop::Refused(_)))
+            && !matches!(stop, Some(Halt::Refused(_)))
             && let Some(f) = reg.route.guard.backend_failing()
         {
             error = Some(match error {
@@ -724,7 +721,7 @@ impl Manager {
             let run = match accept::run_once(&spec, round, cancel).await {
                 Ok(r) => r,
                 Err(e) => {
-                    end.stop = Some(Stop::Refused(format!(
+                    end.stop = Some(Halt::Refused(format!(
                         "cannot run the acceptance command `{command}` ({e})"
                     )));
                     break;
@@ -750,11 +747,11 @@ impl Manager {
             self.keep(rec);
             match run.stopped {
                 Some(accept::Stop::Cancelled) => {
-                    end.stop = Some(Stop::Cancelled);
+                    end.stop = Some(Halt::Cancelled);
                     break;
                 }
                 Some(accept::Stop::Timeout) if job_deadline_hit => {
-                    end.stop = Some(Stop::Timeout);
+                    end.stop = Some(Halt::Timeout);
                     break;
                 }
                 _ => {}
@@ -856,7 +853,7 @@ impl Manager {
         let stderr_tail = stderr_task.await.unwrap_or_default();
         let result = follow.result;
         if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
-            stop = Some(Stop::Cancelled);
+            stop = Some(Halt::Cancelled);
         }
         SessionEnd {
             stop,
@@ -885,7 +882,7 @@ impl Manager {
         backend_fail: Duration,
         cancel: &mut watch::Receiver<bool>,
         progress: &watch::Sender<Progress>,
-    ) -> Option<Stop> {
+    ) -> Option<Halt> {
         let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut dirty = false;
@@ -905,17 +902,17 @@ impl Manager {
                     dirty = true;
                     let _ = progress.send(progress_of(rec, reg, None));
                 }
-                _ = cancel.changed() => return Some(Stop::Cancelled),
-                _ = tokio::time::sleep_until(deadline) => return Some(Stop::Timeout),
+                _ = cancel.changed() => return Some(Halt::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => return Some(Halt::Timeout),
                 _ = tick.tick() => {
                     if cancel_marker.exists() {
-                        return Some(Stop::Cancelled);
+                        return Some(Halt::Cancelled);
                     }
                     if !backend_fail.is_zero()
                         && let Some(f) = reg.route.guard.backend_failing()
                         && f.for_ >= backend_fail
                     {
-                        return Some(Stop::Refused(backend_down(&f.why, backend_fail)));
+                        return Some(Halt::Refused(backend_down(&f.why, backend_fail)));
                     }
                     if dirty {
                         self.keep(rec);
@@ -1007,7 +1004,7 @@ impl Follow {
     /// One line of the delegate's stream-json: logged as it came, read into
     /// the record and the transcript. `Some` when the session must stop (a
     /// tool it was offered is missing).
-    async fn line(&mut self, rec: &mut JobRecord, line: &str) -> Option<Stop> {
+    async fn line(&mut self, rec: &mut JobRecord, line: &str) -> Option<Halt> {
         append(&mut self.events, "events.jsonl", &[line]).await;
         let info = runner::parse_event(line);
         if let Some(s) = info.session_id {
@@ -1016,7 +1013,7 @@ impl Follow {
         if let Some(tools) = &info.init_tools {
             let missing = runner::missing_tools(&self.offered, tools);
             if !missing.is_empty() {
-                return Some(Stop::Refused(unknown_tools_error(
+                return Some(Halt::Refused(unknown_tools_error(
                     &missing,
                     info.claude_version.as_deref(),
                 )));
@@ -1082,16 +1079,16 @@ mod tests {
             (Status::Succeeded, None)
         );
         // A stop we decided wins over whatever the delegate said.
-        let (s, e) = outcome(Some(&Stop::Timeout), Some(&ok), Exit::Unknown, "", 60, ev);
+        let (s, e) = outcome(Some(&Halt::Timeout), Some(&ok), Exit::Unknown, "", 60, ev);
         assert_eq!(s, Status::Timeout);
         assert!(e.unwrap().contains("timed out after 60 s"));
-        let (s, e) = outcome(Some(&Stop::Cancelled), None, Exit::Unknown, "", 60, ev);
+        let (s, e) = outcome(Some(&Halt::Cancelled), None, Exit::Unknown, "", 60, ev);
         assert_eq!(
             (s, e.unwrap().starts_with("cancelled")),
             (Status::Cancelled, true)
         );
         let (s, e) = outcome(
-            Some(&Stop::Refused("allowed_tools names `X`".into())),
+            Some(&Halt::Refused("allowed_tools names `X`".into())),
             None,
             Exit::Code(None),
             "",
@@ -1121,11 +1118,11 @@ mod tests {
     #[test]
     fn a_run_that_ends_without_finishing_its_record_fails_it() {
         let tmp = tempfile::tempdir().unwrap();
-        let m = Manager::new(crate::context::Context {
+        let m = Runtime::new(crate::context::Context {
             explicit_config: None,
             state_dir: tmp.path().to_path_buf(),
         });
-        let id = super::super::new_id().unwrap();
+        let id = crate::jobs::record::new_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
@@ -1145,7 +1142,7 @@ mod tests {
         m.store.save(&rec).unwrap();
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _end = EndGuard {
-                manager: &m,
+                runtime: &m,
                 id: id.clone(),
             };
             panic!("a phase panicked");
@@ -1163,51 +1160,9 @@ mod tests {
         rec.status = Status::Succeeded;
         m.store.save(&rec).unwrap();
         drop(EndGuard {
-            manager: &m,
+            runtime: &m,
             id: id.clone(),
         });
         assert_eq!(m.store.load(&id).unwrap().status, Status::Succeeded);
-    }
-
-    #[tokio::test]
-    async fn a_final_record_the_disk_refuses_fails_the_job_and_its_owner_answers_from_memory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let m = Manager::new(crate::context::Context {
-            explicit_config: None,
-            state_dir: tmp.path().to_path_buf(),
-        });
-        let id = super::super::new_id().unwrap();
-        let dir = m.store.dir(&id).unwrap();
-        // job.json is a directory that is not empty: no rename can
-        // replace it, every write of the record fails.
-        std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
-        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
-            "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
-            "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
-            "isolation": "none", "status": "succeeded", "created": "2026-12-01T00:00:00Z",
-            "started": null, "finished": null, "elapsed_s": null, "session_id": null,
-            "result": "done", "error": null, "num_turns": null, "tool_calls": 0,
-            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
-            "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
-            "context": null, "metrics": null, "queued_note": null,
-            "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
-            "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
-            "resumed_from": null, "pid": null, "owner_pid": std::process::id()
-        }))
-        .unwrap();
-        let started = std::time::Instant::now();
-        m.keep_final(&mut rec).await;
-        assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(rec.status, Status::Failed);
-        let want = format!("could not write the job record in {}: ", dir.display());
-        assert!(
-            rec.error.as_deref().unwrap().starts_with(&want),
-            "{:?}",
-            rec.error
-        );
-        // The owner answers from what it kept, at once.
-        assert_eq!(m.record(&id).unwrap().status, Status::Failed);
-        let (r, still) = m.wait(&id, Duration::from_secs(1)).await.unwrap();
-        assert_eq!((r.status, still), (Status::Failed, false));
     }
 }
