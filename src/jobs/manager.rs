@@ -17,9 +17,9 @@ use super::admit;
 use super::dir::JobDir;
 use super::job::{Job, Progress};
 use super::plan::JobPlan;
-use super::record::{Isolation, JobError, JobRecord, new_id, preparing_line};
+use super::record::{Isolation, JobError, JobRecord, Status, new_id, preparing_line};
 use super::runtime::{Runtime, Untrack};
-use super::store::Store;
+use super::store::{Store, UnreadableJob};
 use crate::context::Context;
 use crate::registry;
 use crate::runner;
@@ -33,8 +33,9 @@ pub use super::policy::job_policy;
 pub struct Manager {
     pub ctx: Context,
     /// The disk (every process's jobs). The tools read through
-    /// `Manager::record`, which answers this process's own
-    /// jobs from memory first.
+    /// [`Manager::record`], [`Manager::job`], [`Manager::list`] and
+    /// [`Manager::job_dir`], which answer this process's own jobs from
+    /// memory first.
     pub store: Store,
     /// What the runs share: the shim, the running jobs, the records held
     /// in memory.
@@ -74,6 +75,43 @@ impl Manager {
     /// ran it and could not write its end), else the one on disk.
     pub fn record(&self, id: &str) -> Result<JobRecord, JobError> {
         self.rt.record(id)
+    }
+
+    /// [`Manager::record`] off the async workers: a record this process
+    /// holds at once, else read on the blocking pool.
+    pub async fn job(&self, id: &str) -> Result<JobRecord, JobError> {
+        if let Some(r) = self.rt.held(id) {
+            return Ok(r);
+        }
+        let (store, id) = (self.store.clone(), id.to_string());
+        tokio::task::spawn_blocking(move || store.load(&id))
+            .await
+            .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
+    }
+
+    /// Records, newest first, and those that do not read (at most `limit`
+    /// of each): this process's own jobs as it holds them, the rest from
+    /// disk ([`Store::scan`]). It reads every record: async callers run
+    /// it on the blocking pool.
+    pub fn list(
+        &self,
+        status: Option<Status>,
+        limit: usize,
+    ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
+        self.store
+            .scan_through(status, limit, |id| self.rt.held(id))
+    }
+
+    /// The directory of job `id` and its files (a checked id), whether
+    /// or not it has a record yet.
+    pub fn job_dir(&self, id: &str) -> Result<JobDir, JobError> {
+        self.store.job_dir(id)
+    }
+
+    /// Stop the guards of lost jobs still running ([`Store::reap_lost`]);
+    /// the ids of those stopped.
+    pub async fn reap_lost(&self) -> Vec<String> {
+        self.store.reap_lost().await
     }
 
     /// Wait until every record this process queued for the disk is
@@ -284,7 +322,6 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::record::Status;
 
     #[tokio::test]
     async fn a_final_record_the_disk_refuses_fails_the_job_and_its_owner_answers_from_memory() {

@@ -82,6 +82,11 @@ impl Runtime {
         self.keeper.write(rec).await
     }
 
+    /// The record this process holds of job `id` in memory, if any.
+    pub(super) fn held(&self, id: &str) -> Option<JobRecord> {
+        self.keeper.get(id)
+    }
+
     /// Keep a running job's record: in memory at once, on disk by the
     /// record writer thread (never on an async worker); a failed write is
     /// logged with the record's directory and the reason, and the job goes

@@ -202,9 +202,20 @@ impl Store {
         status: Option<Status>,
         limit: usize,
     ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
+        self.scan_through(status, limit, |_| None)
+    }
+
+    /// [`Store::scan`], where `held` answers for a job before its record
+    /// on disk (the records a process holds in memory).
+    pub fn scan_through(
+        &self,
+        status: Option<Status>,
+        limit: usize,
+        held: impl Fn(&str) -> Option<JobRecord>,
+    ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         for id in self.ids() {
-            match self.load(&id) {
+            match held(&id).map_or_else(|| self.load(&id), Ok) {
                 Ok(r) if status.is_none_or(|s| r.status == s) => {
                     out.push(r);
                     if out.len() >= limit {
