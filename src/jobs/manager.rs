@@ -226,7 +226,7 @@ impl Manager {
                 id: job.rec.id.clone(),
                 done: done_tx,
             };
-            rt.run(job, cancel_rx, prog_tx).await;
+            super::run::run(&rt, job, cancel_rx, prog_tx).await;
         });
         Ok(rec)
     }
