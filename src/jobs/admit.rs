@@ -190,9 +190,7 @@ pub(super) async fn wait_for_slot(
                             targets.retain(|x| x.resolved.endpoint != skip);
                             continue;
                         }
-                        rec.endpoint = t.resolved.endpoint.clone();
-                        rec.base_url = t.resolved.base_url.clone();
-                        rec.context = t.resolved.context;
+                        rec.move_to(&t.resolved);
                         job.target = t.clone();
                     }
                     rec.last_activity = Some("queued: a slot is free, starting".into());

@@ -22,7 +22,7 @@ use super::args::StartError;
 use super::dir::{JobDir, MAX_RECORD_BYTES};
 use super::job::Progress;
 use super::lease::{self, Lease};
-use super::record::{JobError, JobKind, JobRecord, Status, new_id};
+use super::record::{JobError, JobKind, JobRecord, Status, new_job_id};
 use super::runtime::Runtime;
 use crate::complete::{self, Ask, Completion, Options};
 use crate::registry::{self, Target};
@@ -155,7 +155,7 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
         super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)
             .map_err(StartError::Invalid)?;
     }
-    let id = new_id().map_err(JobError::from)?;
+    let id = new_job_id().map_err(JobError::from)?;
     let dir = rt.store.dir(&id)?;
     crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
     let rec = record(&id, &dir, &targets[0], &args);

@@ -17,7 +17,7 @@ use super::admit;
 use super::dir::JobDir;
 use super::job::{Job, Progress};
 use super::plan::JobPlan;
-use super::record::{Isolation, JobError, JobRecord, Status, new_id, preparing_line};
+use super::record::{Isolation, JobError, JobRecord, Status, new_job_id, preparing_line};
 use super::runtime::{Runtime, Untrack};
 use super::store::{Store, UnreadableJob};
 use crate::context::Context;
@@ -154,7 +154,7 @@ impl Manager {
                 .map_err(StartError::Invalid)?;
         }
 
-        let id = new_id().map_err(JobError::from)?;
+        let id = new_job_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
         let brief = JobDir::at(&dir).task();
         let task = plan.task.clone();
@@ -330,7 +330,7 @@ mod tests {
             explicit_config: None,
             state_dir: tmp.path().to_path_buf(),
         });
-        let id = new_id().unwrap();
+        let id = new_job_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
         // job.json is a directory that is not empty: no rename can
         // replace it, every write of the record fails.

@@ -37,7 +37,7 @@ pub mod summary;
 /// Per-job figures (see [`metrics`]).
 pub use metrics::JobMetrics;
 pub use record::{
-    Isolation, JobError, JobKind, JobRecord, MAX_RESULT_BYTES, Prepare, Status, new_id,
+    Isolation, JobError, JobKind, JobRecord, MAX_RESULT_BYTES, Prepare, Status, new_job_id,
     preparing_line, valid_id,
 };
 pub use store::{Store, UnreadableJob};

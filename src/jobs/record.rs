@@ -4,6 +4,7 @@
 //! [`super::store`]'s.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,7 +14,10 @@ use super::dir;
 use super::faults;
 use super::metrics;
 pub use super::status::Status;
+use crate::config::Config;
 use crate::process;
+use crate::registry::Resolved;
+use crate::shim::log::now_ts;
 use crate::shim::sse::Usage;
 use crate::worktree::WorktreeInfo;
 
@@ -54,7 +58,7 @@ impl JobError {
 }
 
 /// A new id: sortable UTC time plus 32 random bits.
-pub fn new_id() -> std::io::Result<String> {
+pub fn new_job_id() -> std::io::Result<String> {
     let mut b = [0u8; 4];
     getrandom::fill(&mut b).map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
     let t = chrono::Utc::now().format("%Y%m%d-%H%M%S");
@@ -266,6 +270,72 @@ impl JobRecord {
             }
             t => t,
         };
+    }
+}
+
+/// The writes of a job's life that touch several fields at once: one
+/// method each, so a record's fields change together wherever it happens.
+impl JobRecord {
+    /// The job's end: its status, its error (when there is one), when it
+    /// finished and how long it took since `started`.
+    pub fn finish(&mut self, status: Status, error: Option<String>, started: Instant) {
+        self.status = status;
+        if error.is_some() {
+            self.error = error;
+        }
+        self.finished = Some(now_ts());
+        self.elapsed_s = Some(started.elapsed().as_secs_f64());
+    }
+
+    /// An end decided outside the job's run (its owner is gone, its final
+    /// record could not be written): `status` and its sentence; when it
+    /// finished is kept if the record has it.
+    pub fn end_outside(&mut self, status: Status, error: String) {
+        self.status = status;
+        self.error = Some(error);
+        self.finished.get_or_insert_with(now_ts);
+    }
+
+    /// The job moves to another endpoint serving its model (a free slot
+    /// there while it waited).
+    pub fn move_to(&mut self, r: &Resolved) {
+        self.endpoint = r.endpoint.clone();
+        self.base_url = r.base_url.clone();
+        self.context = r.context;
+    }
+
+    /// The delegate started, as the process group `pgid`.
+    pub fn session_started(&mut self, pgid: u32) {
+        self.pid = Some(pgid);
+        self.guard = process::Identity::of(pgid);
+        self.status = Status::Running;
+        self.started.get_or_insert_with(now_ts);
+        self.last_activity = Some("starting claude".into());
+    }
+
+    /// The figures of the job's end: its usage and what it would have
+    /// cost, its first turn, the model's faults and what the session did
+    /// (`answered`: it ended with its own report), and the sentences
+    /// about the model and the server's cache (`llama_cpp`: name
+    /// llama-server's flags as the fix).
+    pub fn set_figures(
+        &mut self,
+        m: metrics::JobMetrics,
+        config: &Config,
+        answered: bool,
+        llama_cpp: bool,
+    ) {
+        self.usage = m.usage;
+        self.equivalent_usd =
+            config.equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
+        self.reference_model = Some(config.defaults.reference_model.clone());
+        self.first_turn = m.first_turn;
+        let outcome = faults::Outcome::of(self.tool_calls, self.files_changed.len(), answered);
+        self.model_faults = Some(m.faults.clone());
+        self.model_note = faults::note(&m.faults, &outcome);
+        self.cache_note = m.cache_note(llama_cpp);
+        self.outcome = Some(outcome);
+        self.metrics = Some(m);
     }
 }
 

@@ -17,7 +17,6 @@ use super::record::{JobError, JobRecord, Status};
 use super::store::Store;
 use crate::context::Context;
 use crate::shim::Shim;
-use crate::shim::log::now_ts;
 
 pub(super) struct Handle {
     pub(super) cancel: watch::Sender<bool>,
@@ -136,12 +135,11 @@ impl Runtime {
             }
         }
         if let Some(e) = last {
-            rec.status = Status::Failed;
-            rec.error = Some(match rec.error.take() {
+            let error = match rec.error.take() {
                 Some(before) => format!("{e}; before that: {before}"),
                 None => e.to_string(),
-            });
-            rec.finished.get_or_insert_with(now_ts);
+            };
+            rec.end_outside(Status::Failed, error);
             self.keeper.hold(rec);
             if self.keeper.write(rec).await.is_ok() {
                 self.keeper.forget(&rec.id);

@@ -120,12 +120,11 @@ impl Store {
     pub fn load(&self, id: &str) -> Result<JobRecord, JobError> {
         let mut rec = self.load_raw(id)?;
         if !rec.status.terminal() && rec.owner_pid != std::process::id() && !owner_alive(&rec) {
-            rec.status = Status::Lost;
-            rec.error = Some(format!(
+            let error = format!(
                 "the localagents process that ran this job (pid {}) is gone, so its delegate was lost; run it again, or resume_job to continue its session",
                 rec.owner_pid,
-            ));
-            rec.finished.get_or_insert_with(crate::shim::log::now_ts);
+            );
+            rec.end_outside(Status::Lost, error);
             self.save_or_log(&rec);
         }
         Ok(rec)
@@ -268,11 +267,11 @@ impl dir::Briefs for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::record::new_id;
+    use crate::jobs::record::new_job_id;
 
     #[test]
     fn ids_are_sortable_and_validated() {
-        let a = new_id().unwrap();
+        let a = new_job_id().unwrap();
         assert!(valid_id(&a), "{a}");
         for bad in [
             "../x",

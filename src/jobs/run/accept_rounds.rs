@@ -4,7 +4,7 @@
 use crate::jobs::accept;
 use crate::jobs::dir::JobDir;
 use crate::jobs::job::Halt;
-use crate::jobs::run::session::progress_of;
+use crate::jobs::run::session::progress_now;
 use crate::jobs::run::{JobRun, Live, SessionEnd};
 use crate::runner;
 
@@ -37,7 +37,7 @@ impl Live<'_, '_> {
             } = &mut *self.run;
             rec.last_activity = Some(format!("acceptance round {round}: {command}"));
             rt.keep(rec);
-            let _ = progress.send(progress_of(rec, reg, Some(round)));
+            let _ = progress.send(progress_now(rec, reg, Some(round)));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let spec = accept::Spec {
                 command,

@@ -6,11 +6,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::jobs::dir::JobDir;
-use crate::jobs::faults;
 use crate::jobs::job::Halt;
 use crate::jobs::metrics;
 use crate::jobs::record::Status;
-use crate::jobs::run::{JobRun, Live, SessionEnd, finish, outcome};
+use crate::jobs::run::{JobRun, Live, SessionEnd, outcome};
 use crate::probe;
 use crate::worktree;
 
@@ -101,23 +100,12 @@ impl Live<'_, '_> {
         if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
             m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
         }
-        rec.usage = m.usage;
-        rec.equivalent_usd =
-            job.target
-                .config
-                .equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
-        rec.reference_model = Some(job.target.config.defaults.reference_model.clone());
-        rec.first_turn = m.first_turn;
         // "Answered": the session ended with its own report, not with a
         // failure of the server or of the shim's guard.
         let fatal = reg.route.guard.fatal();
         let answered = result.as_ref().is_some_and(|r| r.success) && fatal.is_none();
-        let outcome = faults::Outcome::of(rec.tool_calls, rec.files_changed.len(), answered);
-        rec.model_faults = Some(m.faults.clone());
-        rec.model_note = faults::note(&m.faults, &outcome);
-        rec.cache_note = m.cache_note(job.target.backend == crate::config::Backend::LlamaCpp);
-        rec.outcome = Some(outcome);
-        rec.metrics = Some(m);
+        let llama_cpp = job.target.backend == crate::config::Backend::LlamaCpp;
+        rec.set_figures(m, &job.target.config, answered, llama_cpp);
         // A failure no retry could mend (a template or grammar the server
         // cannot build, a model stuck in a loop): its sentence is the
         // job's error, not Claude Code's echo of it.
@@ -141,7 +129,7 @@ impl Live<'_, '_> {
                 _ => f.why,
             });
         }
-        finish(rec, status, error, started);
+        rec.finish(status, error, started);
         rec.last_activity = Some(format!(
             "{} after {:.0}s",
             status.as_str(),

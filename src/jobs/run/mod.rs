@@ -62,6 +62,49 @@ pub enum Exit {
     Unknown,
 }
 
+/// Why a job failed before its delegate ran: its model would not load,
+/// the shim or the delegate would not start. The sentence is the job's
+/// error.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Loading or waking the model failed (the loader's sentence).
+    #[error("{0}")]
+    Load(String),
+    #[error("cannot start the shim on 127.0.0.1 ({0})")]
+    Shim(std::io::Error),
+    #[error("cannot register the job with the shim ({0})")]
+    Register(std::io::Error),
+    #[error(
+        "cannot write the delegate's prompt to {} ({source}): check that the state dir is writable",
+        path.display()
+    )]
+    Prompt {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot start {} ({source}): check that it is the Claude Code CLI and executable",
+        claude.display()
+    )]
+    Spawn {
+        claude: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl LaunchError {
+    pub fn kind(&self) -> crate::error::Kind {
+        use crate::error::Kind;
+        match self {
+            LaunchError::Load(_) => Kind::ModelUnavailable,
+            LaunchError::Spawn { .. } => Kind::Invalid,
+            LaunchError::Shim(_) | LaunchError::Register(_) | LaunchError::Prompt { .. } => {
+                Kind::Io
+            }
+        }
+    }
+}
+
 /// The sentence for tools in `allowed_tools` that Claude Code does not have.
 pub fn unknown_tools_error(missing: &[String], version: Option<&str>) -> String {
     let names = missing
@@ -161,17 +204,6 @@ impl Drop for EndGuard<'_> {
         self.runtime.keep_now(&rec);
         self.runtime.unmark_active(&rec.endpoint, &rec.id);
     }
-}
-
-/// The job's end: its status, its error (when there is one), when it
-/// finished and how long it took since `started`.
-pub(super) fn finish(rec: &mut JobRecord, status: Status, error: Option<String>, started: Instant) {
-    rec.status = status;
-    if error.is_some() {
-        rec.error = error;
-    }
-    rec.finished = Some(now_ts());
-    rec.elapsed_s = Some(started.elapsed().as_secs_f64());
 }
 
 /// One job's run: what its phases share.
@@ -314,10 +346,10 @@ impl JobRun<'_> {
     /// A job that fails before its session starts (a load, the shim):
     /// finished as failed with `why`, saved, and no longer active on its
     /// endpoint.
-    async fn fail_before_session(&mut self, why: String) {
+    async fn fail_before_session(&mut self, why: LaunchError) {
         let (rt, started) = (self.rt, self.started);
         let JobRun { rec, .. } = self;
-        finish(rec, Status::Failed, Some(why), started);
+        rec.finish(Status::Failed, Some(why.to_string()), started);
         rt.keep_final(rec).await;
         rt.unmark_active(&rec.endpoint, &rec.id);
     }
@@ -325,7 +357,7 @@ impl JobRun<'_> {
     /// A model that a router has not loaded (or a sleeping server): load
     /// or wake it first, then take the real window from the instance. The
     /// error is the job's.
-    async fn load_model(&mut self) -> Result<(), String> {
+    async fn load_model(&mut self) -> Result<(), LaunchError> {
         let rt = self.rt;
         let JobRun { job, rec, .. } = self;
         let state = job
@@ -350,7 +382,8 @@ impl JobRun<'_> {
                 swap,
                 job.load_timeout,
             )
-            .await?;
+            .await
+            .map_err(LaunchError::Load)?;
             rec.load_note = Some(match need {
                 probe::load::Need::Load => {
                     format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
@@ -376,12 +409,9 @@ impl JobRun<'_> {
 
     /// The job's route through the shim: its log, its timeouts and its
     /// guard. The error is the job's.
-    async fn open_route(&self) -> Result<crate::shim::Registration, String> {
+    async fn open_route(&self) -> Result<crate::shim::Registration, LaunchError> {
         let (rt, job, rec) = (self.rt, &self.job, &self.rec);
-        let shim = rt
-            .shim()
-            .await
-            .map_err(|e| format!("cannot start the shim on 127.0.0.1 ({e})"))?;
+        let shim = rt.shim().await.map_err(LaunchError::Shim)?;
         shim.register(Route::for_target(
             rec.id.clone(),
             &job.target,
@@ -389,7 +419,7 @@ impl JobRun<'_> {
             RequestLog::new(&rec.log_dir, job.dump),
             job.policy,
         ))
-        .map_err(|e| format!("cannot register the job with the shim ({e})"))
+        .map_err(LaunchError::Register)
     }
 }
 
@@ -465,7 +495,7 @@ mod tests {
             explicit_config: None,
             state_dir: tmp.path().to_path_buf(),
         });
-        let id = crate::jobs::record::new_id().unwrap();
+        let id = crate::jobs::record::new_job_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         let mut rec: JobRecord = serde_json::from_value(serde_json::json!({

@@ -11,7 +11,7 @@ use crate::jobs::dir::JobDir;
 use crate::jobs::job::{Halt, Progress};
 use crate::jobs::lease::{Admission, Lease};
 use crate::jobs::record::{Prepare, Status, preparing_line};
-use crate::jobs::run::{JobRun, finish};
+use crate::jobs::run::JobRun;
 use crate::probe;
 use crate::shim::log::now_ts;
 use crate::worktree;
@@ -70,7 +70,7 @@ impl JobRun<'_> {
             ),
             Halt::Refused(why) => (Status::Failed, why.clone()),
         };
-        finish(rec, status, Some(error), started);
+        rec.finish(status, Some(error), started);
         rec.last_activity = Some(format!("{} while queued", status.as_str()));
         rt.keep_final(rec).await;
     }
@@ -162,7 +162,7 @@ impl JobRun<'_> {
                 _ => "stopped during the checkout: git removes the worktree and its branch as soon as its checkout returns".into(),
             });
         }
-        finish(rec, status, Some(error), started);
+        rec.finish(status, Some(error), started);
         rec.last_activity = Some(format!("{} while preparing", status.as_str()));
         rt.keep_final(rec).await;
     }

@@ -11,10 +11,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::jobs::dir::JobDir;
 use crate::jobs::job::{Halt, Job, Progress};
-use crate::jobs::record::{JobRecord, Status};
-use crate::jobs::run::{Exit, JobRun, Live, SessionEnd, unknown_tools_error};
+use crate::jobs::record::JobRecord;
+use crate::jobs::run::{Exit, JobRun, LaunchError, Live, SessionEnd, unknown_tools_error};
 use crate::runner;
-use crate::shim::log::now_ts;
 
 /// The error of a job stopped because its backend failed every request
 /// for `limit`.
@@ -27,7 +26,7 @@ fn backend_down(why: &str, limit: Duration) -> String {
 
 /// What a running job's progress says now: its turns and tokens from the
 /// request log, its tool calls and last activity from the record.
-pub(super) fn progress_of(
+pub(super) fn progress_now(
     rec: &JobRecord,
     reg: &crate::shim::Registration,
     acceptance_round: Option<u32>,
@@ -51,14 +50,10 @@ impl Live<'_, '_> {
         let JobRun { job, rec, .. } = &mut *self.run;
         let mut child = match spawn_delegate(job, rec, reg, task, resume.as_deref()) {
             Ok(c) => c,
-            Err(why) => return SessionEnd::refused(why),
+            Err(why) => return SessionEnd::refused(why.to_string()),
         };
         let pgid = child.id().unwrap_or(0);
-        rec.pid = Some(pgid);
-        rec.guard = crate::process::Identity::of(pgid);
-        rec.status = Status::Running;
-        rec.started.get_or_insert_with(now_ts);
-        rec.last_activity = Some("starting claude".into());
+        rec.session_started(pgid);
         rt.keep(rec);
 
         let stderr = child.stderr().take();
@@ -140,7 +135,7 @@ impl Live<'_, '_> {
                         return Some(refused);
                     }
                     dirty = true;
-                    let _ = progress.send(progress_of(rec, reg, None));
+                    let _ = progress.send(progress_now(rec, reg, None));
                 }
                 _ = cancel.changed() => return Some(Halt::Cancelled),
                 _ = tokio::time::sleep_until(deadline) => return Some(Halt::Timeout),
@@ -172,7 +167,7 @@ fn spawn_delegate(
     reg: &crate::shim::Registration,
     task: &str,
     resume: Option<&str>,
-) -> Result<crate::process::Guarded, String> {
+) -> Result<crate::process::Guarded, LaunchError> {
     let append = rec
         .system_prompt_append
         .clone()
@@ -202,17 +197,13 @@ fn spawn_delegate(
     // Every process of the job inherits it: a tag to find them by.
     launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
     let prompt = JobDir::at(&rec.log_dir).prompt();
-    runner::write_prompt(&launch, &prompt).map_err(|e| {
-        format!(
-            "cannot write the delegate's prompt to {} ({e}): check that the state dir is writable",
-            prompt.display()
-        )
+    runner::write_prompt(&launch, &prompt).map_err(|source| LaunchError::Prompt {
+        path: prompt.clone(),
+        source,
     })?;
-    runner::spawn(&launch, &prompt).map_err(|e| {
-        format!(
-            "cannot start {} ({e}): check that it is the Claude Code CLI and executable",
-            launch.claude.display()
-        )
+    runner::spawn(&launch, &prompt).map_err(|source| LaunchError::Spawn {
+        claude: launch.claude.clone(),
+        source,
     })
 }
 
