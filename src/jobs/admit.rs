@@ -2,7 +2,7 @@
 //! endpoint that serves its model ([`super::lease`]), first come first
 //! served across every localagents process of the user.
 //!
-//! The first look happens in [`Manager::start`], so `run_agent`'s answer
+//! The first look happens in [`super::manager::Manager::start`], so `run_agent`'s answer
 //! already says where the job stands; the wait itself is the first phase of
 //! the job's run, where cancel and `timeout_s` stop it like any other
 //! phase. Another endpoint that serves the same model with a free slot
@@ -13,26 +13,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::lease::{self, Lease, Ticket};
-use super::manager::{Job, Manager, Progress};
-use super::run::Stop;
-use super::{JobRecord, dir::JobDir};
+use super::args::deadline_in;
+use super::dir::JobDir;
+use super::job::{Halt, Job, Progress};
+use super::lease::{self, Admission, Lease, Ticket};
+use super::record::JobRecord;
+use super::runtime::Runtime;
 use crate::registry::Target;
 
 /// How often a waiting job looks again (a lease is a local lock: cheap).
 const POLL: Duration = Duration::from_millis(100);
 /// How often it asks the registry for other endpoints serving its model.
 const REFRESH: Duration = Duration::from_secs(2);
-
-/// Where a job stands on admission.
-#[derive(Debug)]
-pub enum Admission {
-    /// It may start: with a lease (`None`: the endpoint's slots are not
-    /// known, or `defaults.queue` is off).
-    Go(Option<Lease>),
-    /// It waits, holding its place.
-    Wait(Ticket),
-}
 
 /// The queue a job waits in: its model's, or for a job bound to one
 /// endpoint that model's on that endpoint (so it never waits behind a job
@@ -120,121 +112,113 @@ fn merge_targets(old: &[Target], mut fresh: Vec<Target>, own: &str) -> Vec<Targe
     fresh
 }
 
-impl Manager {
-    /// The first look, at start: a free slot now, or a place in the queue
-    /// (and the record says which).
-    pub(super) fn first_look(
-        &self,
-        rec: &mut JobRecord,
-        t: &Target,
-        queue: bool,
-        pinned: bool,
-    ) -> Admission {
-        let Some(total) = slots_of(t).filter(|_| queue) else {
+/// The first look, at start: a free slot now, or a place in the queue
+/// (and the record says which).
+pub(super) fn first_look(
+    state: &std::path::Path,
+    rec: &mut JobRecord,
+    t: &Target,
+    queue: bool,
+    pinned: bool,
+) -> Admission {
+    let Some(total) = slots_of(t).filter(|_| queue) else {
+        return Admission::Go(None);
+    };
+    let ticket = match Ticket::take(state, &queue_of(t, pinned), &rec.id) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("cannot join the queue ({e}); the job starts without a lease");
             return Admission::Go(None);
-        };
-        let state = &self.ctx.state_dir;
-        let ticket = match Ticket::take(state, &queue_of(t, pinned), &rec.id) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!("cannot join the queue ({e}); the job starts without a lease");
-                return Admission::Go(None);
+        }
+    };
+    let place = ticket.place();
+    if place.ahead == 0 {
+        match lease_any(state, std::slice::from_ref(t), &rec.id) {
+            Found::Lease(l, _) => return Admission::Go(Some(l)),
+            Found::Unleasable => return Admission::Go(None),
+            Found::Nothing => {}
+        }
+    }
+    let holders = lease::holders(state, &t.resolved.endpoint, total);
+    rec.last_activity = Some(waiting_line(&place, t, &holders));
+    Admission::Wait(ticket)
+}
+
+/// Wait in the queue until a slot of an endpoint serving the model is
+/// free and no one is ahead; the job may move to that endpoint.
+pub(super) async fn wait_for_slot(
+    rt: &Runtime,
+    job: &mut Job,
+    rec: &mut JobRecord,
+    ticket: Ticket,
+    cancel: &mut watch::Receiver<bool>,
+    progress: &watch::Sender<Progress>,
+) -> Result<Option<Lease>, Halt> {
+    let state = rt.ctx.state_dir.clone();
+    let marker = JobDir::at(&rec.log_dir).cancel_marker();
+    let deadline = deadline_in(Duration::from_secs(rec.timeout_s));
+    let mut targets = vec![job.target.clone()];
+    let mut refreshed: Option<Instant> = None;
+    loop {
+        if !job.pinned && refreshed.is_none_or(|r| r.elapsed() >= REFRESH) {
+            refreshed = Some(Instant::now());
+            let served = job.target.resolved.served_id.clone();
+            let refresh = crate::registry::resolve_targets(&rt.ctx, Some(&served), None);
+            let fresh = tokio::select! {
+                r = refresh => r.ok(),
+                _ = cancel.changed() => return Err(Halt::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => return Err(Halt::Timeout),
+            };
+            if let Some(all) = fresh {
+                targets = merge_targets(&targets, all, &job.target.resolved.endpoint);
             }
-        };
+        }
         let place = ticket.place();
         if place.ahead == 0 {
-            match lease_any(state, std::slice::from_ref(t), &rec.id) {
-                Found::Lease(l, _) => return Admission::Go(Some(l)),
-                Found::Unleasable => return Admission::Go(None),
+            match lease_any(&state, &targets, &rec.id) {
+                Found::Lease(l, i) => {
+                    let t = &targets[i];
+                    if t.resolved.endpoint != job.target.resolved.endpoint {
+                        // A load there could swap out another job's model.
+                        if !job.force
+                            && let Err(why) =
+                                super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)
+                        {
+                            let skip = t.resolved.endpoint.clone();
+                            tracing::info!("not moving job {} to `{skip}`: {why}", rec.id);
+                            drop(l);
+                            targets.retain(|x| x.resolved.endpoint != skip);
+                            continue;
+                        }
+                        rec.move_to(&t.resolved);
+                        job.target = t.clone();
+                    }
+                    rec.last_activity = Some("queued: a slot is free, starting".into());
+                    rt.store.save_or_log(rec);
+                    return Ok(Some(l));
+                }
+                Found::Unleasable => return Ok(None),
                 Found::Nothing => {}
             }
         }
-        let holders = lease::holders(state, &t.resolved.endpoint, total);
-        rec.last_activity = Some(waiting_line(&place, t, &holders));
-        Admission::Wait(ticket)
-    }
-
-    /// Wait in the queue until a slot of an endpoint serving the model is
-    /// free and no one is ahead; the job may move to that endpoint.
-    pub(super) async fn wait_for_slot(
-        &self,
-        job: &mut Job,
-        rec: &mut JobRecord,
-        ticket: Ticket,
-        cancel: &mut watch::Receiver<bool>,
-        progress: &watch::Sender<Progress>,
-    ) -> Result<Option<Lease>, Stop> {
-        let state = self.ctx.state_dir.clone();
-        let marker = JobDir::at(&rec.log_dir).cancel_marker();
-        let deadline = super::manager::deadline_in(Duration::from_secs(rec.timeout_s));
-        let mut targets = vec![job.target.clone()];
-        let mut refreshed: Option<Instant> = None;
-        loop {
-            if !job.pinned && refreshed.is_none_or(|r| r.elapsed() >= REFRESH) {
-                refreshed = Some(Instant::now());
-                let served = job.target.resolved.served_id.clone();
-                let refresh = crate::registry::resolve_targets(&self.ctx, Some(&served), None);
-                let fresh = tokio::select! {
-                    r = refresh => r.ok(),
-                    _ = cancel.changed() => return Err(Stop::Cancelled),
-                    _ = tokio::time::sleep_until(deadline) => return Err(Stop::Timeout),
-                };
-                if let Some(all) = fresh {
-                    targets = merge_targets(&targets, all, &job.target.resolved.endpoint);
-                }
-            }
-            let place = ticket.place();
-            if place.ahead == 0 {
-                match lease_any(&state, &targets, &rec.id) {
-                    Found::Lease(l, i) => {
-                        let t = &targets[i];
-                        if t.resolved.endpoint != job.target.resolved.endpoint {
-                            // A load there could swap out another job's model.
-                            if !job.force
-                                && let Err(why) = super::evict::check_load(
-                                    &self.store,
-                                    &t.probe,
-                                    &t.resolved.served_id,
-                                )
-                            {
-                                let skip = t.resolved.endpoint.clone();
-                                tracing::info!("not moving job {} to `{skip}`: {why}", rec.id);
-                                drop(l);
-                                targets.retain(|x| x.resolved.endpoint != skip);
-                                continue;
-                            }
-                            rec.endpoint = t.resolved.endpoint.clone();
-                            rec.base_url = t.resolved.base_url.clone();
-                            rec.context = t.resolved.context;
-                            job.target = t.clone();
-                        }
-                        rec.last_activity = Some("queued: a slot is free, starting".into());
-                        self.store.save_or_log(rec);
-                        return Ok(Some(l));
-                    }
-                    Found::Unleasable => return Ok(None),
-                    Found::Nothing => {}
-                }
-            }
-            let total = slots_of(&job.target).unwrap_or(1);
-            let holders = lease::holders(&state, &job.target.resolved.endpoint, total);
-            let line = waiting_line(&place, &job.target, &holders);
-            if rec.last_activity.as_deref() != Some(line.as_str()) {
-                rec.last_activity = Some(line.clone());
-                self.store.save_or_log(rec);
-                let _ = progress.send(Progress {
-                    last_activity: line,
-                    ..Default::default()
-                });
-            }
-            tokio::select! {
-                _ = cancel.changed() => return Err(Stop::Cancelled),
-                _ = tokio::time::sleep_until(deadline) => return Err(Stop::Timeout),
-                _ = tokio::time::sleep(POLL) => {}
-            }
-            if marker.exists() {
-                return Err(Stop::Cancelled);
-            }
+        let total = slots_of(&job.target).unwrap_or(1);
+        let holders = lease::holders(&state, &job.target.resolved.endpoint, total);
+        let line = waiting_line(&place, &job.target, &holders);
+        if rec.last_activity.as_deref() != Some(line.as_str()) {
+            rec.last_activity = Some(line.clone());
+            rt.store.save_or_log(rec);
+            let _ = progress.send(Progress {
+                last_activity: line,
+                ..Default::default()
+            });
+        }
+        tokio::select! {
+            _ = cancel.changed() => return Err(Halt::Cancelled),
+            _ = tokio::time::sleep_until(deadline) => return Err(Halt::Timeout),
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        if marker.exists() {
+            return Err(Halt::Cancelled);
         }
     }
 }

@@ -18,9 +18,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::lease::Lease;
-use super::manager::{Manager, Progress, StartError};
-use super::{JobError, JobKind, JobRecord, Status};
+use super::args::StartError;
+use super::dir::{JobDir, MAX_RECORD_BYTES};
+use super::job::Progress;
+use super::lease::{self, Lease};
+use super::record::{JobError, JobKind, JobRecord, Status, new_job_id};
+use super::runtime::Runtime;
 use crate::complete::{self, Ask, Completion, Options};
 use crate::registry::{self, Target};
 use crate::shim::log::now_ts;
@@ -78,8 +81,8 @@ pub struct BatchReport {
 impl BatchReport {
     /// Read `batch.json` from a job dir, if the batch has finished.
     pub fn read(dir: &Path) -> Option<BatchReport> {
-        let path = super::dir::JobDir::at(dir).batch();
-        let bytes = crate::paths::read_capped(&path, super::dir::MAX_RECORD_BYTES).ok()?;
+        let path = JobDir::at(dir).batch();
+        let bytes = crate::paths::read_capped(&path, MAX_RECORD_BYTES).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }
@@ -104,7 +107,7 @@ fn leased_lanes(state_dir: &Path, t: &Target, id: &str, queue: bool) -> (usize, 
     };
     let mut held = Vec::new();
     while held.len() < want {
-        match super::lease::try_lease(state_dir, &t.resolved.endpoint, total, id) {
+        match lease::try_lease(state_dir, &t.resolved.endpoint, total, id) {
             Ok(Some(l)) => held.push(l),
             Ok(None) => break,
             Err(e) => {
@@ -132,109 +135,105 @@ fn record(id: &str, dir: &Path, t: &Target, args: &BatchArgs) -> JobRecord {
     rec
 }
 
-impl Manager {
-    /// Start a batch as a job; it runs in this process.
-    pub async fn start_batch(self: &Arc<Self>, args: BatchArgs) -> Result<JobRecord, StartError> {
-        if args.items.is_empty() {
-            return Err(StartError::Invalid(
-                "the batch has no items: give at least one {\"prompt\": …}".into(),
-            ));
-        }
-        if args.items.len() > MAX_ITEMS {
-            return Err(StartError::Invalid(format!(
-                "the batch has {} items; one batch takes at most {MAX_ITEMS}: split it",
-                args.items.len()
-            )));
-        }
-        let targets =
-            registry::resolve_targets(&self.ctx, args.model.as_deref(), args.endpoint.as_deref())
-                .await?;
-        for t in &targets {
-            super::evict::check_load(&self.store, &t.probe, &t.resolved.served_id)
-                .map_err(StartError::Invalid)?;
-        }
-        let id = super::new_id().map_err(JobError::from)?;
-        let dir = self.store.dir(&id)?;
-        crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-        let rec = record(&id, &dir, &targets[0], &args);
-        self.store.save(&rec)?;
-        let queue = targets[0].config.defaults.queue;
-        let targets: Vec<(Target, usize, Vec<Lease>)> = targets
-            .into_iter()
-            .map(|t| {
-                let (n, held) = leased_lanes(&self.ctx.state_dir, &t, &id, queue);
-                (t, n, held)
-            })
-            .collect();
-        let (cancel, done, progress) = self.track(&id);
-        let me = self.clone();
-        let out = rec.clone();
-        tokio::spawn(async move {
-            let rec = me.run_batch(rec, targets, args, cancel, progress).await;
-            me.store.save_or_log(&rec);
-            me.untrack(&rec.id, &done);
-        });
-        Ok(out)
+/// Start a batch as a job; it runs in this process (the manager's
+/// `start_batch`).
+pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecord, StartError> {
+    if args.items.is_empty() {
+        return Err(StartError::Invalid(
+            "the batch has no items: give at least one {\"prompt\": …}".into(),
+        ));
     }
-
-    async fn run_batch(
-        &self,
-        mut rec: JobRecord,
-        targets: Vec<(Target, usize, Vec<Lease>)>,
-        args: BatchArgs,
-        cancel: watch::Receiver<bool>,
-        progress: watch::Sender<Progress>,
-    ) -> JobRecord {
-        let started = Instant::now();
-        let total = args.items.len();
-        let config = targets[0].0.config.clone();
-        let shared = Arc::new(Shared {
-            log: rec.log_dir.clone(),
-            base: args.base,
-            options: args.options,
-            next: AtomicUsize::new(0),
-            done: AtomicU64::new(0),
-            tokens: AtomicU64::new(0),
-            results: Mutex::new(vec![None; total]),
-            items: args.items,
-        });
-        let mut lanes_used = Vec::new();
-        let mut workers = Vec::new();
-        // Held until every worker is done.
-        let mut leases = Vec::new();
-        for (t, n, held) in targets {
-            leases.extend(held);
-            let n = n.min(total);
-            lanes_used.push(format!("{}×{n}", t.resolved.endpoint));
-            let t = Arc::new(t);
-            for _ in 0..n {
-                let w = worker(shared.clone(), t.clone(), progress.clone(), cancel.clone());
-                workers.push(tokio::spawn(w));
-            }
-        }
-        for w in workers {
-            let _ = w.await;
-        }
-        drop(leases);
-        let cancelled = *cancel.borrow();
-        let elapsed = started.elapsed().as_secs_f64();
-        let results = shared.results.lock().map(|r| r.clone()).unwrap_or_default();
-        let report = BatchReport::of(results, elapsed, lanes_used);
-        match serde_json::to_vec_pretty(&report) {
-            Ok(bytes) => {
-                let path = super::dir::JobDir::at(&rec.log_dir).batch();
-                if let Err(e) = crate::paths::write_atomic(&path, &bytes) {
-                    tracing::error!("{e}: the items' answers are lost");
-                    rec.error = Some(format!("{e}: free space there and run the batch again"));
-                }
-            }
-            Err(e) => tracing::error!("cannot encode the batch report ({e})"),
-        }
-        finish(&mut rec, &report, &config, cancelled, elapsed);
-        rec
+    if args.items.len() > MAX_ITEMS {
+        return Err(StartError::Invalid(format!(
+            "the batch has {} items; one batch takes at most {MAX_ITEMS}: split it",
+            args.items.len()
+        )));
     }
+    let targets =
+        registry::resolve_targets(&rt.ctx, args.model.as_deref(), args.endpoint.as_deref()).await?;
+    for t in &targets {
+        super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)
+            .map_err(StartError::Invalid)?;
+    }
+    let id = new_job_id().map_err(JobError::from)?;
+    let dir = rt.store.dir(&id)?;
+    crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
+    let rec = record(&id, &dir, &targets[0], &args);
+    rt.store.save(&rec)?;
+    let queue = targets[0].config.defaults.queue;
+    let targets: Vec<(Target, usize, Vec<Lease>)> = targets
+        .into_iter()
+        .map(|t| {
+            let (n, held) = leased_lanes(&rt.ctx.state_dir, &t, &id, queue);
+            (t, n, held)
+        })
+        .collect();
+    let (cancel, done, progress) = rt.track(&id);
+    let me = rt.clone();
+    let out = rec.clone();
+    tokio::spawn(async move {
+        let rec = run_batch(rec, targets, args, cancel, progress).await;
+        me.store.save_or_log(&rec);
+        me.untrack(&rec.id, &done);
+    });
+    Ok(out)
 }
 
+async fn run_batch(
+    mut rec: JobRecord,
+    targets: Vec<(Target, usize, Vec<Lease>)>,
+    args: BatchArgs,
+    cancel: watch::Receiver<bool>,
+    progress: watch::Sender<Progress>,
+) -> JobRecord {
+    let started = Instant::now();
+    let total = args.items.len();
+    let config = targets[0].0.config.clone();
+    let shared = Arc::new(Shared {
+        log: rec.log_dir.clone(),
+        base: args.base,
+        options: args.options,
+        next: AtomicUsize::new(0),
+        done: AtomicU64::new(0),
+        tokens: AtomicU64::new(0),
+        results: Mutex::new(vec![None; total]),
+        items: args.items,
+    });
+    let mut lanes_used = Vec::new();
+    let mut workers = Vec::new();
+    // Held until every worker is done.
+    let mut leases = Vec::new();
+    for (t, n, held) in targets {
+        leases.extend(held);
+        let n = n.min(total);
+        lanes_used.push(format!("{}×{n}", t.resolved.endpoint));
+        let t = Arc::new(t);
+        for _ in 0..n {
+            let w = worker(shared.clone(), t.clone(), progress.clone(), cancel.clone());
+            workers.push(tokio::spawn(w));
+        }
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+    drop(leases);
+    let cancelled = *cancel.borrow();
+    let elapsed = started.elapsed().as_secs_f64();
+    let results = shared.results.lock().map(|r| r.clone()).unwrap_or_default();
+    let report = BatchReport::of(results, elapsed, lanes_used);
+    match serde_json::to_vec_pretty(&report) {
+        Ok(bytes) => {
+            let path = JobDir::at(&rec.log_dir).batch();
+            if let Err(e) = crate::paths::write_atomic(&path, &bytes) {
+                tracing::error!("{e}: the items' answers are lost");
+                rec.error = Some(format!("{e}: free space there and run the batch again"));
+            }
+        }
+        Err(e) => tracing::error!("cannot encode the batch report ({e})"),
+    }
+    finish(&mut rec, &report, &config, cancelled, elapsed);
+    rec
+}
 /// What the workers of one batch share: the items, the next one to take,
 /// the counters and the results in input order.
 struct Shared {

@@ -3,14 +3,14 @@
 //! Every module that reads or writes a job's files (the job's run, the
 //! acceptance command, the API's log pages, the prompt hook, the ledger)
 //! names them through [`JobDir`], so a file can be renamed or moved in one
-//! line, and a scan over many jobs reads records through [`Store::brief`]
+//! line, and a scan over many jobs reads records through [`super::store::Store::brief`]
 //! instead of opening `job.json` itself.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{JobError, Status, Store, valid_id};
+use super::status::Status;
 
 /// Largest `job.json` read (a record lists its files: generous).
 pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
@@ -163,21 +163,13 @@ pub struct BriefWorktree {
     pub kept: bool,
 }
 
-impl Store {
-    /// The directory of job `id` (a checked id: nothing else reaches the
-    /// file system).
-    pub fn job_dir(&self, id: &str) -> Result<JobDir, JobError> {
-        if !valid_id(id) {
-            return Err(JobError::BadId(crate::fmt::first_chars(id, 64)));
-        }
-        Ok(JobDir(self.root.join(id)))
-    }
-
-    /// The brief of job `id`'s record; `None` when it is no job id, has
-    /// no record, or its record does not read (a scan skips it).
-    pub fn brief(&self, id: &str) -> Option<RecordBrief> {
-        let dir = self.job_dir(id).ok()?;
-        let bytes = crate::paths::read_capped(&dir.record(), MAX_RECORD_BYTES).ok()?;
-        serde_json::from_slice(&bytes).ok()
-    }
+/// What a scan over recent jobs reads (`status`, `doctor`, the model
+/// list): their ids and their records' briefs. [`super::store::Store`] is
+/// the one that has them; a scan names this trait so that it sits below
+/// the store (whose records carry the scan's figures).
+pub trait Briefs {
+    /// The ids of jobs created at or after `since`, newest first.
+    fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String>;
+    /// The brief of job `id`'s record, when it reads.
+    fn brief(&self, id: &str) -> Option<RecordBrief>;
 }

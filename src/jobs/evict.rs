@@ -9,7 +9,8 @@
 //! is checked against the running jobs of every localagents process (their
 //! records), and the answer names the job. `force` skips the check.
 
-use super::{Status, Store};
+use super::record::Status;
+use super::store::Store;
 use crate::probe::EndpointStatus;
 use crate::probe::load;
 

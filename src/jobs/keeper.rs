@@ -18,7 +18,8 @@ use std::sync::{Mutex, OnceLock};
 
 use tokio::sync::oneshot;
 
-use super::{JobError, JobRecord, Store};
+use super::record::{JobError, JobRecord};
+use super::store::Store;
 
 /// What the thread is asked to do.
 enum Write {

@@ -245,6 +245,16 @@ pub fn ordinal(n: usize) -> String {
     format!("{n}{suffix}")
 }
 
+/// Where a job stands on admission.
+#[derive(Debug)]
+pub enum Admission {
+    /// It may start: with a lease (`None`: the endpoint's slots are not
+    /// known, or `defaults.queue` is off).
+    Go(Option<Lease>),
+    /// It waits, holding its place.
+    Wait(Ticket),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

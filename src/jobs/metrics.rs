@@ -275,7 +275,7 @@ impl SlotLosses {
 
 /// Lost slots per endpoint over the jobs of the last `days` days, the
 /// endpoints with any, in the order first seen (newest job first).
-pub fn recent_slot_losses(store: &super::Store, days: i64) -> Vec<SlotLosses> {
+pub fn recent_slot_losses(store: &impl super::dir::Briefs, days: i64) -> Vec<SlotLosses> {
     let mut out: Vec<SlotLosses> = Vec::new();
     for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
         let Some(b) = store.brief(&id) else { continue };
@@ -332,7 +332,7 @@ impl Runaways {
 
 /// Runaways per endpoint over the jobs of the last `days` days, the
 /// endpoints with any, newest job first.
-pub fn recent_runaways(store: &super::Store, days: i64) -> Vec<Runaways> {
+pub fn recent_runaways(store: &impl super::dir::Briefs, days: i64) -> Vec<Runaways> {
     let mut out: Vec<Runaways> = Vec::new();
     for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
         let Some(b) = store.brief(&id) else { continue };

@@ -15,11 +15,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::args::{MAX_TIMEOUT_S, RunArgs, StartError};
 use super::limits::{self, Caller};
-use super::manager::{MAX_TIMEOUT_S, RunArgs, StartError};
-use super::{Isolation, JobError, JobKind, JobRecord, Status, WorktreeInfo};
+use super::record::{Isolation, JobError, JobKind, JobRecord, Status};
 use crate::config::{Config, Defaults};
 use crate::registry::Target;
+use crate::worktree::WorktreeInfo;
 
 /// The brief of a resume that brings no words of its own.
 pub const CONTINUE: &str = "Continue where you left off.";

@@ -39,6 +39,36 @@ use crate::shim::{Route, Shim};
 /// The prewarm's request logs: `<state>/prewarm/<endpoint>/requests.jsonl`.
 pub const DIR: &str = "prewarm";
 
+/// Why a prewarm request failed (logged; the prewarm is best effort).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WarmError {
+    #[error("endpoint `{0}` is not in the config")]
+    NotInConfig(String),
+    #[error("cannot register with the shim ({0})")]
+    Register(String),
+    /// The request got no answer (its URL, which holds the route's
+    /// token, left out).
+    #[error("no answer ({0})")]
+    NoAnswer(String),
+    #[error("HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("an answer without usage ({why}): {body}")]
+    NoUsage { why: String, body: String },
+}
+
+impl WarmError {
+    pub fn kind(&self) -> crate::error::Kind {
+        use crate::error::Kind;
+        match self {
+            WarmError::NotInConfig(_) => Kind::Config,
+            WarmError::Register(_) => Kind::Io,
+            WarmError::NoAnswer(_) | WarmError::Status { .. } | WarmError::NoUsage { .. } => {
+                Kind::ModelUnavailable
+            }
+        }
+    }
+}
+
 /// What the prewarm did on one endpoint and model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Warmed {
@@ -48,7 +78,7 @@ pub struct Warmed {
     pub slots: u64,
     /// Tokens the server processed and found cached over them, or why the
     /// first one that failed did.
-    pub outcome: Result<(u64, u64), String>,
+    pub outcome: Result<(u64, u64), WarmError>,
     pub ms: u64,
 }
 
@@ -231,11 +261,11 @@ async fn send(
     p: &EndpointStatus,
     m: &probe::ServedModel,
     body: &Value,
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), WarmError> {
     let endpoint = config
         .endpoint(&p.name)
         .cloned()
-        .ok_or_else(|| format!("endpoint `{}` is not in the config", p.name))?;
+        .ok_or_else(|| WarmError::NotInConfig(p.name.clone()))?;
     let target = Target {
         config: std::sync::Arc::new(config.clone()),
         resolved: Resolved {
@@ -260,9 +290,9 @@ async fn send(
             &target,
             m.context,
             RequestLog::new(&log_dir, false),
-            super::manager::job_policy(&config.defaults),
+            super::policy::job_policy(&config.defaults),
         ))
-        .map_err(|e| format!("cannot register with the shim ({e})"))?;
+        .map_err(|e| WarmError::Register(e.to_string()))?;
     // The longest a job's request may stay silent: a cold prefix on a
     // slow server is a long prefill.
     let limit = reg.route.longest_silence() + Duration::from_secs(5);
@@ -273,20 +303,18 @@ async fn send(
         .send()
         .await
         // The URL holds the route's token: leave it out.
-        .map_err(|e| format!("no answer ({})", e.without_url()))?;
+        .map_err(|e| WarmError::NoAnswer(e.without_url().to_string()))?;
     let status = r.status().as_u16();
     let bytes = probe::client::read_at_most(r, 1 << 20).await;
     if status != 200 {
-        return Err(format!(
-            "HTTP {status}: {}",
-            crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200)
-        ));
+        return Err(WarmError::Status {
+            status,
+            body: crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200),
+        });
     }
-    let a: Answer = serde_json::from_slice(&bytes).map_err(|e| {
-        format!(
-            "an answer without usage ({e}): {}",
-            crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200)
-        )
+    let a: Answer = serde_json::from_slice(&bytes).map_err(|e| WarmError::NoUsage {
+        why: e.to_string(),
+        body: crate::fmt::first_chars(&String::from_utf8_lossy(&bytes), 200),
     })?;
     Ok((a.usage.input_tokens, a.usage.cache_read_input_tokens))
 }

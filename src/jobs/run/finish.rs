@@ -1,0 +1,139 @@
+//! The job's end: the outcome (the acceptance command decides over the
+//! delegate's word, a fatal answer over both), what changed in the tree,
+//! the figures from the request log and the server's counters, then the
+//! record finished as that status.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::jobs::dir::JobDir;
+use crate::jobs::job::Halt;
+use crate::jobs::metrics;
+use crate::jobs::record::Status;
+use crate::jobs::run::{JobRun, Live, SessionEnd, outcome};
+use crate::probe;
+use crate::worktree;
+
+impl Live<'_, '_> {
+    /// The job's end: the outcome (the acceptance command decides over the
+    /// delegate's word, a fatal answer over both), what changed in the
+    /// tree, the figures from the request log and the server's counters,
+    /// then the record finished as that status.
+    pub(super) async fn finalize(
+        &mut self,
+        end: SessionEnd,
+        snap_before: Option<worktree::Snapshot>,
+        shared: &AtomicBool,
+    ) {
+        let (reg, started) = (self.reg, self.run.started);
+        let JobRun { job, rec, .. } = &mut *self.run;
+        let dir = rec.log_dir.clone();
+        let before = &job.target.probe;
+        let slots_at_start = before.slots;
+        // Outcome.
+        let SessionEnd {
+            stop,
+            result,
+            exit: exit_code,
+            stderr_tail,
+        } = end;
+        let (mut status, mut error) = outcome(
+            stop.as_ref(),
+            result.as_ref(),
+            exit_code,
+            &stderr_tail,
+            rec.timeout_s,
+            &JobDir::at(&dir).events(),
+        );
+        if stop.is_none()
+            && let Some(a) = &rec.acceptance
+        {
+            // The command, not the delegate's word, decides.
+            if a.passed {
+                status = Status::Succeeded;
+                error = None;
+            } else {
+                status = Status::Failed;
+                error = Some(a.failure());
+            }
+        }
+        if let Some(r) = &result {
+            rec.set_result(r.text.clone());
+            rec.num_turns = r.num_turns;
+        }
+        if !stderr_tail.trim().is_empty() {
+            let path = JobDir::at(&dir).stderr();
+            let tail = stderr_tail.clone();
+            let wrote = tokio::task::spawn_blocking(move || {
+                crate::paths::write_atomic(&path, tail.as_bytes())
+            })
+            .await;
+            if let Ok(Err(e)) = wrote {
+                tracing::error!("{e}");
+            }
+        }
+
+        // What changed.
+        let snap_after = worktree::snapshot(&rec.cwd).await;
+        if let (Some(b), Some(a)) = (snap_before, &snap_after) {
+            rec.files_changed = worktree::changed(&b, a);
+        }
+        if let Some(w) = rec.worktree.as_mut() {
+            // The snapshot just taken is the worktree's status: whether it
+            // is dirty needs no second walk.
+            let dirty = snap_after.as_ref().map(|a| !a.is_empty());
+            match worktree::finish(w, &rec.id, dirty).await {
+                Ok(done) => *w = done,
+                Err(e) => {
+                    w.note = Some(format!("could not inspect the worktree: {e}"));
+                    w.kept = tokio::fs::try_exists(&w.path).await.unwrap_or(true);
+                }
+            }
+        }
+
+        // Figures.
+        let log_dir = dir.clone();
+        let mut m = tokio::task::spawn_blocking(move || metrics::from_log(&log_dir))
+            .await
+            .unwrap_or_default();
+        m.slots_at_start = slots_at_start;
+        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
+        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
+            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
+        }
+        // "Answered": the session ended with its own report, not with a
+        // failure of the server or of the shim's guard.
+        let fatal = reg.route.guard.fatal();
+        let answered = result.as_ref().is_some_and(|r| r.success) && fatal.is_none();
+        let llama_cpp = job.target.backend == crate::config::Backend::LlamaCpp;
+        rec.set_figures(m, &job.target.config, answered, llama_cpp);
+        // A failure no retry could mend (a template or grammar the server
+        // cannot build, a model stuck in a loop): its sentence is the
+        // job's error, not Claude Code's echo of it.
+        // A passed acceptance command still decides.
+        let accepted = rec.acceptance.as_ref().is_some_and(|a| a.passed);
+        if stop.is_none()
+            && !accepted
+            && let Some(why) = fatal
+        {
+            status = Status::Failed;
+            error = Some(why);
+        }
+        // A job that timed out or failed while its backend failed every
+        // request: the shim's sentence for it says why, not the bare end.
+        if matches!(status, Status::Timeout | Status::Failed)
+            && !matches!(stop, Some(Halt::Refused(_)))
+            && let Some(f) = reg.route.guard.backend_failing()
+        {
+            error = Some(match error {
+                Some(e) if status == Status::Timeout => format!("{}; {e}", f.why),
+                _ => f.why,
+            });
+        }
+        rec.finish(status, error, started);
+        rec.last_activity = Some(format!(
+            "{} after {:.0}s",
+            status.as_str(),
+            started.elapsed().as_secs_f64()
+        ));
+    }
+}

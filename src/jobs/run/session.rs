@@ -1,0 +1,282 @@
+//! One delegate session: start claude through the job's route (fresh, or
+//! resuming), follow its events into the record and the job's logs, and
+//! stop it on cancel, at the deadline, on a refusal read from its events
+//! or when its backend fails every request. The job's session and each
+//! fix round are one.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::jobs::dir::JobDir;
+use crate::jobs::job::{Halt, Job, Progress};
+use crate::jobs::record::JobRecord;
+use crate::jobs::run::{Exit, JobRun, LaunchError, Live, SessionEnd, unknown_tools_error};
+use crate::runner;
+
+/// The error of a job stopped because its backend failed every request
+/// for `limit`.
+fn backend_down(why: &str, limit: Duration) -> String {
+    format!(
+        "{why}; every request failed for {} s (defaults.backend_fail_s): fix the backend, then run the job again",
+        limit.as_secs()
+    )
+}
+
+/// What a running job's progress says now: its turns and tokens from the
+/// request log, its tool calls and last activity from the record.
+pub(super) fn progress_now(
+    rec: &JobRecord,
+    reg: &crate::shim::Registration,
+    acceptance_round: Option<u32>,
+) -> Progress {
+    Progress {
+        items: None,
+        turns: reg.route.log.messages(),
+        tool_calls: rec.tool_calls,
+        last_activity: rec.last_activity.clone().unwrap_or_default(),
+        tokens: reg.route.log.tokens(),
+        acceptance_round,
+    }
+}
+
+impl Live<'_, '_> {
+    /// One delegate session: start claude (fresh, or resuming `resume`)
+    /// with `task`, follow its events into the record, stop it on cancel or
+    /// at the deadline. Used for the job's session and for fix rounds.
+    pub(super) async fn session(&mut self, task: &str, resume: Option<String>) -> SessionEnd {
+        let (rt, reg) = (self.run.rt, self.reg);
+        let JobRun { job, rec, .. } = &mut *self.run;
+        let mut child = match spawn_delegate(job, rec, reg, task, resume.as_deref()) {
+            Ok(c) => c,
+            Err(why) => return SessionEnd::refused(why.to_string()),
+        };
+        let pgid = child.id().unwrap_or(0);
+        rec.session_started(pgid);
+        rt.keep(rec);
+
+        let stderr = child.stderr().take();
+        let stderr_task = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            if let Some(mut e) = stderr {
+                let _ = e.read_to_end(&mut buf).await;
+            }
+            crate::fmt::last_chars(&String::from_utf8_lossy(&buf), 2000)
+        });
+        let mut follow = Follow {
+            offered: runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
+            events: open_log(&JobDir::at(&rec.log_dir).events()),
+            transcript: open_log(&JobDir::at(&rec.log_dir).transcript()),
+            result: None,
+        };
+        let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
+        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let backend_fail = Duration::from_secs(job.target.config.defaults.backend_fail_s);
+        let mut stop = self.follow(&mut follow, lines, backend_fail).await;
+        if stop.is_some() {
+            crate::process::stop_group(pgid, crate::process::GRACE).await;
+        }
+        // The leader has closed stdout; give it a moment to exit, then make
+        // sure nothing of its group is left.
+        let exit = tokio::time::timeout(Duration::from_secs(10), child.inner_mut().wait()).await;
+        if crate::process::group_alive(pgid) {
+            crate::process::stop_group(pgid, Duration::from_secs(1)).await;
+        }
+        let _ = child.try_wait();
+        let stderr_tail = stderr_task.await.unwrap_or_default();
+        let result = follow.result;
+        if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
+            stop = Some(Halt::Cancelled);
+        }
+        SessionEnd {
+            stop,
+            result,
+            exit: match &exit {
+                Ok(Ok(s)) => Exit::Code(s.code()),
+                _ => Exit::Unknown,
+            },
+            stderr_tail,
+        }
+    }
+
+    /// Follow the delegate's stdout until it closes, or until a stop: a
+    /// cancel (the channel, or another process's `cancel_requested`), the
+    /// deadline, a refusal read from its events, or a backend that has
+    /// failed every request for `backend_fail` (`defaults.backend_fail_s`;
+    /// zero: never). The record is saved at most every half second.
+    async fn follow(
+        &mut self,
+        f: &mut Follow,
+        mut lines: Option<tokio::io::Lines<BufReader<tokio::process::ChildStdout>>>,
+        backend_fail: Duration,
+    ) -> Option<Halt> {
+        let (rt, reg, deadline) = (self.run.rt, self.reg, self.deadline);
+        let JobRun {
+            rec,
+            cancel,
+            progress,
+            ..
+        } = &mut *self.run;
+        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut dirty = false;
+        loop {
+            let next = async {
+                match lines.as_mut() {
+                    Some(l) => l.next_line().await,
+                    None => Ok(None),
+                }
+            };
+            tokio::select! {
+                line = next => {
+                    let Ok(Some(line)) = line else { return None };
+                    if let Some(refused) = f.line(rec, &line).await {
+                        return Some(refused);
+                    }
+                    dirty = true;
+                    let _ = progress.send(progress_now(rec, reg, None));
+                }
+                _ = cancel.changed() => return Some(Halt::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => return Some(Halt::Timeout),
+                _ = tick.tick() => {
+                    if cancel_marker.exists() {
+                        return Some(Halt::Cancelled);
+                    }
+                    if !backend_fail.is_zero()
+                        && let Some(f) = reg.route.guard.backend_failing()
+                        && f.for_ >= backend_fail
+                    {
+                        return Some(Halt::Refused(backend_down(&f.why, backend_fail)));
+                    }
+                    if dirty {
+                        rt.keep(rec);
+                        dirty = false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Start the delegate for one session, through the job's route. `Err` is
+/// the job's error.
+fn spawn_delegate(
+    job: &Job,
+    rec: &JobRecord,
+    reg: &crate::shim::Registration,
+    task: &str,
+    resume: Option<&str>,
+) -> Result<crate::process::Guarded, LaunchError> {
+    let append = rec
+        .system_prompt_append
+        .clone()
+        .unwrap_or_else(|| job.default_append.clone());
+    let settings = runner::RunSettings {
+        served_id: &rec.served_id,
+        window: rec.context,
+        permission_mode: &rec.permission_mode,
+        allowed_tools: &rec.allowed_tools,
+        disallowed_tools: &rec.disallowed_tools,
+        max_turns: rec.max_turns,
+        setting_sources: &job.setting_sources,
+        system_prompt_append: &append,
+        resume_session: resume,
+        mcp_config: job.mcp_config.as_deref(),
+        sandbox: job.sandbox,
+        shim_silence: Some(reg.route.longest_silence()),
+    };
+    let mut launch = runner::launch(
+        job.claude.clone(),
+        &rec.cwd,
+        &reg.base_url,
+        &job.target.endpoint,
+        &settings,
+        task,
+    );
+    // Every process of the job inherits it: a tag to find them by.
+    launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
+    let prompt = JobDir::at(&rec.log_dir).prompt();
+    runner::write_prompt(&launch, &prompt).map_err(|source| LaunchError::Prompt {
+        path: prompt.clone(),
+        source,
+    })?;
+    runner::spawn(&launch, &prompt).map_err(|source| LaunchError::Spawn {
+        claude: launch.claude.clone(),
+        source,
+    })
+}
+
+/// A log file of the job's dir, opened for appending; `None` (logged) when
+/// it cannot be: the job goes on without it.
+fn open_log(path: &Path) -> Option<tokio::fs::File> {
+    match crate::paths::append_private(path) {
+        Ok(f) => Some(tokio::fs::File::from_std(f)),
+        Err(e) => {
+            tracing::error!(
+                "cannot open {} ({e}); the job goes on without it",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// What a session's events are read into, besides the record.
+struct Follow {
+    /// The tools the session was offered (to check `system/init` against).
+    offered: Vec<String>,
+    events: Option<tokio::fs::File>,
+    transcript: Option<tokio::fs::File>,
+    result: Option<runner::ResultEvent>,
+}
+
+impl Follow {
+    /// One line of the delegate's stream-json: logged as it came, read into
+    /// the record and the transcript. `Some` when the session must stop (a
+    /// tool it was offered is missing).
+    async fn line(&mut self, rec: &mut JobRecord, line: &str) -> Option<Halt> {
+        append(&mut self.events, "events.jsonl", &[line]).await;
+        let info = runner::parse_event(line);
+        if let Some(s) = info.session_id {
+            rec.session_id = Some(s);
+        }
+        if let Some(tools) = &info.init_tools {
+            let missing = runner::missing_tools(&self.offered, tools);
+            if !missing.is_empty() {
+                return Some(Halt::Refused(unknown_tools_error(
+                    &missing,
+                    info.claude_version.as_deref(),
+                )));
+            }
+        }
+        append(&mut self.transcript, "transcript.txt", &info.transcript).await;
+        rec.tool_calls += info.tool_calls;
+        for p in info.files_touched {
+            if !rec.files_touched.contains(&p) {
+                rec.files_touched.push(p);
+            }
+        }
+        if let Some(a) = info.last_activity {
+            rec.last_activity = Some(a);
+        }
+        if let Some(r) = info.result {
+            self.result = Some(r);
+        }
+        None
+    }
+}
+
+/// Append lines to a job log. A failed write is logged and the file left
+/// alone from then on (a full disk): the job goes on, its record says the
+/// rest.
+async fn append<S: AsRef<str>>(file: &mut Option<tokio::fs::File>, name: &str, lines: &[S]) {
+    let Some(f) = file.as_mut() else { return };
+    for l in lines {
+        if let Err(e) = f.write_all(format!("{}\n", l.as_ref()).as_bytes()).await {
+            tracing::error!("cannot write {name} ({e}); the rest of it is not kept");
+            *file = None;
+            return;
+        }
+    }
+}
