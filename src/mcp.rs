@@ -450,9 +450,9 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
     // The reaping step: a delegate whose localagents process died is
     // stopped now (reading its record never signals).
-    let store = manager.store.clone();
+    let reaper = manager.clone();
     // Off the start-up path: it reads every job record.
-    drop(tokio::spawn(async move { store.reap_lost().await }));
+    drop(tokio::spawn(async move { reaper.reap_lost().await }));
     // The session's first job starts from the cache (off the start-up
     // path too; it sends nothing where it could cost anything).
     let warm = manager.clone();

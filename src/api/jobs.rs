@@ -97,7 +97,7 @@ pub fn list_jobs(
     let limit = limit.max(1);
     let take = limit.min(cap.max(1));
     // One more than is shown: whether there are more is then known.
-    let (mut recs, unreadable) = m.store.scan(status, take.saturating_add(1));
+    let (mut recs, unreadable) = m.list(status, take.saturating_add(1));
     let truncated = recs.len() > take;
     recs.truncate(take);
     let jobs: Vec<JobListItem> = recs.iter().map(|r| r.list_item()).collect();
@@ -186,8 +186,8 @@ pub fn job_log(
     tail_lines: usize,
     offset: Option<usize>,
 ) -> Result<LogPage, Error> {
-    let dir = m.store.job_dir(id)?;
-    let _ = m.store.load(id)?;
+    let dir = m.job_dir(id)?;
+    let _ = m.record(id)?;
     let path = stream.file(&dir);
     let n = tail_lines.clamp(1, 2000);
     let refused = |e: std::io::Error| Error::Invalid(format!("job {id}: cannot read its log: {e}"));
@@ -382,14 +382,14 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
         )));
     }
     if !a.dry_run {
-        m.store.reap_lost().await;
+        m.reap_lost().await;
     }
     let job_id = a.job_id.as_deref();
     let mut removed = Vec::new();
     let mut kept = Vec::new();
     let mut skipped = Vec::new();
     // Every record is read: on the blocking pool.
-    let (store, one) = (m.store.clone(), a.job_id.clone());
+    let (store, one) = (m.store().clone(), a.job_id.clone());
     let loaded = tokio::task::spawn_blocking(move || -> Result<Vec<_>, Error> {
         let ids: Vec<String> = match &one {
             Some(id) => {
@@ -471,7 +471,7 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
                 w.branch
             ));
         }
-        if let Ok(dir) = m.store.dir(&id)
+        if let Ok(dir) = m.store().dir(&id)
             && (a.dry_run || tokio::fs::remove_dir_all(&dir).await.is_ok())
         {
             what.push(format!("job dir {}", dir.display()));

@@ -36,8 +36,9 @@ pub use serve::*;
 // The job types the CLI, the MCP server and the page read and pass back,
 // so they name no module below this one.
 pub use crate::jobs::batch::{BatchArgs, BatchReport};
+pub use crate::jobs::job::Progress;
 pub use crate::jobs::limits::Caller;
-pub use crate::jobs::manager::{Manager, Progress, RunArgs};
+pub use crate::jobs::manager::{Manager, RunArgs};
 pub use crate::jobs::plan::MAX_TASK_BYTES;
 pub use crate::jobs::review::Review;
 pub use crate::jobs::{Isolation, JobListItem, JobRecord, JobSummary, Status, valid_id};

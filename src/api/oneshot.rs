@@ -123,7 +123,7 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
     use crate::jobs::review;
     let (diff, brief, dir, paged) = match (&a.job_id, &a.diff) {
         (Some(id), None) => {
-            let rec = m.store.load(id)?;
+            let rec = m.record(id)?;
             if !rec.status.terminal() {
                 return Err(Error::Invalid(format!(
                     "job {id} is still {}: review it when it has finished (wait_job)",
@@ -150,7 +150,7 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
         }
     };
     let target = resolve_target(&m.ctx, a.model.as_deref(), a.endpoint.as_deref()).await?;
-    crate::jobs::evict::check_load(&m.store, &target.probe, &target.resolved.served_id)
+    crate::jobs::evict::check_load(m.store(), &target.probe, &target.resolved.served_id)
         .map_err(Error::Invalid)?;
     // Leave room for the brief, the instructions and the answer; bytes
     // per token low (shim::BYTES_PER_TOKEN) so the cut errs towards fitting.

@@ -62,7 +62,7 @@ struct LoggedRequest {
 /// A job's model requests, oldest first (from the last
 /// [`REQUESTS_READ_CAP`] bytes of its log).
 pub fn job_requests(m: &Manager, id: &str) -> Result<Vec<RequestPoint>, Error> {
-    let dir = m.store.job_dir(id)?;
+    let dir = m.job_dir(id)?;
     let text = match crate::paths::read_tail(&dir.requests(), REQUESTS_READ_CAP) {
         Ok((bytes, _)) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -87,7 +87,7 @@ pub fn job_requests(m: &Manager, id: &str) -> Result<Vec<RequestPoint>, Error> {
 
 /// A job's progress from its record and request log.
 pub fn job_progress(m: &Manager, id: &str) -> Result<LiveProgress, Error> {
-    let rec = m.store.load(id)?;
+    let rec = m.record(id)?;
     let requests = job_requests(m, id)?;
     Ok(progress_of(&rec, &requests))
 }
@@ -111,7 +111,7 @@ pub fn progress_of(rec: &JobRecord, requests: &[RequestPoint]) -> LiveProgress {
 /// The tail of one of a job's text files (its brief, its transcript):
 /// at most [`TEXT_READ_CAP`] bytes, empty when the file is not there.
 pub fn job_text(m: &Manager, id: &str, which: JobText) -> Result<String, Error> {
-    let dir = m.store.job_dir(id)?;
+    let dir = m.job_dir(id)?;
     let path = match which {
         JobText::Brief => dir.task(),
         JobText::Transcript => dir.transcript(),
@@ -134,5 +134,5 @@ pub enum JobText {
 
 /// A job's whole record.
 pub fn job_record(m: &Manager, id: &str) -> Result<JobRecord, Error> {
-    Ok(m.store.load(id)?)
+    Ok(m.record(id)?)
 }

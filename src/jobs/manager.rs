@@ -36,7 +36,7 @@ pub struct Manager {
     /// [`Manager::record`], [`Manager::job`], [`Manager::list`] and
     /// [`Manager::job_dir`], which answer this process's own jobs from
     /// memory first.
-    pub store: Store,
+    store: Store,
     /// What the runs share: the shim, the running jobs, the records held
     /// in memory.
     rt: Arc<Runtime>,
@@ -100,6 +100,26 @@ impl Manager {
     ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
         self.store
             .scan_through(status, limit, |id| self.rt.held(id))
+    }
+
+    /// Is `id` a job this process holds or whose record is on disk (read
+    /// or not)?
+    pub fn knows(&self, id: &str) -> bool {
+        self.rt.held(id).is_some() || self.store.load_raw(id).is_ok()
+    }
+
+    /// The ids of the jobs created since `since` (all with `None`),
+    /// newest first ([`Store::ids_since`]).
+    pub fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String> {
+        self.store.ids_since(since)
+    }
+
+    /// The disk, for what reads or removes the whole store off the async
+    /// workers (`cleanup_jobs`, the eviction check). A record goes through
+    /// [`Manager::record`] or [`Manager::job`], which answer with this
+    /// process's own copy first: the one owner of a running job's record.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The directory of job `id` and its files (a checked id), whether

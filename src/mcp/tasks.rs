@@ -28,17 +28,13 @@ fn working(id: &str, created: String) -> Task {
 
 /// The task of a job that was just started.
 pub fn task_of(id: &str, m: &Manager) -> Task {
-    let created = m
-        .store
-        .load(id)
-        .map(|r| r.created)
-        .unwrap_or_else(|_| now());
+    let created = m.record(id).map(|r| r.created).unwrap_or_else(|_| now());
     working(id, created)
 }
 
 /// Is this a job we know? A clear error for anything else.
 pub fn known(m: &Manager, id: &str) -> Result<(), ErrorData> {
-    if !valid_id(id) || m.store.load_raw(id).is_err() {
+    if !valid_id(id) || !m.knows(id) {
         return Err(ErrorData::invalid_params(
             format!("no task {id}: task ids are the job ids run_agent returned"),
             None,
@@ -51,8 +47,7 @@ pub fn known(m: &Manager, id: &str) -> Result<(), ErrorData> {
 pub fn get(m: &Manager, id: &str) -> Result<DetailedTask, ErrorData> {
     known(m, id)?;
     let rec = m
-        .store
-        .load(id)
+        .record(id)
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
     let task = working(id, rec.created.clone());
     if !rec.status.terminal() {

@@ -221,8 +221,8 @@ fn jobs_html(ui: &Ui) -> String {
     // counts toward it): older records are not read each tick.
     let oldest = chrono::Utc::now() - chrono::Duration::seconds(api::MAX_TIMEOUT_S as i64);
     let mut active = Vec::new();
-    for id in m.store.ids_since(Some(oldest)) {
-        let Ok(record) = m.store.load(&id) else {
+    for id in m.ids_since(Some(oldest)) {
+        let Ok(record) = m.record(&id) else {
             continue;
         };
         if !matches!(record.status, Status::Running | Status::Queued) {

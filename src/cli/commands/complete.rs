@@ -153,10 +153,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
         }
     }
     bar.finish_and_clear();
-    let rec = manager
-        .store
-        .load(&id)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
     let report = rec.summary().batch;
     let mut out = anstream::stdout().lock();
     if a.json {

@@ -31,7 +31,7 @@ pub async fn one(ctx: Context, cmd: JobCommand) -> anyhow::Result<ExitStatus> {
     let m = Manager::new(ctx);
     let mut out = anstream::stdout().lock();
     match cmd {
-        JobCommand::Show { id, json } => match m.store.load(&id) {
+        JobCommand::Show { id, json } => match m.record(&id) {
             Ok(r) if json => {
                 serde_json::to_writer_pretty(&mut out, &r)?;
                 writeln!(out)?;
