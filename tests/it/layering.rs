@@ -2,6 +2,12 @@
 //! registry → probe → config → paths. A module may use what sits below it,
 //! never what sits above. This reads `crate::…` paths out of the sources,
 //! so an upward `use` fails here before it becomes a cycle.
+//!
+//! Two more rules of the same kind (issue 36): inside `src/jobs`, `src/ui`
+//! and `src/shim` the files have an order, leaves first and the
+//! directory's `mod.rs` last, and a file uses only those before it (so no
+//! two files import each other, however indirectly); and cli, mcp and ui
+//! reach jobs and the shim only through `api`, the one door.
 
 use std::path::Path;
 
@@ -147,4 +153,286 @@ fn the_check_catches_an_upward_import() {
     assert_eq!(bad.len(), 2, "{bad:?}");
     assert!(bad[0].contains("`jobs` uses `crate::api`"), "{bad:?}");
     assert!(bad[1].contains("`mcp` uses `crate::cli`"), "{bad:?}");
+}
+
+// --- inside a directory -------------------------------------------------------
+
+/// The files of `src/jobs`, `src/ui` and `src/shim` in the order they may
+/// use each other: a file uses only those before it, so no two import each
+/// other, however indirectly. `mod` (the directory's mod.rs, its face to the
+/// rest of the crate) comes last: a sibling names the module that defines an
+/// item, never the re-export. A subdirectory (`run/`) counts as one file.
+const ORDERS: &[(&str, &[&str])] = &[("jobs", JOBS_ORDER), ("ui", UI_ORDER), ("shim", SHIM_ORDER)];
+
+const JOBS_ORDER: &[&str] = &[
+    "limits", "lease", "accept", "faults", "status", "dir", "review", "metrics", "record", "store",
+    "keeper", "evict", "args", "policy", "plan", "job", "runtime", "admit", "prewarm", "run",
+    "batch", "summary", "manager", "mod",
+];
+const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
+const SHIM_ORDER: &[&str] = &[
+    "errors", "loops", "repair", "runaway", "fold", "sse", "log", "mod",
+];
+
+/// The code of a file without its unit-test module and comments.
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((n, line)) = lines.next() {
+        if line.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|(_, next)| next.starts_with("mod ") && next.ends_with('{'))
+        {
+            break;
+        }
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push((n + 1, line));
+    }
+    out
+}
+
+/// The names a path segment list after `prefix` reaches: `prefix::a` gives
+/// `a`, `prefix::{a, b::c}` gives `a` and `b`.
+fn names_after<'a>(line: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find(prefix) {
+        // `x::super::` is not a path that starts here.
+        let starts =
+            i == 0 || !rest[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':');
+        let tail = &rest[i + prefix.len()..];
+        rest = tail;
+        if !starts {
+            continue;
+        }
+        if let Some(list) = tail.strip_prefix('{') {
+            let list = &list[..list.find('}').unwrap_or(list.len())];
+            for part in list.split(',') {
+                let name = part.trim().split("::").next().unwrap_or("").trim();
+                if !name.is_empty() {
+                    out.push(name);
+                }
+            }
+        } else {
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            if end > 0 {
+                out.push(&tail[..end]);
+            }
+        }
+    }
+    out
+}
+
+/// Each file of `src/<dir>` that uses a file at or after its own place in
+/// `order`, or is missing from it.
+fn order_violations(src: &Path, dir: &str, order: &[&str]) -> Vec<String> {
+    let root = src.join(dir);
+    let mut bad = Vec::new();
+    let place = |unit: &str| order.iter().position(|u| *u == unit);
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(&root).unwrap();
+            let depth = rel.components().count();
+            let first = rel
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_string_lossy();
+            let unit = if rel == Path::new("mod.rs") {
+                "mod".to_string()
+            } else {
+                first.trim_end_matches(".rs").to_string()
+            };
+            if unit.ends_with("_fixtures") {
+                continue; // test data, compiled under cfg(test) only
+            }
+            let Some(own) = place(&unit) else {
+                bad.push(format!(
+                    "src/{dir}/{}: `{unit}` has no place in the order of src/{dir} in tests/it/layering.rs",
+                    rel.display()
+                ));
+                continue;
+            };
+            let text = std::fs::read_to_string(&p).unwrap();
+            // `super::` from a file directly in the directory is the
+            // directory; from a file of a subdirectory, `super::super::` is.
+            let up = if depth == 1 {
+                "super::".to_string()
+            } else {
+                "super::".repeat(depth)
+            };
+            for (line, code) in code_lines(&text) {
+                let mut used: Vec<&str> = names_after(code, &format!("crate::{dir}::"));
+                if unit != "mod" {
+                    used.extend(names_after(code, &up));
+                } else {
+                    // mod.rs reaches its submodules by their bare names.
+                    used.extend(order.iter().copied().filter(|u| {
+                        code.contains(&format!("{u}::")) || code.contains(&format!("mod {u};"))
+                    }));
+                }
+                for name in used {
+                    // An item of mod.rs (not a submodule) is `mod`.
+                    let target = if place(name).is_some() { name } else { "mod" };
+                    if target == unit {
+                        continue;
+                    }
+                    if place(target).is_some_and(|t| t > own) || (target == "mod" && unit != "mod")
+                    {
+                        bad.push(format!(
+                            "src/{dir}/{}:{line}: `{unit}` uses `{target}`, which comes after it in the order of src/{dir}",
+                            rel.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    bad
+}
+
+#[test]
+fn no_file_of_jobs_ui_or_shim_uses_one_after_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let bad: Vec<String> = ORDERS
+        .iter()
+        .flat_map(|(dir, order)| order_violations(&src, dir, order))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "imports against the order:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_order_check_catches_a_circle_and_a_reexport() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path();
+    std::fs::create_dir_all(src.join("jobs/run")).unwrap();
+    std::fs::write(
+        src.join("jobs/mod.rs"),
+        "pub mod a;\npub mod b;\npub mod run;\npub use a::Thing;\n",
+    )
+    .unwrap();
+    // a -> b (after it), b -> a (fine), run/x.rs -> mod's re-export.
+    std::fs::write(
+        src.join("jobs/a.rs"),
+        "use super::b::Other;\n// use super::run::Gone;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("jobs/b.rs"), "use super::{a::Thing, a};\n").unwrap();
+    std::fs::write(src.join("jobs/run/mod.rs"), "mod x;\n").unwrap();
+    std::fs::write(
+        src.join("jobs/run/x.rs"),
+        "use super::super::Thing;\nuse crate::jobs::b;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("jobs/stray.rs"), "\n").unwrap();
+    let bad = order_violations(src, "jobs", &["a", "b", "run", "mod"]);
+    assert_eq!(bad.len(), 3, "{bad:#?}");
+    assert!(
+        bad[0].contains("src/jobs/a.rs:1: `a` uses `b`, which comes after it"),
+        "{bad:#?}"
+    );
+    assert!(
+        bad[1].contains("src/jobs/run/x.rs:1: `run` uses `mod`"),
+        "{bad:#?}"
+    );
+    assert!(
+        bad[2].contains("`stray` has no place in the order"),
+        "{bad:#?}"
+    );
+}
+
+// --- the one door ---------------------------------------------------------------
+
+/// The frontends reach jobs and the shim only through `api`.
+const FRONTENDS: &[&str] = &["cli", "mcp.rs", "mcp", "ui"];
+
+fn door_violations(src: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut stack: Vec<std::path::PathBuf> = FRONTENDS.iter().map(|f| src.join(f)).collect();
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                stack.push(e.path());
+            }
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") || !p.exists() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (line, code) in code_lines(&text) {
+            for m in ["jobs", "shim"] {
+                if !names_after(code, &format!("crate::{m}")).is_empty()
+                    || code.contains(&format!("crate::{m}::"))
+                    || code.contains(&format!("crate::{m};"))
+                {
+                    bad.push(format!(
+                        "{}:{line}: names `crate::{m}`; go through `crate::api`",
+                        p.strip_prefix(src).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    bad.sort();
+    bad
+}
+
+#[test]
+fn cli_mcp_and_ui_reach_jobs_and_shim_only_through_api() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let bad = door_violations(&src);
+    assert!(bad.is_empty(), "past the door:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_door_check_catches_a_frontend_that_names_jobs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path();
+    std::fs::create_dir_all(src.join("cli/commands")).unwrap();
+    std::fs::write(
+        src.join("cli/commands/run.rs"),
+        "use crate::api;\nuse crate::jobs::Manager;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("mcp.rs"),
+        "// crate::shim is below\nfn f() { crate::shim::start(); }\n",
+    )
+    .unwrap();
+    let bad = door_violations(src);
+    assert_eq!(bad.len(), 2, "{bad:#?}");
+    assert!(
+        bad[0].starts_with("cli/commands/run.rs:2: names `crate::jobs`"),
+        "{bad:#?}"
+    );
+    assert!(
+        bad[1].starts_with("mcp.rs:2: names `crate::shim`"),
+        "{bad:#?}"
+    );
 }
