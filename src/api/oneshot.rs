@@ -20,7 +20,8 @@ fn check_files(ctx: &Context, files: &[PathBuf], caller: &Caller) -> Result<(), 
     if let Caller::Session { project } = caller {
         let cfg = config::load(&ctx.discovery())?.config;
         for f in files {
-            crate::jobs::limits::file(f, project, &cfg.defaults).map_err(Error::Invalid)?;
+            crate::jobs::limits::file(f, project, &cfg.defaults)
+                .map_err(|e| Error::Invalid(e.to_string()))?;
         }
     }
     Ok(())
@@ -52,7 +53,7 @@ pub async fn local_complete(
         &target.probe,
         &target.resolved.served_id,
     )
-    .map_err(Error::Invalid)?;
+    .map_err(|e| Error::Invalid(e.to_string()))?;
     let dir = ctx.state_dir.join("complete");
     let out = crate::complete::run(&target, &dir, &ask, &files, &options).await;
     crate::complete::log_result(&dir, &target, &ask, &out);
@@ -151,7 +152,7 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
     };
     let target = resolve_target(&m.ctx, a.model.as_deref(), a.endpoint.as_deref()).await?;
     crate::jobs::evict::check_load(m.store(), &target.probe, &target.resolved.served_id)
-        .map_err(Error::Invalid)?;
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     // Leave room for the brief, the instructions and the answer; bytes
     // per token low (shim::BYTES_PER_TOKEN) so the cut errs towards fitting.
     let brief_tokens = crate::shim::tokens_of_bytes(

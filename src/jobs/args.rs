@@ -35,6 +35,10 @@ pub enum StartError {
     Resolve(#[from] ResolveError),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Refused(#[from] super::limits::Refused),
+    #[error(transparent)]
+    InUse(#[from] super::evict::InUse),
     #[error("{0}")]
     Git(#[from] GitError),
     #[error("{0}")]
@@ -52,6 +56,8 @@ impl StartError {
         match self {
             StartError::Resolve(e) => e.kind(),
             StartError::Invalid(_) => Kind::Invalid,
+            StartError::Refused(e) => e.kind(),
+            StartError::InUse(e) => e.kind(),
             StartError::Git(e) => e.kind(),
             StartError::Job(e) => e.kind(),
         }

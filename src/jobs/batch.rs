@@ -152,8 +152,7 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
     let targets =
         registry::resolve_targets(&rt.ctx, args.model.as_deref(), args.endpoint.as_deref()).await?;
     for t in &targets {
-        super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)
-            .map_err(StartError::Invalid)?;
+        super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)?;
     }
     let id = new_job_id().map_err(JobError::from)?;
     let dir = rt.store.dir(&id)?;

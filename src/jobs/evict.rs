@@ -11,6 +11,7 @@
 
 use super::record::Status;
 use super::store::Store;
+use crate::error::Kind;
 use crate::probe::EndpointStatus;
 use crate::probe::load;
 
@@ -35,9 +36,42 @@ fn name_jobs(users: &[(String, String)]) -> String {
         .join(", ")
 }
 
-/// May `model` be loaded on this endpoint now? Err is one sentence naming
-/// the job that would lose its model, and the way out.
-pub fn check_load(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), String> {
+/// A load or unload that would take a running job's model away: the
+/// jobs, and the way out.
+#[derive(Debug, thiserror::Error)]
+pub enum InUse {
+    #[error(
+        "loading {model} on `{endpoint}` could unload the model of running {}: {why}. Wait for it (wait_job); only if the user says so, load it anyway with force (run_agent, `localagents run --force`) or `localagents bringup {model} --run --force`",
+        name_jobs(.jobs)
+    )]
+    Load {
+        model: String,
+        endpoint: String,
+        /// `(job id, model)`.
+        jobs: Vec<(String, String)>,
+        why: String,
+    },
+    #[error(
+        "{model} on `{endpoint}` is in use by running {}: wait for it (wait_job), or pass --force to unload anyway",
+        name_jobs(.jobs)
+    )]
+    Unload {
+        model: String,
+        endpoint: String,
+        jobs: Vec<(String, String)>,
+    },
+}
+
+impl InUse {
+    /// Always [`Kind::Invalid`]: `force` is the user's to give.
+    pub fn kind(&self) -> Kind {
+        Kind::Invalid
+    }
+}
+
+/// May `model` be loaded on this endpoint now? Err names the job that
+/// would lose its model, and the way out.
+pub fn check_load(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), InUse> {
     let Some(risk) = load::at_risk(st, model) else {
         return Ok(());
     };
@@ -45,23 +79,23 @@ pub fn check_load(store: &Store, st: &EndpointStatus, model: &str) -> Result<(),
     if users.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "loading {model} on `{}` could unload the model of running {}: {}. Wait for it (wait_job); only if the user says so, load it anyway with force (run_agent, `localagents run --force`) or `localagents bringup {model} --run --force`",
-        st.name,
-        name_jobs(&users),
-        risk.why
-    ))
+    Err(InUse::Load {
+        model: model.to_string(),
+        endpoint: st.name.clone(),
+        jobs: users,
+        why: risk.why,
+    })
 }
 
 /// May `model` be unloaded now?
-pub fn check_unload(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), String> {
+pub fn check_unload(store: &Store, st: &EndpointStatus, model: &str) -> Result<(), InUse> {
     let users = users(store, &st.name, &[model.to_string()]);
     if users.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "{model} on `{}` is in use by running {}: wait for it (wait_job), or pass --force to unload anyway",
-        st.name,
-        name_jobs(&users)
-    ))
+    Err(InUse::Unload {
+        model: model.to_string(),
+        endpoint: st.name.clone(),
+        jobs: users,
+    })
 }

@@ -170,8 +170,7 @@ impl Manager {
             let served = target.resolved.served_id.clone();
             tokio::task::spawn_blocking(move || super::evict::check_load(&store, &probe, &served))
                 .await
-                .map_err(|e| StartError::Invalid(e.to_string()))?
-                .map_err(StartError::Invalid)?;
+                .map_err(|e| StartError::Invalid(e.to_string()))??;
         }
 
         let id = new_job_id().map_err(JobError::from)?;

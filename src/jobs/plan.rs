@@ -243,14 +243,14 @@ fn check_limits(
     resuming: bool,
 ) -> Result<(), StartError> {
     if let Some(mode) = &args.permission_mode {
-        limits::permission_mode(mode, &args.caller, d).map_err(StartError::Invalid)?;
+        limits::permission_mode(mode, &args.caller, d)?;
     }
     if let Caller::Session { project } = &args.caller {
         if !resuming {
-            limits::cwd(origin_cwd, project, d).map_err(StartError::Invalid)?;
+            limits::cwd(origin_cwd, project, d)?;
         }
         if let Some(tools) = &args.allowed_tools {
-            limits::allowed_tools(tools, d).map_err(StartError::Invalid)?;
+            limits::allowed_tools(tools, d)?;
         }
     }
     Ok(())
@@ -273,7 +273,7 @@ fn acceptance(args: &RunArgs, d: &Defaults) -> Result<Option<String>, StartError
         )));
     }
     if matches!(args.caller, Caller::Session { .. }) {
-        limits::acceptance(d).map_err(StartError::Invalid)?;
+        limits::acceptance(d)?;
     }
     Ok(Some(cmd.to_string()))
 }
