@@ -46,6 +46,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::config::{Backend, Endpoint, Thinking};
+use crate::wire::Note;
 use errors::Translated;
 use log::{RequestLog, RequestRecord};
 
@@ -503,7 +504,7 @@ fn first_500(bytes: &[u8]) -> String {
 }
 
 fn join_notes(notes: &[String]) -> Option<String> {
-    (!notes.is_empty()).then(|| notes.join("; "))
+    Note::join(notes)
 }
 
 fn bad_json(e: impl std::fmt::Display) -> Translated {
@@ -513,7 +514,7 @@ fn bad_json(e: impl std::fmt::Display) -> Translated {
             "invalid_request_error",
             &format!("request body is not a valid JSON object ({e})"),
         ),
-        note: Some("bad_json".into()),
+        note: Some(Note::BadJson.into()),
     }
 }
 
@@ -543,11 +544,11 @@ fn prepare(
         rec.loop_note = Some(loops::note_text(p.loop_limit));
     }
     if facts.thinking_dropped > 0 {
-        notes.push(format!("thinking_dropped {}", facts.thinking_dropped));
+        notes.push(Note::ThinkingDropped(facts.thinking_dropped as u64).into());
     }
     rec.folded_system = facts.stats.folded;
     if facts.stats.billing_dropped > 0 {
-        notes.push("billing_header_dropped".into());
+        notes.push(Note::BillingHeaderDropped.into());
     }
     // What went upstream: the system entries are gone.
     rec.messages = facts.messages.saturating_sub(facts.stats.folded);
@@ -555,16 +556,24 @@ fn prepare(
     rec.stream = facts.stream;
     rec.model = Some(route.served_id.clone());
     if facts.model.as_deref() != Some(route.served_id.as_str()) {
-        notes.push(format!(
-            "model {}->{}",
-            facts.model.as_deref().unwrap_or("none"),
-            route.served_id
-        ));
+        notes.push(
+            Note::Model {
+                asked: facts.model.as_deref().unwrap_or("none").to_string(),
+                served: route.served_id.clone(),
+            }
+            .into(),
+        );
     }
     if let (Some(w), Some(m)) = (route.window, facts.max_tokens)
         && m > w
     {
-        notes.push(format!("max_tokens {m}->{w}"));
+        notes.push(
+            Note::MaxTokens {
+                asked: m,
+                window: w,
+            }
+            .into(),
+        );
     }
     Ok(Prepared {
         body: out,
@@ -677,13 +686,15 @@ async fn send(
     let pooled = crate::probe::http_client();
     match send_once(pooled, route, path, body.clone(), stream).await {
         Err(SendError::Transport(e)) if retry_fresh(&e) => {
-            notes.push(format!(
-                "retry_fresh_connection ({})",
-                crate::probe::classify::error_chain(&e)
-                    .chars()
-                    .take(120)
-                    .collect::<String>()
-            ));
+            notes.push(
+                Note::RetryFreshConnection(
+                    crate::probe::classify::error_chain(&e)
+                        .chars()
+                        .take(120)
+                        .collect(),
+                )
+                .into(),
+            );
             let fresh = crate::probe::fresh_http_client();
             send_once(fresh, route, path, body, stream).await
         }
@@ -828,7 +839,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     {
         o.insert("stream".into(), Value::Bool(true));
         out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-        notes.push("streamed_upstream".into());
+        notes.push(Note::StreamedUpstream.into());
     }
     let mut retried = false;
     let mut loading_since: Option<Instant> = None;
@@ -847,10 +858,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         };
         if resp.status().is_success() {
             if let Some(since) = loading_since.take() {
-                notes.push(format!(
-                    "waited {:.1} s for the model to load",
-                    since.elapsed().as_secs_f64()
-                ));
+                notes.push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
             }
             break resp;
         }
@@ -865,10 +873,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             }
         }
         if let Some(since) = loading_since.take() {
-            notes.push(format!(
-                "waited {:.1} s for the model to load",
-                since.elapsed().as_secs_f64()
-            ));
+            notes.push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
         }
         rec.upstream_status = Some(status);
         rec.error = Some(text);
@@ -889,7 +894,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             && f.thinking_dropped > 0
         {
             route.guard.thinking_refused.store(true, Ordering::Relaxed);
-            notes.push(format!("thinking_refused; dropped {}", f.thinking_dropped));
+            notes.push(Note::ThinkingRefused(f.thinking_dropped as u64).into());
             out = Bytes::from(again);
             continue;
         }
@@ -903,10 +908,13 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             && let Some(obj) = again.as_object_mut()
         {
             let lowered = m - p;
-            notes.push(format!(
-                "max_tokens_retry {}->{lowered}",
-                o.requested_output.unwrap_or(0)
-            ));
+            notes.push(
+                Note::MaxTokensRetry {
+                    asked: o.requested_output.unwrap_or(0),
+                    lowered,
+                }
+                .into(),
+            );
             obj.insert("max_tokens".into(), json!(lowered));
             out = Bytes::from(serde_json::to_vec(&again).unwrap_or_default());
             retried = true;
@@ -950,7 +958,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             }
             rec.bytes_out = tap.bytes_out;
             rec.empty = tap.empty();
-            rec.note_repair(report);
+            log::note_repair(&mut rec, report);
             if rec.error.is_none() {
                 rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
             }
@@ -959,7 +967,10 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             if tap.runaway.is_some() {
                 // The model's fault, not the backend's: it answered.
                 route2.guard.backend_answered();
-            } else if tap.translated.iter().any(|t| t == "stream_cut")
+            } else if tap
+                .translated
+                .iter()
+                .any(|t| Note::parse(t) == Note::StreamCut)
                 && let Some(e) = &tap.error
             {
                 route2.guard.backend_failed(e);
@@ -1005,7 +1016,7 @@ async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             if report.calls() > 0 {
                 bytes = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
             }
-            rec.note_repair(&report);
+            log::note_repair(&mut rec, &report);
         }
         rec.empty = v
             .get("content")
@@ -1192,7 +1203,7 @@ async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
                     json_response(200, &out)
                 }
                 _ => {
-                    notes.push("count_tokens_unparsable".into());
+                    notes.push(Note::CountTokensUnparsable.into());
                     estimate(rec, notes)
                 }
             }
