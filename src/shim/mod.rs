@@ -35,11 +35,11 @@ pub mod runaway;
 pub mod runaway_fixtures;
 pub mod sse;
 
-mod count;
-mod pipeline;
-mod reply;
-mod route;
-mod server;
+pub mod count;
+pub mod pipeline;
+pub mod reply;
+pub mod route;
+pub mod server;
 
 pub use count::{BYTES_PER_TOKEN, estimate_tokens, tokens_of_bytes};
 pub use reply::relay_messages;
