@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 
 use crate::registry::Target;
 use crate::shim::log::RequestLog;
-use crate::shim::sse::Usage;
 use crate::shim::{self, Route};
+use crate::wire::Usage;
 
 /// At most this much of one attached file.
 pub const MAX_FILE_BYTES: u64 = 256 * 1024;

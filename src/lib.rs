@@ -50,4 +50,5 @@ pub mod setup;
 pub mod shim;
 pub mod signals;
 pub mod ui;
+pub mod wire;
 pub mod worktree;

@@ -39,7 +39,7 @@ pub struct RunawayOutput {
     /// Answers cut off.
     pub count: u64,
     /// `marker` (chat-template markers as text), `line` or `span`.
-    pub cause: crate::shim::runaway::Cause,
+    pub cause: crate::wire::Cause,
     /// The first runaway's repeated unit, cut short.
     pub unit: String,
     /// How many times it was seen when the guard fired.
@@ -55,28 +55,27 @@ impl ModelFaults {
         *self != ModelFaults::default()
     }
 
-    /// Add one `requests.jsonl` line.
+    /// Add one `requests.jsonl` line, as parsed JSON.
     pub fn add(&mut self, line: &serde_json::Value) {
-        self.repaired_tool_calls += line["repaired_calls"].as_u64().unwrap_or(0);
-        if line["unparsed_tool_text"].is_string() {
+        self.add_record(&crate::wire::RequestRecord::from_value(line));
+    }
+
+    /// Add one request log record.
+    pub fn add_record(&mut self, r: &crate::wire::RequestRecord) {
+        self.repaired_tool_calls += r.repaired_calls;
+        if r.unparsed_tool_text.is_some() {
             self.unparsed_tool_text += 1;
         }
-        if line["loop_note"].is_string() {
+        if r.loop_note.is_some() {
             self.loop_notes += 1;
         }
-        if line["translated"]
-            .as_str()
-            .is_some_and(|t| t.contains("max_tokens_retry"))
-        {
+        if r.has_note(|n| matches!(n, crate::wire::Note::MaxTokensRetry { .. })) {
             self.max_tokens_retries += 1;
         }
-        if line["empty"] == true {
+        if r.empty {
             self.empty_responses += 1;
         }
-        if let Some(f) = line
-            .get("runaway")
-            .and_then(|r| serde_json::from_value::<crate::shim::runaway::Found>(r.clone()).ok())
-        {
+        if let Some(f) = r.runaway.clone() {
             match self.runaway_output.as_mut() {
                 Some(r) => {
                     r.count += 1;

@@ -9,11 +9,10 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::probe::Slots;
 use crate::probe::metrics::{Counters, delta};
-use crate::shim::sse::Usage;
+use crate::wire::Usage;
 
 /// The `/metrics` delta over a job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -188,27 +187,23 @@ impl JobMetrics {
 /// Sum up a job's `requests.jsonl`.
 pub fn from_log(dir: &Path) -> JobMetrics {
     let mut m = JobMetrics::default();
-    let text = std::fs::read_to_string(super::dir::JobDir::at(dir).requests()).unwrap_or_default();
+    let records = crate::wire::read_requests(
+        &super::dir::JobDir::at(dir).requests(),
+        crate::wire::READ_CAP,
+    )
+    .unwrap_or_default();
     let mut ttfts = Vec::new();
     // The previous turn's prompt, and whether the backend reports cached
     // tokens at all (a server that never does loses nothing we can see).
     let mut prev: Option<u64> = None;
     let mut reports_cache = false;
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if v["path"] != "/v1/messages" {
+    for r in &records {
+        if !r.is_messages() {
             continue;
         }
         m.requests += 1;
-        m.faults.add(&v);
-        let u = &v["usage"];
-        let (i, c, o) = (
-            u["input"].as_u64().unwrap_or(0),
-            u["cache_read"].as_u64().unwrap_or(0),
-            u["output"].as_u64().unwrap_or(0),
-        );
+        m.faults.add_record(r);
+        let (i, c, o) = (r.usage.input, r.usage.cache_read, r.usage.output);
         m.usage.input += i;
         m.usage.cache_read += c;
         m.usage.output += o;
@@ -216,10 +211,7 @@ pub fn from_log(dir: &Path) -> JobMetrics {
             m.first_turn = Some(FirstTurn {
                 prompt_tokens: i + c,
                 cached_tokens: c,
-                ms: v["ttft_ms"]
-                    .as_u64()
-                    .or_else(|| v["ms"].as_u64())
-                    .unwrap_or(0),
+                ms: r.ttft_ms.unwrap_or(r.ms),
             });
         }
         if i + c > 0 {
@@ -235,8 +227,8 @@ pub fn from_log(dir: &Path) -> JobMetrics {
             reports_cache |= c > 0;
             prev = Some(i + c);
         }
-        if let Some(t) = v["ttft_ms"].as_f64() {
-            ttfts.push(t);
+        if let Some(t) = r.ttft_ms {
+            ttfts.push(t as f64);
         }
     }
     if !ttfts.is_empty() {

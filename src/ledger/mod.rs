@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::jobs::{Store, valid_id};
-use crate::shim::sse::Usage;
+use crate::wire::Usage;
 
 /// What every figure means, in one sentence (shown with the totals).
 pub const MEANING: &str = "list-price equivalent of the tokens processed locally, not a bill";

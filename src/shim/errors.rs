@@ -13,6 +13,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::config::Backend;
+use crate::wire::Note;
 
 /// An error body to return, and what we rewrote (for the log).
 #[derive(Debug, Clone, PartialEq)]
@@ -214,7 +215,7 @@ pub fn overflow_answer(o: &Overflow) -> Translated {
             "invalid_request_error",
             &format!("prompt is too long: {total} tokens > {max} maximum"),
         ),
-        note: Some(format!("context_overflow {total}>{max}")),
+        note: Some(Note::ContextOverflow { total, max }.into()),
     }
 }
 
@@ -243,10 +244,7 @@ fn is_grammar_error(msg: &str) -> bool {
 /// The notes of answers that no retry can mend: the job ends with their
 /// sentence at once.
 pub fn is_fatal_note(note: &str) -> bool {
-    matches!(
-        note,
-        "template_error" | "grammar_error" | "loop_stuck" | "fatal_repeat" | "runaway_stop"
-    )
+    Note::parse(note).is_fatal()
 }
 
 /// A 400 that refuses a thinking block in the history: vLLM before 0.17
@@ -268,7 +266,7 @@ pub fn fatal_again(why: &str) -> Translated {
     Translated {
         status: 400,
         body: anthropic_error("invalid_request_error", why),
-        note: Some("fatal_repeat".into()),
+        note: Some(Note::FatalRepeat.into()),
     }
 }
 
@@ -282,9 +280,9 @@ pub fn runaway(typ: &str, message: &str) -> Translated {
         body: anthropic_error(typ, message),
         note: Some(
             if fatal {
-                "runaway_stop"
+                Note::RunawayStop
             } else {
-                "runaway_output"
+                Note::RunawayOutput
             }
             .into(),
         ),
@@ -296,7 +294,7 @@ pub fn stuck(why: &str) -> Translated {
     Translated {
         status: 400,
         body: anthropic_error("invalid_request_error", why),
-        note: Some("loop_stuck".into()),
+        note: Some(Note::LoopStuck.into()),
     }
 }
 
@@ -329,7 +327,7 @@ pub fn translate(
         return Translated {
             status: 400,
             body: anthropic_error("invalid_request_error", &text),
-            note: Some("grammar_error".into()),
+            note: Some(Note::GrammarError.into()),
         };
     }
     if is_template_error(&msg) {
@@ -340,7 +338,7 @@ pub fn translate(
         return Translated {
             status: 400,
             body: anthropic_error("invalid_request_error", &text),
-            note: Some("template_error".into()),
+            note: Some(Note::TemplateError.into()),
         };
     }
     // Already Anthropic-shaped (vLLM's /v1/messages): keep it.
@@ -361,7 +359,7 @@ pub fn translate(
     Translated {
         status: status_out,
         body: anthropic_error(error_type(status_out), &text),
-        note: Some(format!("reshaped {status}")),
+        note: Some(Note::Reshaped(status).into()),
     }
 }
 
@@ -390,7 +388,7 @@ pub fn unreachable(base_url: &str, why: &str) -> Translated {
             "overloaded_error",
             &format!("backend {base_url} is unreachable ({why}); it may be restarting, retrying"),
         ),
-        note: Some("backend_unreachable".into()),
+        note: Some(Note::BackendUnreachable.into()),
     }
 }
 
@@ -399,7 +397,7 @@ pub fn no_headers(base_url: &str, why: &str) -> Translated {
     Translated {
         status: 504,
         body: anthropic_error("api_error", &format!("backend {base_url} {why}")),
-        note: Some("no_response_headers".into()),
+        note: Some(Note::NoResponseHeaders.into()),
     }
 }
 

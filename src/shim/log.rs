@@ -12,73 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+pub use crate::wire::{REQUESTS, RequestRecord};
 
-use super::sse::Usage;
-
-/// The request log's file name in a job's (or a one-shot call's) dir.
-pub const REQUESTS: &str = "requests.jsonl";
-
-/// One request through the shim.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RequestRecord {
-    /// RFC 3339, milliseconds, UTC.
-    pub ts: String,
-    pub path: String,
-    /// What the backend answered (null if it could not be reached).
-    pub upstream_status: Option<u16>,
-    /// What the shim answered.
-    pub status: u16,
-    pub ms: u64,
-    pub ttft_ms: Option<u64>,
-    pub bytes_in: usize,
-    pub bytes_out: usize,
-    pub model: Option<String>,
-    pub messages: usize,
-    pub tools: usize,
-    pub stream: bool,
-    pub folded_system: usize,
-    pub usage: Usage,
-    pub stop_reason: Option<String>,
-    /// The first 500 chars of the upstream error.
-    pub error: Option<String>,
-    /// What the shim rewrote, `; `-separated (e.g. `context_overflow 40123>32768`).
-    pub translated: Option<String>,
-    /// count_tokens answered with an estimate.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub estimated: bool,
-    /// Tool calls that came back as text and were turned into `tool_use`,
-    /// with their form (`qwen3_coder_xml x1`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub repaired_tool_call: Option<String>,
-    /// How many calls were repaired.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub repaired_calls: u64,
-    /// Text that looked like a tool call but was left as text, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unparsed_tool_text: Option<String>,
-    /// The loop guard's note, when this request got it first.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub loop_note: Option<String>,
-    /// A complete answer with no text and no tool call.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub empty: bool,
-    /// The runaway guard stopped this answer: what repeated.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runaway: Option<super::runaway::Found>,
-}
-
-impl RequestRecord {
-    /// What the text-form repair did to this request's answer.
-    pub fn note_repair(&mut self, report: &super::repair::Report) {
-        self.repaired_tool_call = report.repaired_note();
-        self.repaired_calls = report.calls() as u64;
-        self.unparsed_tool_text = report.unparsed_note();
-    }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+/// What the text-form repair did to this request's answer.
+pub fn note_repair(rec: &mut RequestRecord, report: &super::repair::Report) {
+    rec.repaired_tool_call = report.repaired_note();
+    rec.repaired_calls = report.calls() as u64;
+    rec.unparsed_tool_text = report.unparsed_note();
 }
 
 /// The log files of one route (a job, or a standalone shim).

@@ -76,74 +76,7 @@ pub const MAX_DISTINCT: usize = 2048;
 /// Characters of the unit quoted in the record and the sentence.
 pub const QUOTE_CHARS: usize = 60;
 
-/// What kind of runaway.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// Chat-template markers written as text.
-    Marker,
-    /// One line repeated.
-    Line,
-    /// A short span of bytes repeated without a line break.
-    Span,
-}
-
-/// A runaway: what repeated, how often, and how much text the answer held.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct Found {
-    pub cause: Cause,
-    /// The repeated unit (the marker, the line or the span), cut to
-    /// [`QUOTE_CHARS`] characters.
-    pub unit: String,
-    /// How many times it was seen when the guard fired.
-    pub repeats: u32,
-    /// The answer's text and thinking bytes when it fired: the delegate
-    /// keeps none of it (the answer ends with an error).
-    pub bytes_dropped: u64,
-    /// The sentence for it, with the fix for the route's backend (set by
-    /// the route when it counts the runaway).
-    #[serde(default)]
-    pub why: String,
-}
-
-impl Found {
-    /// The job's sentence: the likely cause and the fix.
-    pub fn sentence(&self, llama_cpp: bool) -> String {
-        match self.cause {
-            Cause::Marker => {
-                let fix = if llama_cpp {
-                    "start llama-server with `--jinja` and the GGUF's own template"
-                } else {
-                    "serve the model with its own chat template and stop tokens"
-                };
-                let what = if matches!(
-                    self.unit.as_str(),
-                    "<|im_start|>" | "<start_of_turn>" | "<|start_header_id|>"
-                ) {
-                    "turn marker"
-                } else {
-                    "end-of-turn marker"
-                };
-                format!(
-                    "runaway output: the model writes its {what} `{}` as text: its chat template's stop token is not set; {fix}",
-                    self.unit
-                )
-            }
-            Cause::Line => format!(
-                "runaway output: the model repeated one line {} times (\"{}\"): try another model or quantisation",
-                self.repeats, self.unit
-            ),
-            Cause::Span => format!(
-                "runaway output: the model repeated \"{}\" {} times: try another model or quantisation",
-                self.unit, self.repeats
-            ),
-        }
-    }
-}
+pub use crate::wire::{Cause, Found};
 
 /// One answer's watch. Feed it the text and thinking as they come; it
 /// keeps a bounded state and returns a [`Found`] once, when the answer has

@@ -26,23 +26,15 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use memchr::memmem;
-use serde::Serialize;
 use serde_json::Value;
 
 use super::errors;
 use super::repair::{self, Emit, LazyTools, StreamRepair};
 use super::runaway;
 use crate::config::Backend;
+use crate::wire::Note;
 
-/// Token usage as the log records it.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize,
-)]
-pub struct Usage {
-    pub input: u64,
-    pub cache_read: u64,
-    pub output: u64,
-}
+pub use crate::wire::Usage;
 
 /// Usage from an Anthropic `usage` object.
 pub fn usage_from(u: &Value, into: &mut Usage) {
@@ -447,9 +439,9 @@ impl Relay {
         self.tap.error = Some(message.clone());
         self.tap.translated.push(
             if typ == "invalid_request_error" {
-                "runaway_stop"
+                Note::RunawayStop
             } else {
-                "runaway_output"
+                Note::RunawayOutput
             }
             .into(),
         );
@@ -514,7 +506,7 @@ impl Relay {
                 let anthropic = v.get("type").and_then(Value::as_str) == Some("error")
                     && v.pointer("/error/type").is_some();
                 if !anthropic {
-                    self.tap.translated.push("stream_error_reshaped".into());
+                    self.tap.translated.push(Note::StreamErrorReshaped.into());
                     let m = format!(
                         "{}: {}",
                         self.backend.as_str(),
@@ -546,7 +538,7 @@ impl Relay {
         self.tap.saw_error = true;
         let msg = format!("{} stream {why} before message_stop", self.backend.as_str());
         self.tap.error = Some(msg.clone());
-        self.tap.translated.push("stream_cut".into());
+        self.tap.translated.push(Note::StreamCut.into());
         let mut out = held.concat();
         out.extend_from_slice(&error_event("api_error", &msg));
         self.tap.bytes_out += out.len();

@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("probe", 3),
     ("registry", 4),
     ("session_env", 4),
+    ("wire", 4),
     ("runner", 5),
     ("shim", 5),
     ("worktree", 5),

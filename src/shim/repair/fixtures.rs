@@ -1,11 +1,11 @@
 //! Model output copied verbatim from the servers' own parser tests (each
-//! with its source), run through [`super::find`]. These are the strings the
+//! with its source), run through [`super::parse::find`]. These are the strings the
 //! servers' parsers are built for; when a parser misses one, it reaches the
 //! shim as text, and the shim must make the same call of it, or none.
 
 use serde_json::{Value, json};
 
-use super::{Form, Found, ToolSet, find};
+use crate::shim::repair::parse::{Form, Found, ToolSet, find};
 
 /// The tools the upstream tests declare.
 fn tools() -> ToolSet {
