@@ -37,41 +37,19 @@ pub struct RequestPoint {
 }
 
 /// The most of a request log a page reads (its tail).
-pub const REQUESTS_READ_CAP: u64 = 16 << 20;
+pub const REQUESTS_READ_CAP: u64 = crate::wire::READ_CAP;
 /// The most of a brief or transcript a page shows (its tail).
 pub const TEXT_READ_CAP: u64 = 256 << 10;
-
-#[derive(serde::Deserialize)]
-struct LoggedRequest {
-    #[serde(default)]
-    ts: String,
-    #[serde(default)]
-    path: String,
-    #[serde(default)]
-    status: u16,
-    #[serde(default)]
-    ms: u64,
-    #[serde(default)]
-    ttft_ms: Option<u64>,
-    #[serde(default)]
-    usage: crate::shim::sse::Usage,
-    #[serde(default)]
-    error: Option<String>,
-}
 
 /// A job's model requests, oldest first (from the last
 /// [`REQUESTS_READ_CAP`] bytes of its log).
 pub fn job_requests(m: &Manager, id: &str) -> Result<Vec<RequestPoint>, Error> {
     let dir = m.job_dir(id)?;
-    let text = match crate::paths::read_tail(&dir.requests(), REQUESTS_READ_CAP) {
-        Ok((bytes, _)) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(Error::Invalid(format!("job {id}: {e}"))),
-    };
-    Ok(text
-        .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice::<LoggedRequest>(l).ok())
-        .filter(|r| r.path == "/v1/messages")
+    let records = crate::wire::read_requests(&dir.requests(), REQUESTS_READ_CAP)
+        .map_err(|e| Error::Invalid(format!("job {id}: {e}")))?;
+    Ok(records
+        .into_iter()
+        .filter(crate::wire::RequestRecord::is_messages)
         .map(|r| RequestPoint {
             ts: r.ts,
             status: r.status,

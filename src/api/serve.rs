@@ -146,6 +146,6 @@ pub async fn serve_shim(
     Ok(ShimServing {
         reg,
         _server: server,
-        requests_log: log_dir.join(crate::shim::log::REQUESTS),
+        requests_log: log_dir.join(crate::wire::REQUESTS),
     })
 }

@@ -27,7 +27,7 @@ use super::runtime::Runtime;
 use crate::complete::{self, Ask, Completion, Options};
 use crate::registry::{self, Target};
 use crate::shim::log::now_ts;
-use crate::shim::sse::Usage;
+use crate::wire::Usage;
 
 /// Most items one batch takes.
 pub const MAX_ITEMS: usize = 1000;

@@ -57,7 +57,7 @@ impl JobDir {
 
     /// Every backend request, written by the shim's request log.
     pub fn requests(&self) -> PathBuf {
-        self.0.join(crate::shim::log::REQUESTS)
+        self.0.join(crate::wire::REQUESTS)
     }
 
     /// The end of the delegate's stderr, when it wrote any.
@@ -114,7 +114,7 @@ pub struct RecordBrief {
     #[serde(default)]
     pub acceptance: Option<super::accept::Acceptance>,
     #[serde(default)]
-    pub usage: crate::shim::sse::Usage,
+    pub usage: crate::wire::Usage,
     #[serde(default)]
     pub equivalent_usd: Option<f64>,
     #[serde(default)]

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::process;
 use crate::registry::Resolved;
 use crate::shim::log::now_ts;
-use crate::shim::sse::Usage;
+use crate::wire::Usage;
 use crate::worktree::WorktreeInfo;
 
 /// A bad job id or a missing job, with what to do.

@@ -13,7 +13,7 @@ use super::faults;
 use super::metrics;
 use super::record::{Isolation, JobKind, JobRecord, Status};
 use super::review;
-use crate::shim::sse::Usage;
+use crate::wire::Usage;
 
 /// A list of paths, cut to its first entries when long.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

@@ -34,7 +34,7 @@ use super::runaway;
 use crate::config::Backend;
 use crate::wire::Note;
 
-pub use crate::wire::Usage;
+use crate::wire::Usage;
 
 /// Usage from an Anthropic `usage` object.
 pub fn usage_from(u: &Value, into: &mut Usage) {

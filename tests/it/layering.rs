@@ -172,7 +172,8 @@ const JOBS_ORDER: &[&str] = &[
 ];
 const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
 const SHIM_ORDER: &[&str] = &[
-    "errors", "loops", "repair", "runaway", "fold", "sse", "log", "mod",
+    "errors", "loops", "repair", "runaway", "fold", "sse", "log", "route", "pipeline", "count",
+    "reply", "server", "mod",
 ];
 
 /// The code of a file without its unit-test module and comments.
