@@ -13,7 +13,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
@@ -21,23 +20,14 @@ use support::stats::{pct, rss_kb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
+/// A tool's answer, read as JSON (the harness's call, its error flag
+/// dropped: the bench reads the fields it needs).
 async fn call(
     c: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
     tool: &'static str,
     args: Value,
 ) -> Value {
-    let r = c
-        .call_tool(
-            CallToolRequestParams::new(tool).with_arguments(args.as_object().cloned().unwrap()),
-        )
-        .await
-        .unwrap();
-    let text = r
-        .content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default();
-    serde_json::from_str(&text).unwrap_or(Value::String(text))
+    support::harness::call(c, tool, args).await.1
 }
 
 /// `cargo bench --bench jobs [-- --markdown]` (cargo adds `--bench` itself

@@ -354,20 +354,9 @@ mod tests {
         // job.json is a directory that is not empty: no rename can
         // replace it, every write of the record fails.
         std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
-        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
-            "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
-            "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
-            "isolation": "none", "status": "succeeded", "created": "2026-12-01T00:00:00Z",
-            "started": null, "finished": null, "elapsed_s": null, "session_id": null,
-            "result": "done", "error": null, "num_turns": null, "tool_calls": 0,
-            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
-            "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
-            "context": null, "metrics": null, "queued_note": null,
-            "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
-            "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
-            "resumed_from": null, "pid": null, "owner_pid": std::process::id()
-        }))
-        .unwrap();
+        let mut rec =
+            crate::jobs::record::test_record(&id, &dir, "succeeded", "2026-12-01T00:00:00Z");
+        rec.result = Some("done".into());
         let started = std::time::Instant::now();
         m.rt.keep_final(&mut rec).await;
         assert!(started.elapsed() < Duration::from_secs(5));

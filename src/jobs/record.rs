@@ -339,6 +339,31 @@ impl JobRecord {
     }
 }
 
+/// A plain record for unit tests elsewhere in src/jobs: job `id` with its
+/// files in `dir`, `status`, created at `created`, owned by this process.
+#[cfg(test)]
+pub(crate) fn test_record(
+    id: &str,
+    dir: &std::path::Path,
+    status: &str,
+    created: &str,
+) -> JobRecord {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
+        "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
+        "isolation": "none", "status": status, "created": created, "started": null,
+        "finished": null, "elapsed_s": null, "session_id": null, "result": null,
+        "error": null, "num_turns": null, "tool_calls": 0,
+        "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
+        "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
+        "context": null, "metrics": null, "queued_note": null,
+        "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
+        "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
+        "resumed_from": null, "pid": null, "owner_pid": std::process::id()
+    }))
+    .expect("a test record")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

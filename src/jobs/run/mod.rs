@@ -498,20 +498,7 @@ mod tests {
         let id = crate::jobs::record::new_job_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
-        let mut rec: JobRecord = serde_json::from_value(serde_json::json!({
-            "id": id, "task": "t", "model": "m", "served_id": "m", "endpoint": "box",
-            "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
-            "isolation": "none", "status": "running", "created": now_ts(), "started": null,
-            "finished": null, "elapsed_s": null, "session_id": null, "result": null,
-            "error": null, "num_turns": null, "tool_calls": 0,
-            "usage": {"input": 0, "cache_read": 0, "output": 0}, "files_touched": [],
-            "files_changed": [], "worktree": null, "last_activity": null, "log_dir": dir,
-            "context": null, "metrics": null, "queued_note": null,
-            "permission_mode": "acceptEdits", "max_turns": 1, "timeout_s": 60,
-            "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
-            "resumed_from": null, "pid": null, "owner_pid": std::process::id()
-        }))
-        .unwrap();
+        let mut rec = crate::jobs::record::test_record(&id, &dir, "running", &now_ts());
         m.store.save(&rec).unwrap();
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _end = EndGuard {
