@@ -200,12 +200,6 @@ pub fn parse_requests(bytes: &[u8]) -> Vec<RequestRecord> {
 }
 
 impl RequestRecord {
-    /// A record from a parsed line (tolerant as [`read_requests`]); a
-    /// non-object is the default record.
-    pub fn from_value(v: &Value) -> RequestRecord {
-        serde_json::from_value(v.clone()).unwrap_or_default()
-    }
-
     /// A `/v1/messages` request (a model turn).
     pub fn is_messages(&self) -> bool {
         self.path == "/v1/messages"

@@ -273,7 +273,7 @@ pub async fn job_diff(
     max_bytes: usize,
     offset: usize,
 ) -> Result<DiffPage, Error> {
-    let rec = m.record(id)?;
+    let rec = m.job(id).await?;
     let of = match &rec.worktree {
         Some(w) if tokio::fs::try_exists(&w.path).await.unwrap_or(false) => {
             crate::worktree::DiffOf::Worktree(w.clone())

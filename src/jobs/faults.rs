@@ -55,13 +55,8 @@ impl ModelFaults {
         *self != ModelFaults::default()
     }
 
-    /// Add one `requests.jsonl` line, as parsed JSON.
-    pub fn add(&mut self, line: &serde_json::Value) {
-        self.add_record(&crate::wire::RequestRecord::from_value(line));
-    }
-
     /// Add one request log record.
-    pub fn add_record(&mut self, r: &crate::wire::RequestRecord) {
+    pub fn add(&mut self, r: &crate::wire::RequestRecord) {
         self.repaired_tool_calls += r.repaired_calls;
         if r.unparsed_tool_text.is_some() {
             self.unparsed_tool_text += 1;
@@ -186,7 +181,7 @@ mod tests {
             json!({"empty": true}),
             json!({"status": 200}),
         ] {
-            f.add(&l);
+            f.add(&serde_json::from_value(l).unwrap());
         }
         assert_eq!(
             f,

@@ -202,7 +202,7 @@ pub fn from_log(dir: &Path) -> JobMetrics {
             continue;
         }
         m.requests += 1;
-        m.faults.add_record(r);
+        m.faults.add(r);
         let (i, c, o) = (r.usage.input, r.usage.cache_read, r.usage.output);
         m.usage.input += i;
         m.usage.cache_read += c;
