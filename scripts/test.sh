@@ -14,6 +14,10 @@ cd "$(dirname "$0")/.."
 LOCALAGENTS_CLAUDE="$(scripts/install-claude.sh)"
 export LOCALAGENTS_CLAUDE
 "$LOCALAGENTS_CLAUDE" --version >&2
+# vLLM's router (PyPI vllm-router, pinned) for the tests of jobs behind it
+# (tests/it/router.rs and the real tier's t19).
+LOCALAGENTS_VLLM_ROUTER="$(scripts/install-vllm-router.sh)"
+export LOCALAGENTS_VLLM_ROUTER
 PATH="$(scripts/install-nextest.sh):$PATH"
 export PATH
 cargo nextest --version | sed -n 1p >&2

@@ -231,17 +231,23 @@ pub fn route(target: &Target, log_dir: &Path) -> Route {
     // Not streamed: this is the whole request's budget, so it covers a
     // long prompt (or a load) before the first token plus the answer.
     route.idle_timeout += route.first_byte_timeout;
+    // A one-shot has no conversation to keep on one replica.
+    route.session = None;
     route
 }
 
 /// Make one completion on `target` (files already read), logged in
-/// `log_dir/requests.jsonl`.
+/// `log_dir/requests.jsonl`. `session`: the identity sent in the
+/// endpoint's session header (a batch lane's, so the lane's items stay on
+/// one replica behind a router and share its cached prefix); a one-shot
+/// call sends none, and a router spreads such calls as it likes.
 pub async fn run(
     target: &Target,
     log_dir: &Path,
     ask: &Ask,
     files: &[(String, String)],
     o: &Options,
+    session: Option<String>,
 ) -> Result<Completion, CompleteError> {
     if ask.prompt.trim().is_empty() {
         return Err(CompleteError::Invalid(
@@ -254,7 +260,9 @@ pub async fn run(
     fit(&mut b, n, counted, target.resolved.context, served)?;
     let started = Instant::now();
     let bytes = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
-    let resp = shim::relay_messages(Arc::new(route(target, log_dir)), bytes).await;
+    let mut route = route(target, log_dir);
+    route.session = session;
+    let resp = shim::relay_messages(Arc::new(route), bytes).await;
     let status = resp.status().as_u16();
     let out = axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024)
         .await

@@ -210,6 +210,8 @@ pub fn job_launch_with(
         env: env.clone(),
         api_key_env: None,
         allow_insecure_key: false,
+        session_header: None,
+        vllm_router: false,
     };
     let mcp = d
         .mcp_config

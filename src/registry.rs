@@ -501,6 +501,8 @@ mod tests {
             env: Default::default(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         };
         let mut st = EndpointStatus::new(&ep);
         st.up = true;

@@ -703,6 +703,8 @@ mod tests {
                 .collect(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         };
         let s = RunSettings {
             served_id: "m",
@@ -855,6 +857,8 @@ mod tests {
             env: Default::default(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         };
         let d = crate::config::Defaults::default();
         let s = RunSettings {

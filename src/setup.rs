@@ -371,6 +371,37 @@ fn up_endpoint_findings(
             models.join(", ")
         ),
     ));
+    // Behind a vLLM router: a line a replica, a down one with its fix.
+    for r in &st.replicas {
+        match &r.error {
+            Some(e) => out.push((Level::Fail, format!("endpoint {}: {e}", st.name))),
+            None => out.push((
+                if r.healthy == Some(false) {
+                    Level::Warn
+                } else {
+                    Level::Ok
+                },
+                format!(
+                    "endpoint {}: replica {} up{}, {} slot(s){}",
+                    st.name,
+                    r.url,
+                    r.models
+                        .iter()
+                        .map(|m| match m.context {
+                            Some(c) => format!(", {} ({c}/slot)", m.id),
+                            None => format!(", {}", m.id),
+                        })
+                        .collect::<String>(),
+                    r.slots.map(|s| s.total).unwrap_or(0),
+                    if r.healthy == Some(false) {
+                        "; the router holds it unhealthy and sends it nothing"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
+    }
     match st.chat_template.as_ref().and_then(|c| c.supports_system_role) {
         Some(true) => out.push((Level::Ok, format!("endpoint {}: chat template takes a leading system message (mid-conversation ones are folded by the shim)", st.name))),
         Some(false) => out.push((Level::Warn, format!("endpoint {}: chat template has no system role; llama.cpp merges Claude Code's system prompt into the first user turn: prefer a template with one (--chat-template-file)", st.name))),

@@ -55,7 +55,7 @@ pub async fn local_complete(
     )
     .map_err(|e| Error::Invalid(e.to_string()))?;
     let dir = ctx.state_dir.join("complete");
-    let out = crate::complete::run(&target, &dir, &ask, &files, &options).await;
+    let out = crate::complete::run(&target, &dir, &ask, &files, &options, None).await;
     crate::complete::log_result(&dir, &target, &ask, &out);
     out.map_err(|e| Error::Invalid(e.to_string()))
 }
@@ -183,7 +183,7 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
         max_tokens: Some(1024),
         temperature: Some(0.0),
     };
-    let c = crate::complete::run(&target, &log_dir, &ask, &[], &options)
+    let c = crate::complete::run(&target, &log_dir, &ask, &[], &options, None)
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let r = review::parse(&c, cut);

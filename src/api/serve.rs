@@ -130,13 +130,19 @@ pub async fn serve_shim(
         repair: true,
         stop_on_fatal: false,
     };
-    let route = Route::for_target(
+    let mut route = Route::for_target(
         "standalone".into(),
         target,
         r.context,
         RequestLog::new(&log_dir, dump),
         policy,
     );
+    // One session per shim process: the Claude Code session it serves.
+    route.session = Some(format!(
+        "standalone-{}-{}",
+        chrono::Utc::now().format("%Y%m%d-%H%M%S"),
+        std::process::id()
+    ));
     let server = Shim::start(port).await.map_err(ShimStartError::Listen)?;
     let reg = if open {
         server.register_open(route)

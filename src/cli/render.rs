@@ -7,7 +7,7 @@ use std::io::Write;
 use anstyle::{AnsiColor, Style};
 
 use crate::api::{JobList, JobRecord, Status as JobStatus};
-use crate::probe::EndpointStatus;
+use crate::probe::{EndpointStatus, Replica, ServedModel};
 use crate::registry::Report;
 
 pub const GREEN: Style = AnsiColor::Green.on_default().bold();
@@ -38,6 +38,9 @@ pub fn render_status(out: &mut impl Write, st: &Report) -> std::io::Result<()> {
     writeln!(out, "{DIM}config: {files}{DIM:#}")?;
     for e in &st.endpoints {
         writeln!(out, "{}", endpoint_line(e, name_w))?;
+        for r in &e.replicas {
+            writeln!(out, "{}", replica_line(r, name_w))?;
+        }
     }
     if !st.models.is_empty() {
         writeln!(out, "{BOLD}menu{BOLD:#}")?;
@@ -65,6 +68,53 @@ pub fn render_status(out: &mut impl Write, st: &Report) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A replica behind a router, under its router's line.
+fn replica_line(r: &Replica, name_w: usize) -> String {
+    let head = format!("{:<name_w$}  {:<9}", "", r.backend);
+    let router = match (r.healthy, r.load) {
+        (Some(h), Some(l)) => format!(
+            "  router: {}, {l} in flight",
+            if h { "healthy" } else { "unhealthy" }
+        ),
+        (Some(h), None) => format!("  router: {}", if h { "healthy" } else { "unhealthy" }),
+        _ => String::new(),
+    };
+    if !r.up {
+        return format!(
+            "{head}  {RED}down{RED:#}  {}{router}",
+            r.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    let models = models_text(&r.models);
+    let slots = r
+        .slots
+        .map(|s| format!("  slots {}/{} busy", s.busy, s.total))
+        .unwrap_or_default();
+    let latency = r
+        .latency_ms
+        .map(|l| format!("  {l} ms"))
+        .unwrap_or_default();
+    format!(
+        "{head}  {GREEN}up{GREEN:#}    replica {}: {models}{slots}{router}{DIM}{latency}{DIM:#}",
+        r.url
+    )
+}
+
+fn models_text(models: &[ServedModel]) -> String {
+    if models.is_empty() {
+        "(no model)".to_string()
+    } else {
+        models
+            .iter()
+            .map(|m| match m.context {
+                Some(c) => format!("{} ({c}/slot)", m.id),
+                None => format!("{} (window unknown)", m.id),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 fn endpoint_line(e: &EndpointStatus, name_w: usize) -> String {
     let head = format!("{:<name_w$}  {:<9}", e.name, e.backend);
     if !e.up {
@@ -73,18 +123,19 @@ fn endpoint_line(e: &EndpointStatus, name_w: usize) -> String {
             e.error.as_deref().unwrap_or("unknown error")
         );
     }
-    let models = if e.models.is_empty() {
-        "(no model)".to_string()
-    } else {
-        e.models
-            .iter()
-            .map(|m| match m.context {
-                Some(c) => format!("{} ({c}/slot)", m.id),
-                None => format!("{} (window unknown)", m.id),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let mut models = models_text(&e.models);
+    if !e.replicas.is_empty() {
+        let down = e.replicas.iter().filter(|r| !r.up).count();
+        models = format!(
+            "vllm-router, {} replicas{}: {models}",
+            e.replicas.len(),
+            if down > 0 {
+                format!(" ({down} down)")
+            } else {
+                String::new()
+            }
+        );
+    }
     let slots = match (&e.slots, &e.load) {
         (Some(s), _) => format!("  slots {}/{} busy", s.busy, s.total),
         (None, Some(l)) => format!("  running {} waiting {}", l.running, l.waiting),

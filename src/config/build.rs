@@ -8,8 +8,9 @@ use indexmap::IndexMap;
 use serde_yaml_ng::Value;
 
 use super::schema::{
-    Backend, Config, DEFAULT_RUNAWAY_LIMIT, Defaults, DefaultsShape, Endpoint, EndpointShape,
-    FileShape, ModelEntry, ModelShape, PriceShape, Thinking, home_path, key_safe_url,
+    Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER, Defaults, DefaultsShape,
+    Endpoint, EndpointShape, FileShape, ModelEntry, ModelShape, PriceShape, RESERVED_HEADERS,
+    Thinking, home_path, key_safe_url,
 };
 
 /// A string that says something (empty ones count as unset).
@@ -129,14 +130,15 @@ fn build_endpoint(
             return None;
         }
     };
+    let vllm_router = text(&m.backend).is_some_and(|b| is_vllm_router(&b));
     let backend = match text(&m.backend) {
         None => None,
-        Some(b) if b.eq_ignore_ascii_case("auto") => None,
+        Some(b) if b.eq_ignore_ascii_case("auto") || is_vllm_router(&b) => None,
         Some(b) => match Backend::parse(&b) {
             Some(b) => Some(b),
             None => {
                 warnings.push(format!(
-                    "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm or other); it will be detected"
+                    "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm, vllm-router or other); it will be detected"
                 ));
                 None
             }
@@ -162,16 +164,60 @@ fn build_endpoint(
             "endpoint `{name}`: its key is not sent: {base_url} is plain http to a host that is not loopback or private; use https, or set allow_insecure_key: true on it if you accept that"
         ));
     }
+    let session_header = session_header(name, m.session_header.as_deref(), warnings);
     Some(Endpoint {
         name: name.to_string(),
         base_url,
         allow_insecure_key,
+        session_header,
+        vllm_router,
         backend,
         host: text(&m.host),
         notes: text(&m.notes),
         env,
         api_key_env,
     })
+}
+
+/// `backend: vllm-router` (or `vllm_router`, `vllm router`).
+fn is_vllm_router(b: &str) -> bool {
+    matches!(
+        b.trim()
+            .to_ascii_lowercase()
+            .replace(['_', ' '], "-")
+            .as_str(),
+        "vllm-router"
+    )
+}
+
+/// The endpoint's session header: the default when unset, none for `""`,
+/// else the name given when it is a header name localagents may send (a
+/// bad one falls back to the default, with a warning naming why).
+fn session_header(name: &str, given: Option<&str>, warnings: &mut Vec<String>) -> Option<String> {
+    let Some(given) = given else {
+        return Some(DEFAULT_SESSION_HEADER.into());
+    };
+    let h = given.trim();
+    if h.is_empty() {
+        return None;
+    }
+    let why = if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+        Some("is not an HTTP header name (letters, digits and `-`)")
+    } else if RESERVED_HEADERS.contains(&h.to_ascii_lowercase().as_str()) {
+        Some("is a header that carries a credential or the request's framing")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => {
+            warnings.push(format!(
+                "endpoint `{name}`: session_header `{}` {why}; `{DEFAULT_SESSION_HEADER}` is sent instead (set `session_header: \"\"` to send none)",
+                crate::fmt::one_line(h, 60)
+            ));
+            Some(DEFAULT_SESSION_HEADER.into())
+        }
+        None => Some(h.to_string()),
+    }
 }
 
 /// The menu of models; one naming an endpoint that is not defined is kept,

@@ -52,6 +52,7 @@ pub(super) struct EndpointShape {
     pub env: Option<IndexMap<String, ScalarShape>>,
     pub api_key_env: Option<String>,
     pub allow_insecure_key: Option<bool>,
+    pub session_header: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -190,7 +191,38 @@ pub struct Endpoint {
     /// Send the key over plain http to a host that is not loopback or
     /// private (off by default).
     pub allow_insecure_key: bool,
+    /// The header that carries a job's session identity on every request
+    /// of the job ([`DEFAULT_SESSION_HEADER`]); `None`: none is sent
+    /// (`session_header: ""`). A router in front of several servers keeps a
+    /// session on one of them by it.
+    pub session_header: Option<String>,
+    /// Declared `backend: vllm-router`: the endpoint is vLLM's router, and
+    /// its replicas are probed one by one (detected from `/list_workers`
+    /// otherwise). The replicas' own backend stays in [`Endpoint::backend`]
+    /// (`None`: detected from them).
+    pub vllm_router: bool,
 }
+
+/// `session_header` when an endpoint does not set it: the first header
+/// vLLM's router (`vllm-router --policy consistent_hash`) hashes a request
+/// by.
+pub const DEFAULT_SESSION_HEADER: &str = "X-Session-ID";
+
+/// Headers `session_header` may not name: they carry credentials, or
+/// framing the HTTP client owns.
+pub const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "accept",
+    "anthropic-version",
+];
 
 impl Endpoint {
     /// The API key, read from the environment now. Never log it.
@@ -403,6 +435,8 @@ impl Config {
             env: IndexMap::new(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: Some(DEFAULT_SESSION_HEADER.into()),
+            vllm_router: false,
         };
         Config {
             endpoints: vec![
@@ -462,7 +496,9 @@ impl Config {
         for e in &self.endpoints {
             let mut m = Mapping::new();
             m.insert("base_url".into(), e.base_url.clone().into());
-            if let Some(b) = e.backend {
+            if e.vllm_router {
+                m.insert("backend".into(), "vllm-router".into());
+            } else if let Some(b) = e.backend {
                 m.insert("backend".into(), b.as_str().into());
             }
             if let Some(h) = &e.host {
@@ -484,6 +520,12 @@ impl Config {
             }
             if e.allow_insecure_key {
                 m.insert("allow_insecure_key".into(), true.into());
+            }
+            if e.session_header.as_deref() != Some(DEFAULT_SESSION_HEADER) {
+                m.insert(
+                    "session_header".into(),
+                    e.session_header.clone().unwrap_or_default().into(),
+                );
             }
             eps.insert(e.name.clone().into(), Value::Mapping(m));
         }

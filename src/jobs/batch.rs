@@ -208,7 +208,16 @@ async fn run_batch(
         lanes_used.push(format!("{}×{n}", t.resolved.endpoint));
         let t = Arc::new(t);
         for _ in 0..n {
-            let w = worker(shared.clone(), t.clone(), progress.clone(), cancel.clone());
+            // Each lane is one session: behind a router its items stay on
+            // one replica, where their shared prefix is cached.
+            let lane = format!("{}-lane{}", rec.id, workers.len() + 1);
+            let w = worker(
+                shared.clone(),
+                t.clone(),
+                lane,
+                progress.clone(),
+                cancel.clone(),
+            );
             workers.push(tokio::spawn(w));
         }
     }
@@ -251,6 +260,7 @@ struct Shared {
 async fn worker(
     s: Arc<Shared>,
     t: Arc<Target>,
+    lane: String,
     progress: watch::Sender<Progress>,
     mut cancel: watch::Receiver<bool>,
 ) {
@@ -262,7 +272,7 @@ async fn worker(
         let began = now_ts();
         let clock = Instant::now();
         let outcome = tokio::select! {
-            r = one(&t, &s.log, &s.items[i], &s.base, &s.options) => r,
+            r = one(&t, &s.log, &s.items[i], &s.base, &s.options, &lane) => r,
             _ = cancel.wait_for(|c| *c) => Err(complete::CompleteError::Invalid("cancelled".into())),
         };
         let r = item_result(i, outcome, began, clock, &t);
@@ -373,9 +383,10 @@ async fn one(
     ask: &Ask,
     base: &Path,
     o: &Options,
+    lane: &str,
 ) -> Result<Completion, complete::CompleteError> {
     let files = complete::read_files(&ask.files, base)?;
-    complete::run(t, log, ask, &files, o).await
+    complete::run(t, log, ask, &files, o, Some(lane.to_string())).await
 }
 
 fn item_result(

@@ -28,6 +28,23 @@ pub struct ServerDelta {
     pub spec_acceptance: Option<f64>,
     /// Other jobs ran on the same server meanwhile.
     pub shared: bool,
+    /// Behind a vLLM router: the replica these figures are from, the one
+    /// that served the job ([`router_delta`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+}
+
+/// What a job behind a vLLM router saw of its replicas.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouterView {
+    /// Replicas the router listed at the job's start.
+    pub replicas: u64,
+    /// The header the job's requests carried its id in; none: the
+    /// endpoint sends none (`session_header: ""`).
+    pub session_header: Option<String>,
+    /// Replicas that were up at the job's start and down at its end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<String>,
 }
 
 /// The job's first `/v1/messages` request: what its fixed prompt cost.
@@ -77,6 +94,9 @@ pub struct JobMetrics {
     /// processed again on those turns.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reprocessed_tokens: u64,
+    /// Behind a vLLM router: its replicas over the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterView>,
     /// The model's faults (kept on the record as `model_faults`).
     #[serde(skip)]
     pub faults: super::faults::ModelFaults,
@@ -142,12 +162,26 @@ impl JobMetrics {
             return None;
         }
         let shared = self.server.as_ref().is_some_and(|s| s.shared);
-        let cause = if shared {
-            "another job shared the slot"
+        let router = self.router.as_ref();
+        let cause = if let Some(lost) = router.and_then(|r| r.lost.first()) {
+            format!(
+                "replica {lost} went down during the job, and the router sent its later turns to another replica, which processed the conversation again"
+            )
+        } else if router.is_some_and(|r| r.session_header.is_none()) {
+            return Some(format!(
+                "lost its cache on {} of {} turns: {} tokens re-processed; the endpoint sends no session header (`session_header: \"\"`), so the router spread the job's turns over its replicas: remove `session_header: \"\"` (the default sends X-Session-ID: <job id>)",
+                self.slot_losses,
+                self.cache_ratio_per_turn.len(),
+                thousands(self.reprocessed_tokens)
+            ));
+        } else if shared {
+            "another job shared the slot".to_string()
         } else {
-            "another client's requests took the slot"
+            "another client's requests took the slot".to_string()
         };
-        let fix = if llama_cpp {
+        let fix = if router.is_some_and(|r| !r.lost.is_empty()) {
+            ": start that replica again (new jobs come back to it once the router's health check passes)"
+        } else if llama_cpp {
             ": start llama-server with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once"
         } else {
             ""
@@ -361,6 +395,59 @@ fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
     }
 }
 
+/// Behind a vLLM router: the `/metrics` delta of the replica that served
+/// the job, never of another. That replica is the one whose counters
+/// moved by at least the job's own prompt tokens (`prompt`, from its
+/// answers' `usage`); when no replica or more than one fits (other jobs
+/// ran on both), there is no server delta (the job's own figures, from
+/// `usage`, stand). `shared`: other jobs of this endpoint overlapped.
+pub fn router_delta(
+    before: &[crate::probe::Replica],
+    after: &[crate::probe::Replica],
+    prompt: u64,
+    shared: bool,
+) -> Option<ServerDelta> {
+    let fits: Vec<(String, ServerDelta)> = before
+        .iter()
+        .filter_map(|b| {
+            let a = after.iter().find(|a| a.url == b.url)?;
+            let d = server_delta(b.counters.as_ref()?, a.counters.as_ref()?, shared);
+            let moved = d.prompt_processed.unwrap_or(0.0) + d.prompt_cached.unwrap_or(0.0);
+            (moved > 0.0 && moved >= prompt as f64).then(|| (b.url.clone(), d))
+        })
+        .collect();
+    match fits.as_slice() {
+        [(url, d)] => Some(ServerDelta {
+            replica: Some(url.clone()),
+            ..d.clone()
+        }),
+        _ => None,
+    }
+}
+
+/// What a job saw of a router's replicas: how many at its start, and
+/// which went down by its end.
+pub fn router_view(
+    before: &[crate::probe::Replica],
+    after: &[crate::probe::Replica],
+    session_header: Option<&str>,
+) -> Option<RouterView> {
+    if before.is_empty() {
+        return None;
+    }
+    let lost = before
+        .iter()
+        .filter(|b| b.up)
+        .filter(|b| !after.iter().any(|a| a.url == b.url && a.up))
+        .map(|b| b.url.clone())
+        .collect();
+    Some(RouterView {
+        replicas: before.len() as u64,
+        session_header: session_header.map(str::to_string),
+        lost,
+    })
+}
+
 /// The server-wide delta of two `/metrics` scrapes (llama.cpp or vLLM).
 pub fn server_delta(before: &Counters, after: &Counters, shared: bool) -> ServerDelta {
     let processed = delta(
@@ -411,6 +498,7 @@ pub fn server_delta(before: &Counters, after: &Counters, shared: bool) -> Server
         gen_tok_s: ratio(generated, gen_s),
         spec_acceptance: ratio(accepted, drafted),
         shared,
+        replica: None,
     }
 }
 

@@ -13,6 +13,7 @@ pub mod classify;
 pub mod client;
 pub mod load;
 pub mod metrics;
+pub mod replicas;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -25,6 +26,7 @@ pub use classify::FailureKind;
 // Where the tests, benches and the shim have always found them.
 pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 use metrics::Counters;
+pub use replicas::Replica;
 
 /// How long a probe result is reused.
 pub const CACHE_TTL: Duration = Duration::from_millis(1000);
@@ -157,6 +159,9 @@ pub enum ServerKind {
     /// A llama-server asleep (`/props` `is_sleeping`).
     #[serde(rename = "sleeping")]
     Sleeping,
+    /// vLLM's router (`/list_workers`), its replicas in `replicas`.
+    #[serde(rename = "vllm-router")]
+    VllmRouter,
 }
 
 impl ServerKind {
@@ -165,6 +170,7 @@ impl ServerKind {
             ServerKind::Router => "router",
             ServerKind::LlamaSwap => "llama-swap",
             ServerKind::Sleeping => "sleeping",
+            ServerKind::VllmRouter => "vllm-router",
         }
     }
 }
@@ -243,8 +249,9 @@ pub struct EndpointStatus {
     pub error_kind: Option<FailureKind>,
     /// Round trip of `GET /v1/models`.
     pub latency_ms: Option<u64>,
-    /// `router` (llama.cpp router mode), `llama-swap`, or `sleeping` (a
-    /// llama-server asleep); none for a plain server.
+    /// `router` (llama.cpp router mode), `llama-swap`, `sleeping` (a
+    /// llama-server asleep) or `vllm-router` (vLLM's router in front of
+    /// `replicas`); none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ServerKind>,
     /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading
@@ -259,7 +266,13 @@ pub struct EndpointStatus {
     pub chat_template: Option<TemplateCaps>,
     /// Non-fatal findings, e.g. a small window.
     pub warnings: Vec<String>,
-    /// The raw `/metrics` numbers, for per-job deltas. Not serialised.
+    /// Behind a vLLM router: each replica, probed on its own. `models`
+    /// then holds every model a replica serves with the smallest window
+    /// among the replicas serving it, and `slots` their sum.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<Replica>,
+    /// The raw `/metrics` numbers, for per-job deltas (behind a router,
+    /// each replica's are on it instead). Not serialised.
     #[serde(skip)]
     pub counters: Option<Counters>,
 }
@@ -288,6 +301,7 @@ impl EndpointStatus {
             metrics: false,
             chat_template: None,
             warnings: Vec::new(),
+            replicas: Vec::new(),
             counters: None,
         }
     }
@@ -365,13 +379,17 @@ async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, 
         .send()
         .await?;
     let status = resp.status().as_u16();
-    let body = resp.bytes().await?.to_vec();
+    let body = client::read_at_most(resp, PROBE_BODY_CAP).await;
     Ok(Fetched {
         status,
         body,
         elapsed: started.elapsed(),
     })
 }
+
+/// The most of one probe answer that is read (a `/metrics` of a big
+/// server is tens of KB; `/props` carries the chat template).
+const PROBE_BODY_CAP: usize = 8 << 20;
 
 /// The body of a 200.
 fn ok_body(f: &Result<Fetched, reqwest::Error>) -> Option<&[u8]> {
@@ -387,7 +405,7 @@ pub async fn probe(ep: &Endpoint, budget: Duration) -> EndpointStatus {
     // A hard stop slightly after the deadline, in case a body trickles.
     match tokio::time::timeout(
         budget + Duration::from_millis(50),
-        probe_inner(ep, deadline),
+        probe_server(ep, deadline, true),
     )
     .await
     {
@@ -405,10 +423,13 @@ struct Answers {
     props: Option<Result<Fetched, reqwest::Error>>,
     slots: Option<Result<Fetched, reqwest::Error>>,
     metrics: Option<Result<Fetched, reqwest::Error>>,
+    /// `GET /list_workers`: a vLLM router answers it.
+    list_workers: Option<Result<Fetched, reqwest::Error>>,
 }
 
-/// Fetch the paths this backend answers, in parallel.
-async fn fetch_all(ep: &Endpoint, deadline: Instant) -> Answers {
+/// Fetch the paths this backend answers, in parallel; `/list_workers`
+/// too when `detect_router` (not for a router's own replicas).
+async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Answers {
     let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
     let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
 
@@ -443,19 +464,51 @@ async fn fetch_all(ep: &Endpoint, deadline: Instant) -> Answers {
             None
         }
     };
-    let (models, (props, slots), metrics) = tokio::join!(models_f, props_then_slots, metrics_f);
+    let workers_f = async {
+        if detect_router {
+            Some(fetch(ep, "/list_workers", deadline).await)
+        } else {
+            None
+        }
+    };
+    let (models, (props, slots), metrics, list_workers) =
+        tokio::join!(models_f, props_then_slots, metrics_f, workers_f);
     Answers {
         models,
         props,
         slots,
         metrics,
+        list_workers,
     }
 }
 
-async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
+/// Probe one server (`detect_router`: and see whether it is a vLLM
+/// router, whose replicas are then probed instead).
+async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router: bool) -> EndpointStatus {
     let mut st = EndpointStatus::new(ep);
     let budget = deadline.saturating_duration_since(Instant::now());
-    let answers = fetch_all(ep, deadline).await;
+    let answers = fetch_all(ep, deadline, detect_router).await;
+    if let Some(lw) = &answers.list_workers {
+        match ok_body(lw).and_then(replicas::listed) {
+            Some((urls, refused)) => {
+                return through_router(ep, st, answers.models, (urls, refused), deadline).await;
+            }
+            None if ep.vllm_router => {
+                let (kind, sentence) = match lw {
+                    Err(e) => classify::transport(ep, e, budget),
+                    Ok(f) => (
+                        FailureKind::Http,
+                        format!(
+                            "endpoint `{}` is declared `backend: vllm-router`, but GET /list_workers answered {} without a list of workers: point base_url at vllm-router's --port, or remove `backend: vllm-router`",
+                            ep.name, f.status
+                        ),
+                    ),
+                };
+                return st.fail(kind, sentence);
+            }
+            None => {}
+        }
+    }
 
     // /v1/models decides up or down.
     let data = match model_list(ep, &mut st, answers.models, budget) {
@@ -522,6 +575,50 @@ async fn probe_inner(ep: &Endpoint, deadline: Instant) -> EndpointStatus {
     }
     st.counters = counters;
     add_warnings(&mut st, backend, props.is_some());
+    st
+}
+
+/// A vLLM router: each replica probed on its own, concurrently, in what is
+/// left of the budget, and the router's `/workers` for its view of their
+/// health; folded into the router's status ([`replicas::fold`]).
+async fn through_router(
+    ep: &Endpoint,
+    mut st: EndpointStatus,
+    models: Result<Fetched, reqwest::Error>,
+    (urls, refused): (Vec<String>, Vec<String>),
+    deadline: Instant,
+) -> EndpointStatus {
+    if let Ok(f) = &models {
+        st.latency_ms = Some(f.elapsed.as_millis() as u64);
+    }
+    let eps: Vec<Endpoint> = urls.iter().map(|u| replicas::endpoint_of(ep, u)).collect();
+    // Boxed: a replica is probed by this same function (never as a router).
+    let probes = futures::future::join_all(
+        eps.iter()
+            .map(|r| Box::pin(probe_server(r, deadline, false))),
+    );
+    let (workers, statuses) = tokio::join!(fetch(ep, "/workers", deadline), probes);
+    let workers = ok_body(&workers)
+        .and_then(answer::parse::<replicas::Workers>)
+        .unwrap_or_default();
+    let list: Vec<Replica> = urls
+        .iter()
+        .zip(statuses.iter().cloned())
+        .map(|(u, s)| replicas::replica(u, s, &workers))
+        .collect();
+    for r in &refused {
+        st.warnings.push(format!(
+            "the router lists a replica that is not probed: {r}"
+        ));
+    }
+    if !list.iter().any(|r| r.up) {
+        let (kind, sentence) = replicas::all_down(&list);
+        st.kind = Some(ServerKind::VllmRouter);
+        st.replicas = list;
+        return st.fail(kind, sentence);
+    }
+    st.up = true;
+    replicas::fold(&mut st, list, &statuses);
     st
 }
 

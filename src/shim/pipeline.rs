@@ -31,8 +31,22 @@ pub(crate) fn upstream_with(
     method: reqwest::Method,
     path: &str,
 ) -> reqwest::RequestBuilder {
-    crate::probe::client::request(client, &route.endpoint, method, path)
-        .header(header::CONTENT_TYPE, "application/json")
+    let req = crate::probe::client::request(client, &route.endpoint, method, path)
+        .header(header::CONTENT_TYPE, "application/json");
+    match session_header(route) {
+        Some((name, value)) => req.header(name, value),
+        None => req,
+    }
+}
+
+/// The route's session header, when its endpoint sends one and the route
+/// has a session: the one header localagents adds to what the user
+/// configured (a router keeps the session on one replica by it).
+pub(crate) fn session_header(route: &Route) -> Option<(header::HeaderName, HeaderValue)> {
+    let name = route.endpoint.session_header.as_deref()?;
+    let name = header::HeaderName::from_bytes(name.as_bytes()).ok()?;
+    let value = HeaderValue::from_str(route.session.as_deref()?).ok()?;
+    Some((name, value))
 }
 
 pub(crate) fn first_500(bytes: &[u8]) -> String {

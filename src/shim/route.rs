@@ -17,6 +17,9 @@ use crate::shim::runaway;
 pub struct Route {
     /// Job id, or `standalone`.
     pub label: String,
+    /// The session identity sent in the endpoint's `session_header` on each
+    /// request (a job's id, a batch lane's); `None`: no header.
+    pub session: Option<String>,
     pub endpoint: Endpoint,
     /// The backend kind (configured or detected).
     pub backend: Backend,
@@ -189,7 +192,8 @@ impl Default for Policy {
 impl Route {
     /// A route to `t`'s endpoint and model, told `window` (the target's,
     /// or what a load found), with the config's timeouts: the first-byte
-    /// budget for that window, then `defaults.stream_idle_timeout_s`.
+    /// budget for that window, then `defaults.stream_idle_timeout_s`. Its
+    /// session identity is `label` (a job's id).
     pub fn for_target(
         label: String,
         t: &crate::registry::Target,
@@ -199,6 +203,7 @@ impl Route {
     ) -> Route {
         let d = &t.config.defaults;
         Route {
+            session: Some(label.clone()),
             label,
             endpoint: t.endpoint.clone(),
             backend: t.backend,

@@ -128,6 +128,46 @@ pub fn endpoints(list: Result<&[EndpointStatus], &str>) -> String {
             url = esc(&e.base_url),
             up = if e.up { "up" } else { "down" },
         );
+        // Behind a vLLM router: a row a replica, under the router's.
+        for r in &e.replicas {
+            let health = match (r.healthy, r.load) {
+                (Some(h), Some(l)) => format!(
+                    "router: {}, {l} in flight",
+                    if h { "healthy" } else { "unhealthy" }
+                ),
+                _ => String::new(),
+            };
+            let slots = r
+                .slots
+                .map(|sl| format!("{} busy, {} free", sl.busy, sl.free))
+                .unwrap_or_else(|| "—".into());
+            let models: Vec<String> = r
+                .models
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}{}",
+                        esc(&m.id),
+                        m.context
+                            .map(|c| format!(" · {} a slot", crate::fmt::thousands(c)))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            let _ = write!(
+                s,
+                r#"<tr class="replica" data-name="{name}"><td>↳ replica<br><small>{url}</small></td><td class="{up}">{up}</td><td>{slots}</td><td>{}</td><td>{}{}</td></tr>"#,
+                models.join("<br>"),
+                esc(&health),
+                r.error
+                    .as_deref()
+                    .map(|e| format!("<br>{}", esc(e)))
+                    .unwrap_or_default(),
+                name = esc(&e.name),
+                url = esc(&r.url),
+                up = if r.up { "up" } else { "down" },
+            );
+        }
     }
     s.push_str("</table>");
     s
@@ -615,6 +655,41 @@ pub fn error(token: &str, message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_router_shows_a_row_a_replica_with_its_health_and_error() {
+        let ep: crate::config::Endpoint = crate::config::Config::builtin().endpoints[0].clone();
+        let mut e = crate::probe::EndpointStatus::new(&ep);
+        e.up = true;
+        let replica = |url: &str, up: bool, error: Option<&str>| crate::probe::Replica {
+            url: url.into(),
+            up,
+            healthy: Some(up),
+            load: Some(0),
+            error: error.map(str::to_string),
+            error_kind: None,
+            latency_ms: None,
+            backend: "llama.cpp".into(),
+            models: Vec::new(),
+            slots: None,
+            counters: None,
+        };
+        e.replicas = vec![
+            replica("http://gpu1:8080", true, None),
+            replica(
+                "http://gpu2:8080",
+                false,
+                Some("replica http://gpu2:8080 is down: <start it>"),
+            ),
+        ];
+        let html = endpoints(Ok(&[e]));
+        assert_eq!(html.matches("<tr class=\"replica\"").count(), 2, "{html}");
+        assert!(
+            html.contains("<small>http://gpu2:8080</small></td><td class=\"down\">down</td>"),
+            "{html}"
+        );
+        assert!(html.contains("router: unhealthy, 0 in flight<br>replica http://gpu2:8080 is down: &lt;start it&gt;"), "{html}");
+    }
 
     #[test]
     fn text_from_a_job_is_escaped() {

@@ -510,6 +510,7 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
     let reg = shim
         .register(Route {
             label: "e2e-t7".into(),
+            session: None,
             endpoint: Endpoint {
                 name: "real".into(),
                 base_url: url.clone(),
@@ -519,6 +520,8 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
                 env: Default::default(),
                 api_key_env: None,
                 allow_insecure_key: false,
+                session_header: None,
+                vllm_router: false,
             },
             backend: Backend::LlamaCpp,
             served_id: "gemma3-270m".into(),
@@ -1122,6 +1125,7 @@ async fn route_to(
 ) -> localagents::shim::Registration {
     shim.register(Route {
         label: label.into(),
+        session: None,
         endpoint: Endpoint {
             name: "real".into(),
             base_url: url.to_string(),
@@ -1131,6 +1135,8 @@ async fn route_to(
             env: Default::default(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         },
         backend: Backend::LlamaCpp,
         served_id: "gemma3-270m".into(),
@@ -1650,4 +1656,163 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
             && released.iter().all(|(at, _)| at.is_some()),
         "the server cancelled and released a task for each cut answer: cancelled {cancelled:?}, released {released:?}"
     );
+}
+
+/// Two real jobs behind vLLM's real router (PyPI vllm-router 0.1.17,
+/// `--policy consistent_hash`) in front of two real llama-servers (two
+/// slots each, `-sps 0.9`), each through its own relay (the script gives
+/// the tool calls, the server processes every prompt; the relay records
+/// which requests reached its server). `header`: the endpoint sends
+/// `X-Session-ID: <job id>` (the default) or nothing (`session_header:
+/// ""`). Returns each job's record and, per job, the replicas (0, 1) its
+/// requests reached, in order.
+async fn two_jobs_behind_the_router(header: bool, turns: usize) -> Vec<(Value, Vec<usize>)> {
+    let bin = PathBuf::from(need(support::vllm_router::VAR));
+    let args = ["-c", "65536", "--parallel", "2", "-sps", "0.9"];
+    let (s1, s2) = (start_server(&args), start_server(&args));
+    let r1 = relay::start(&s1.url, bash_task(turns), true).await;
+    let r2 = relay::start(&s2.url, bash_task(turns), true).await;
+    let d = dirs("http://unused", "");
+    let router = support::vllm_router::Router::start(
+        &bin,
+        &[&r1.url, &r2.url],
+        "consistent_hash",
+        &[],
+        &d.state,
+    );
+    let header_line = if header {
+        ""
+    } else {
+        "    session_header: \"\"\n"
+    };
+    std::fs::write(
+        &d.cfg,
+        format!(
+            "endpoints:\n  real:\n    base_url: {}\n{header_line}    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n",
+            router.url
+        ),
+    )
+    .unwrap();
+    let mut children = Vec::new();
+    for name in ["alpha", "beta"] {
+        let cwd = d.work.join(name);
+        repo(&cwd);
+        let brief: String =
+            std::iter::once(format!("Task {name}: run each command you are given. "))
+                .chain(
+                    (0..60)
+                        .map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)),
+                )
+                .collect();
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(&d.cfg)
+            .arg("--state-dir")
+            .arg(&d.state)
+            .args([
+                "run",
+                "--model",
+                "gemma3-270m",
+                "--max-turns",
+                &(turns + 2).to_string(),
+                "--json",
+                &brief,
+            ])
+            .env("HOME", &d.home)
+            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+            .current_dir(&cwd)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push(child);
+    }
+    let outs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let seen: Vec<Vec<(String, u64, u64)>> = [&r1, &r2]
+        .iter()
+        .map(|r| r.seen.lock().unwrap().clone())
+        .collect();
+    drop(router);
+    ["alpha", "beta"]
+        .iter()
+        .zip(outs)
+        .map(|(name, o)| {
+            let rec: Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+            assert_eq!(rec["status"], "succeeded", "{rec}");
+            // The replica of each of the job's requests, by the processed
+            // and cached tokens each relay saw (the shim logged the same).
+            let marker = format!("Task {name}:");
+            let reqs = requests(&d.state, rec["id"].as_str().unwrap());
+            let mut on = Vec::new();
+            for r in reqs.iter().filter(|r| r["path"] == "/v1/messages") {
+                let (i, c) = (
+                    r["usage"]["input"].as_u64().unwrap_or(0),
+                    r["usage"]["cache_read"].as_u64().unwrap_or(0),
+                );
+                let at = seen.iter().position(|s| {
+                    s.iter()
+                        .any(|(b, si, sc)| b.contains(&marker) && (*si, *sc) == (i, c))
+                });
+                on.push(at.unwrap_or(usize::MAX));
+            }
+            (rec, on)
+        })
+        .collect()
+}
+
+/// Issue 37 on the real tier: with the session header each job's every
+/// request reaches one replica, and every later turn is served from that
+/// replica's cache (new tokens under a tenth of the prompt). Without it
+/// the router keys Claude Code's requests by their body's
+/// `metadata.user_id`, cut at its first escaped quote (`{\`), the same
+/// for every session: both jobs land on one replica and the other serves
+/// none. The table of cache ratios per later turn is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t19_jobs_behind_the_real_vllm_router_keep_their_replica() {
+    let turns = 3;
+    let with = two_jobs_behind_the_router(true, turns).await;
+    let without = two_jobs_behind_the_router(false, turns).await;
+    eprintln!("t19 | header | job | replicas per request | cache ratio per turn |");
+    for (h, runs) in [("X-Session-ID", &with), ("none", &without)] {
+        for (rec, on) in runs.iter() {
+            eprintln!(
+                "t19 | {h} | {} | {on:?} | {} |",
+                rec["id"], rec["metrics"]["cache_ratio_per_turn"]
+            );
+        }
+    }
+    for (rec, on) in &with {
+        assert!(on.len() > turns, "{rec}");
+        assert!(
+            on.iter().all(|r| *r == on[0] && *r < 2),
+            "one replica: {on:?} {rec}"
+        );
+        let ratios = rec["metrics"]["cache_ratio_per_turn"].as_array().unwrap();
+        for x in &ratios[1..] {
+            assert!(
+                x.as_f64().unwrap() > 0.9,
+                "every later turn from its replica's cache: {rec}"
+            );
+        }
+        assert_eq!(rec["metrics"]["router"]["replicas"], 2, "{rec}");
+        assert_eq!(rec["metrics"]["router"]["session_header"], "X-Session-ID");
+    }
+    let all: std::collections::BTreeSet<usize> = without
+        .iter()
+        .flat_map(|(_, on)| on.iter().copied())
+        .collect();
+    assert_eq!(
+        all.len(),
+        1,
+        "without the header both jobs on one replica: {all:?}"
+    );
+    assert!(all.iter().all(|r| *r < 2), "{all:?}");
 }

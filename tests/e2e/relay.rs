@@ -30,10 +30,16 @@ struct Relay {
     client: reqwest::Client,
     script: Script,
     one_at_a_time: Option<tokio::sync::Mutex<()>>,
+    seen: Seen,
 }
+
+/// Each `/v1/messages` request the relay answered: its body, and the real
+/// server's prompt tokens processed and cached.
+pub type Seen = Arc<std::sync::Mutex<Vec<(String, u64, u64)>>>;
 
 pub struct Running {
     pub url: String,
+    pub seen: Seen,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -76,6 +82,9 @@ async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
         usage["input_tokens"].as_u64().unwrap_or(0),
         usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
     );
+    if let Ok(mut s) = r.seen.lock() {
+        s.push((String::from_utf8_lossy(&body).into_owned(), input, cached));
+    }
     let model = answer["model"].as_str().unwrap_or("gemma3-270m");
     let reply = (r.script)(&req);
     if req["stream"] == true {
@@ -127,7 +136,9 @@ pub async fn start(upstream: &str, script: Script, one_at_a_time: bool) -> Runni
         client: crate::support::http_client(),
         script,
         one_at_a_time: one_at_a_time.then(|| tokio::sync::Mutex::new(())),
+        seen: Seen::default(),
     });
+    let seen = relay.seen.clone();
     let app = Router::new()
         .route("/v1/messages", axum::routing::post(messages))
         .fallback(pass)
@@ -137,5 +148,5 @@ pub async fn start(upstream: &str, script: Script, one_at_a_time: bool) -> Runni
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Running { url, task }
+    Running { url, seen, task }
 }

@@ -498,3 +498,46 @@ fn status_and_the_session_start_hook_refuse_an_80_kb_nested_project_file() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("nested more than 64 levels deep"), "{said}");
 }
+
+/// `session_header`: `X-Session-ID` when unset, none for `""`, a header
+/// name as given, and a header that carries a credential (or is no header
+/// name) refused with a warning naming why, the default in its place.
+/// `backend: vllm-router` declares a router whose replicas' backend is
+/// detected.
+#[test]
+fn session_header_and_a_declared_router() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("models.yaml");
+    write(
+        &file,
+        "endpoints:\n  a:\n    base_url: http://10.0.0.1:8080\n  b:\n    base_url: http://10.0.0.2:8080\n    session_header: \"\"\n  c:\n    base_url: http://10.0.0.3:8080\n    session_header: X-User-ID\n    backend: vllm-router\n  d:\n    base_url: http://10.0.0.4:8080\n    session_header: Authorization\n  e:\n    base_url: http://10.0.0.5:8080\n    session_header: \"bad header\"\n",
+    );
+    let loaded = config::load(&Discovery::standard(Some(file))).unwrap();
+    let header = |n: &str| loaded.config.endpoint(n).unwrap().session_header.clone();
+    assert_eq!(header("a").as_deref(), Some("X-Session-ID"));
+    assert_eq!(header("b"), None);
+    assert_eq!(header("c").as_deref(), Some("X-User-ID"));
+    assert_eq!(header("d").as_deref(), Some("X-Session-ID"));
+    assert_eq!(header("e").as_deref(), Some("X-Session-ID"));
+    let c = loaded.config.endpoint("c").unwrap();
+    assert!(c.vllm_router);
+    assert_eq!(c.backend, None);
+    assert!(!loaded.config.endpoint("a").unwrap().vllm_router);
+    assert!(
+        loaded.warnings.iter().any(|w| w
+            == "endpoint `d`: session_header `Authorization` is a header that carries a credential or the request's framing; `X-Session-ID` is sent instead (set `session_header: \"\"` to send none)"),
+        "{:?}",
+        loaded.warnings
+    );
+    assert!(
+        loaded.warnings.iter().any(|w| w
+            .starts_with("endpoint `e`: session_header `bad header` is not an HTTP header name")),
+        "{:?}",
+        loaded.warnings
+    );
+    // `config check` writes them back as they were given.
+    let v = loaded.config.to_value();
+    assert_eq!(v["endpoints"]["b"]["session_header"], "");
+    assert_eq!(v["endpoints"]["c"]["backend"], "vllm-router");
+    assert!(v["endpoints"]["a"].get("session_header").is_none());
+}

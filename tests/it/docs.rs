@@ -948,6 +948,8 @@ fn endpoint_defaults() -> Map<String, Value> {
         env,
         api_key_env,
         allow_insecure_key,
+        session_header,
+        vllm_router: _,
     } = loaded.config.endpoints[0].clone();
     let mut m = Map::new();
     m.insert("backend".into(), json!(backend.map(|b| b.as_str())));
@@ -956,6 +958,7 @@ fn endpoint_defaults() -> Map<String, Value> {
     m.insert("env".into(), json!(env));
     m.insert("api_key_env".into(), json!(api_key_env));
     m.insert("allow_insecure_key".into(), json!(allow_insecure_key));
+    m.insert("session_header".into(), json!(session_header));
     m
 }
 

@@ -22,6 +22,7 @@ mod oneshot;
 mod plugin;
 mod probe;
 mod real_claude;
+mod router;
 mod sentences;
 mod shim;
 mod slots;

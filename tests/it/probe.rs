@@ -19,6 +19,8 @@ fn ep(name: &str, url: &str, backend: Option<Backend>) -> Endpoint {
         env: IndexMap::new(),
         api_key_env: None,
         allow_insecure_key: false,
+        session_header: None,
+        vllm_router: false,
     }
 }
 

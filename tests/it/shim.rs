@@ -23,6 +23,8 @@ fn endpoint(url: &str, key_env: Option<&str>) -> Endpoint {
         env: IndexMap::new(),
         api_key_env: key_env.map(str::to_string),
         allow_insecure_key: false,
+        session_header: None,
+        vllm_router: false,
     }
 }
 
@@ -38,6 +40,7 @@ async fn shim_for(
     let reg = shim
         .register(Route {
             label: "test".into(),
+            session: None,
             endpoint: endpoint(url, key_env),
             backend,
             served_id: served.into(),

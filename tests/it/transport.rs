@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 fn route(url: &str, dir: &std::path::Path) -> Route {
     Route {
         label: "t".into(),
+        session: None,
         endpoint: Endpoint {
             name: "fake".into(),
             base_url: url.into(),
@@ -25,6 +26,8 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
             env: IndexMap::new(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         },
         backend: Backend::LlamaCpp,
         served_id: "m".into(),

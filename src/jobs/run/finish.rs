@@ -99,7 +99,17 @@ impl Live<'_, '_> {
         let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
         if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
             m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
+        } else if !before.replicas.is_empty() {
+            // Behind a router: the replica that served the job, or none.
+            let prompt = m.usage.input + m.usage.cache_read;
+            let shared = shared.load(Ordering::SeqCst);
+            m.server = metrics::router_delta(&before.replicas, &after.replicas, prompt, shared);
         }
+        m.router = metrics::router_view(
+            &before.replicas,
+            &after.replicas,
+            job.target.endpoint.session_header.as_deref(),
+        );
         // "Answered": the session ended with its own report, not with a
         // failure of the server or of the shim's guard.
         let fatal = reg.route.guard.fatal();

@@ -40,6 +40,13 @@ pub struct LlamaOpts {
     pub prompt_tokens: Option<u64>,
     /// Serve /v1/messages/count_tokens.
     pub count_tokens: bool,
+    /// A prompt cache like llama-server's with `-sps 0.9`: each slot keeps
+    /// the last prompt it processed; a request that continues one reuses
+    /// its slot and its cached tokens are their common prefix (a quarter
+    /// of the bytes), else it takes an idle or the least recently used
+    /// slot from scratch. Off: every request after the first is nine
+    /// tenths cached.
+    pub prefix_cache: bool,
 }
 
 impl Default for LlamaOpts {
@@ -55,6 +62,7 @@ impl Default for LlamaOpts {
             strict_template: false,
             prompt_tokens: None,
             count_tokens: true,
+            prefix_cache: false,
         }
     }
 }
@@ -81,6 +89,12 @@ pub struct LlamaState {
     pub statuses: Mutex<Vec<u16>>,
     /// Authorization headers seen on /v1/messages.
     pub auth_seen: Mutex<Vec<String>>,
+    /// `X-Session-ID` of each /v1/messages request, in order (None: the
+    /// request had none).
+    pub sessions: Mutex<Vec<Option<String>>>,
+    /// The prompts the slots hold ([`LlamaOpts::prefix_cache`]), most
+    /// recent last.
+    pub cached_prompts: Mutex<Vec<String>>,
     /// `/props` `model_path` (None: `/models/<alias>.gguf`); a test swaps
     /// the model file by setting it.
     pub model_path: Mutex<Option<String>>,
@@ -229,6 +243,10 @@ impl FakeLlama {
     }
     pub fn statuses(&self) -> Vec<u16> {
         self.state.statuses.lock().unwrap().clone()
+    }
+    /// `X-Session-ID` of each /v1/messages request, in order.
+    pub fn sessions(&self) -> Vec<Option<String>> {
+        self.state.sessions.lock().unwrap().clone()
     }
 }
 
@@ -454,6 +472,14 @@ async fn messages(
                 .to_string(),
         );
     }
+    if let Ok(mut s) = st.sessions.lock() {
+        s.push(
+            headers
+                .get("x-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        );
+    }
     if let Ok(mut b) = st.bodies.lock() {
         b.push(req.clone());
     }
@@ -490,11 +516,13 @@ async fn messages(
         Some(f) => f(&req),
         None => Reply::Text("ok".into()),
     };
-    // A second request with the same prefix is mostly cached.
-    let cached = if st.bodies.lock().map(|b| b.len()).unwrap_or(0) > 1 {
-        input * 9 / 10
+    let (input, cached) = if st.opts.prefix_cache {
+        prefix_cached(&st, &req)
+    } else if st.bodies.lock().map(|b| b.len()).unwrap_or(0) > 1 {
+        // A second request with the same prefix is mostly cached.
+        (input, input * 9 / 10)
     } else {
-        0
+        (input, 0)
     };
     st.prompt_tokens.fetch_add(input - cached, Ordering::SeqCst);
     st.prompt_tokens_cached.fetch_add(cached, Ordering::SeqCst);
@@ -551,6 +579,62 @@ async fn messages(
     axum::Json(script::message_json(&model, &reply, input - cached, cached)).into_response()
 }
 
+/// The prompt's tokens (a quarter of the bytes of its system, tools and
+/// messages), and those already in a slot (of the longest common prefix
+/// with a slot's last prompt); the prompt then takes the slot it matched,
+/// else the least recently used one.
+fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
+    // What a chat template renders: no `cache_control` marks (Claude Code
+    // moves them to the newest message every turn).
+    let mut parts = json!([req["system"], req["tools"], req["messages"]]);
+    strip_cache_control(&mut parts);
+    let prompt = serde_json::to_string(&parts).unwrap_or_default();
+    let total = prompt.len() as u64 / 4;
+    let Ok(mut slots) = st.cached_prompts.lock() else {
+        return (total, 0);
+    };
+    let common = |p: &String| {
+        p.bytes()
+            .zip(prompt.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    // Like llama-server with `-sps 0.9`: a slot whose prompt this one
+    // continues (nine tenths of it in common) is reused; else an idle
+    // slot, else the least recently used one, from scratch.
+    let best = slots
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, common(p), p.len()))
+        .filter(|(_, n, len)| *n * 10 >= *len * 9)
+        .max_by_key(|(_, n, _)| *n);
+    let cached = match best {
+        Some((i, n, _)) => {
+            slots.remove(i);
+            n
+        }
+        None => {
+            if slots.len() >= st.opts.slots.max(1) as usize {
+                slots.remove(0);
+            }
+            0
+        }
+    };
+    slots.push(prompt);
+    (total, cached as u64 / 4)
+}
+
+fn strip_cache_control(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("cache_control");
+            m.values_mut().for_each(strip_cache_control);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_cache_control),
+        _ => {}
+    }
+}
+
 async fn count_tokens(State(st): State<Arc<LlamaState>>, body: axum::body::Bytes) -> Response {
     if !st.opts.count_tokens {
         return err(404, "not_found_error", "File Not Found");
@@ -591,6 +675,8 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         system_entries_seen: AtomicU64::new(0),
         statuses: Mutex::new(Vec::new()),
         auth_seen: Mutex::new(Vec::new()),
+        sessions: Mutex::new(Vec::new()),
+        cached_prompts: Mutex::new(Vec::new()),
         model_path: Mutex::new(None),
         runaways: Mutex::new(Vec::new()),
     })

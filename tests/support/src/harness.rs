@@ -361,7 +361,14 @@ impl Env {
 /// endpoint `box`, two models of the registry, and test defaults (no
 /// prewarm, no setting sources).
 pub fn env_for(fake_url: &str) -> Env {
-    let h = Harness::new().config(&format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"));
+    env_with(&format!(
+        "endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"
+    ))
+}
+
+/// An [`Env`] with this `models.yaml`.
+pub fn env_with(config: &str) -> Env {
+    let h = Harness::new().config(config);
     Env {
         home: h.home.clone(),
         work: h.work.clone(),

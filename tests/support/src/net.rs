@@ -60,3 +60,12 @@ pub async fn fixed_response(
     });
     crate::fake_llama::Running::serve(app).await
 }
+
+/// A loopback port free now (bound and released: a process started right
+/// after may take it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}

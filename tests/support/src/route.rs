@@ -13,6 +13,7 @@ use localagents::shim::log::RequestLog;
 pub fn llama(url: &str, served: &str, window: u64, dir: &Path, dump: bool) -> Route {
     Route {
         label: "test".into(),
+        session: None,
         endpoint: Endpoint {
             name: "box".into(),
             base_url: url.into(),
@@ -22,6 +23,8 @@ pub fn llama(url: &str, served: &str, window: u64, dir: &Path, dump: bool) -> Ro
             env: Default::default(),
             api_key_env: None,
             allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
         },
         backend: Backend::LlamaCpp,
         served_id: served.into(),

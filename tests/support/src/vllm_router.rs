@@ -1,0 +1,117 @@
+//! The real vLLM router (`vllm-router`, PyPI 0.1.17, installed and cached
+//! by `scripts/install-vllm-router.sh`), started in front of servers the
+//! test runs. The binary comes from `LOCALAGENTS_VLLM_ROUTER`; without it
+//! a test fails under CI and elsewhere records its skip where
+//! `scripts/test.sh` reports it ([`router_or_skip`]).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The variable naming the `vllm-router` launcher.
+pub const VAR: &str = "LOCALAGENTS_VLLM_ROUTER";
+
+/// The router's launcher, or `None` (the skip said and recorded) when it
+/// is not installed outside CI.
+pub fn router_or_skip(test: &str) -> Option<PathBuf> {
+    let bin = std::env::var_os(VAR)
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    if bin.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: {VAR} is not set; scripts/test.sh installs vllm-router (scripts/install-vllm-router.sh)"
+        );
+        let why = format!("{VAR} is unset (run scripts/install-vllm-router.sh)");
+        eprintln!("{test}: SKIPPED: {why}");
+        if let Some(file) = std::env::var_os(crate::browser::SKIPS_VAR) {
+            crate::browser::record_skip(Path::new(&file), test, &why);
+        }
+    }
+    bin
+}
+
+/// A running router; stopped when dropped.
+pub struct Router {
+    pub url: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Router {
+    /// `vllm-router --worker-urls WORKERS --policy POLICY EXTRA…` on a
+    /// free loopback port, its log in `dir`; returns once it lists its
+    /// workers (it first waits for each worker's `/health`).
+    pub fn start(bin: &Path, workers: &[&str], policy: &str, extra: &[&str], dir: &Path) -> Router {
+        let port = crate::net::free_port();
+        let log = dir.join(format!("vllm-router-{port}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--worker-urls")
+            .args(workers)
+            .args(["--policy", policy])
+            // Its own Prometheus listener would take a fixed port (29000).
+            .args(["--prometheus-port", &crate::net::free_port().to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let child = cmd.spawn().expect("start vllm-router");
+        let r = Router {
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+            child,
+        };
+        r.wait_ready();
+        r
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ok = Command::new("curl")
+                .args(["-fsS", "-m", "2", &format!("{}/list_workers", self.url)])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "vllm-router did not list its workers in 120 s: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The router's consistent-hash decisions, in order: the hash key
+    /// (`header:x-session-id:<id>`, or `request:<body>` when there was no
+    /// session) and the worker it chose, from its log lines
+    /// `Consistent hash routing: key='…' -> worker='…'`.
+    pub fn decisions(&self) -> Vec<(String, String)> {
+        self.log_text()
+            .lines()
+            .filter_map(|l| {
+                let rest = l.split("Consistent hash routing: key='").nth(1)?;
+                let (key, rest) = rest.split_once("' -> worker='")?;
+                let worker = rest.split('\'').next()?;
+                Some((key.to_string(), worker.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        // One process: the launcher runs the router's Rust core in itself.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
