@@ -355,12 +355,27 @@ pub fn translate(
         };
     }
     let status_out = if status == 503 { 529 } else { status };
-    let text = format!("{} at {base_url}: {msg}", backend.as_str());
+    let text = match router_replica_down(&msg) {
+        Some(replica) => format!(
+            "vLLM's router at {base_url} could not reach its replica {replica}: start that server; until the router's health check marks it down, this session's requests fail there, then the router sends them to another replica (which processes the conversation again)"
+        ),
+        None => format!("{} at {base_url}: {msg}", backend.as_str()),
+    };
     Translated {
         status: status_out,
         body: anthropic_error(error_type(status_out), &text),
         note: Some(Note::Reshaped(status).into()),
     }
+}
+
+/// vLLM's router's 502 for a replica it could not reach: `Backend request
+/// failed: error sending request for url (http://gpu2:8080/v1/messages)`
+/// (vllm-router 0.1.17). The replica's URL, without the path.
+fn router_replica_down(msg: &str) -> Option<String> {
+    let rest = msg.split("error sending request for url (").nth(1)?;
+    let url = rest.split(')').next()?;
+    let url = url.strip_suffix("/v1/messages").unwrap_or(url);
+    Some(crate::fmt::cut(url, 120))
 }
 
 /// A server that is loading the model right now: llama.cpp's 503
@@ -590,6 +605,24 @@ mod tests {
             json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}});
         let tr = t(429, body.clone());
         assert_eq!((tr.status, tr.body), (429, body));
+    }
+
+    /// vllm-router 0.1.17's answer when the replica a session hashes to
+    /// is down (its body, copied from a run of the real router here).
+    #[test]
+    fn the_routers_502_names_the_replica() {
+        let tr = t(
+            502,
+            json!(
+                "Backend request failed: error sending request for url (http://127.0.0.1:18081/v1/messages)"
+            ),
+        );
+        assert_eq!(tr.status, 502);
+        let msg = tr.body["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("could not reach its replica http://127.0.0.1:18081: start that server"),
+            "{msg}"
+        );
     }
 
     #[test]
