@@ -169,7 +169,7 @@ impl JobMetrics {
             )
         } else if router.is_some_and(|r| r.session_header.is_none()) {
             return Some(format!(
-                "lost its cache on {} of {} turns: {} tokens re-processed; the endpoint sends no session header (`session_header: \"\"`), so the router spread the job's turns over its replicas: remove `session_header: \"\"` (the default sends X-Session-ID: <job id>)",
+                "lost its cache on {} of {} turns: {} tokens re-processed; the endpoint sends no session header (`session_header: \"\"`), so the router placed the job's turns by their body, not by the job (vllm-router puts every Claude Code session on one replica then): remove `session_header: \"\"` (the default sends X-Session-ID: <job id>)",
                 self.slot_losses,
                 self.cache_ratio_per_turn.len(),
                 thousands(self.reprocessed_tokens)
@@ -505,6 +505,100 @@ pub fn server_delta(before: &Counters, after: &Counters, shared: bool) -> Server
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn replica(url: &str, up: bool, processed: f64, cached: f64) -> crate::probe::Replica {
+        crate::probe::Replica {
+            url: url.into(),
+            up,
+            healthy: Some(up),
+            load: None,
+            error: None,
+            error_kind: None,
+            latency_ms: None,
+            backend: "llama.cpp".into(),
+            models: Vec::new(),
+            slots: None,
+            counters: Some(
+                [
+                    ("llamacpp:prompt_tokens_total".into(), processed),
+                    ("llamacpp:prompt_tokens_cached_total".into(), cached),
+                ]
+                .into(),
+            ),
+        }
+    }
+
+    /// Behind a router the delta is the replica's that served the job:
+    /// the one whose counters moved by at least the job's prompt tokens;
+    /// none when two could have (never a random replica's).
+    #[test]
+    fn a_routers_delta_is_the_jobs_replica_or_none() {
+        let before = [
+            replica("http://a", true, 0.0, 0.0),
+            replica("http://b", true, 0.0, 0.0),
+        ];
+        // The job's 5,000 prompt tokens went to b; a served 300 of another.
+        let after = [
+            replica("http://a", true, 300.0, 0.0),
+            replica("http://b", true, 1000.0, 4000.0),
+        ];
+        let d = router_delta(&before, &after, 5000, true).unwrap();
+        assert_eq!(d.replica.as_deref(), Some("http://b"));
+        assert_eq!(
+            (d.prompt_processed, d.prompt_cached),
+            (Some(1000.0), Some(4000.0))
+        );
+        assert!(d.shared);
+        // Both moved by more than the job: which one served it is unknown.
+        let after = [
+            replica("http://a", true, 6000.0, 0.0),
+            replica("http://b", true, 1000.0, 4000.0),
+        ];
+        assert_eq!(router_delta(&before, &after, 5000, false), None);
+        // Nothing moved (a server without /metrics counts nothing).
+        assert_eq!(router_delta(&before, &before, 5000, false), None);
+    }
+
+    /// A replica up at the start and down at the end is named, and the
+    /// cache note says what that cost and the fix; without the header the
+    /// note names the header.
+    #[test]
+    fn a_lost_replica_and_a_missing_header_are_said_in_the_cache_note() {
+        let before = [
+            replica("http://a", true, 0.0, 0.0),
+            replica("http://b", true, 0.0, 0.0),
+        ];
+        let after = [
+            replica("http://a", true, 0.0, 0.0),
+            replica("http://b", false, 0.0, 0.0),
+        ];
+        let view = router_view(&before, &after, Some("X-Session-ID")).unwrap();
+        assert_eq!(view.replicas, 2);
+        assert_eq!(view.lost, ["http://b"]);
+        assert_eq!(router_view(&[], &after, Some("X-Session-ID")), None);
+        let m = JobMetrics {
+            cache_ratio_per_turn: vec![0.0, 0.95, 0.1, 0.96],
+            slot_losses: 1,
+            reprocessed_tokens: 9000,
+            router: Some(view),
+            ..JobMetrics::default()
+        };
+        assert_eq!(
+            m.cache_note(true).unwrap(),
+            "lost its cache on 1 of 4 turns: 9,000 tokens re-processed; replica http://b went down during the job, and the router sent its later turns to another replica, which processed the conversation again: start that replica again (new jobs come back to it once the router's health check passes)"
+        );
+        let m = JobMetrics {
+            router: router_view(&before, &before, None),
+            ..m
+        };
+        assert!(
+            m.cache_note(true)
+                .unwrap()
+                .contains("the endpoint sends no session header (`session_header: \"\"`)"),
+            "{:?}",
+            m.cache_note(true)
+        );
+    }
 
     #[test]
     fn llama_delta() {
