@@ -123,10 +123,13 @@ fn line(b: &RecordBrief, net: Option<String>) -> String {
         .flatten()
         .map(|n| format!("; {n}"))
         .collect::<String>();
+    let who = match &b.agent {
+        Some(a) => format!("{} as subagent {}", b.served_id, a.name),
+        None => b.served_id.clone(),
+    };
     format!(
-        "localagents job {} ({}) finished: {} in {}, {files}{acceptance}{ledger}{model}; review with {review}.",
+        "localagents job {} ({who}) finished: {} in {}, {files}{acceptance}{ledger}{model}; review with {review}.",
         b.id,
-        b.served_id,
         b.status.as_str(),
         duration(b.elapsed_s.unwrap_or(0.0))
     )

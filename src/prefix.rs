@@ -230,6 +230,7 @@ pub fn job_launch_with(
         mcp_config: mcp.as_deref(),
         sandbox: d.sandbox,
         shim_silence: None,
+        agent: None,
     };
     let mut l = runner::launch(
         claude.to_path_buf(),

@@ -200,6 +200,29 @@ pub struct RunSettings<'a> {
     /// The shim's longest silence on this job's streams (the delegate's
     /// watchdog must outwait it: [`crate::session_env::stream_idle_env`]).
     pub shim_silence: Option<std::time::Duration>,
+    /// Run as this subagent, defined in a file of `--agents` JSON.
+    pub agent: Option<AgentArg<'a>>,
+}
+
+/// A subagent the delegate runs as: `--agents FILE --agent NAME`, and
+/// `--tools` its tools (already narrowed to what the config allows).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentArg<'a> {
+    pub name: &'a str,
+    pub file: &'a Path,
+    pub tools: &'a [String],
+}
+
+/// The `--agents` JSON of one profile: its description, prompt and the
+/// tools it is offered. No `model`: the delegate stays on the local
+/// endpoint.
+pub fn agents_json(name: &str, description: &str, prompt: &str, tools: &[String]) -> String {
+    let mut m = serde_json::Map::new();
+    m.insert(
+        name.to_string(),
+        serde_json::json!({"description": description, "prompt": prompt, "tools": tools}),
+    );
+    serde_json::Value::Object(m).to_string()
 }
 
 /// The tool name of an allow or deny rule: `Bash(cargo test:*)` is `Bash`.
@@ -255,10 +278,20 @@ pub fn launch(
     args.extend(["--model".into(), s.served_id.to_string()]);
     args.extend(["--permission-mode".into(), s.permission_mode.to_string()]);
     // Offer only what may be used; an empty list means no tools at all.
-    args.extend([
-        "--tools".into(),
-        offered_tools(s.allowed_tools, s.disallowed_tools).join(","),
-    ]);
+    // A subagent's tools are already narrowed to those.
+    let tools = match &s.agent {
+        Some(a) => a.tools.to_vec(),
+        None => offered_tools(s.allowed_tools, s.disallowed_tools),
+    };
+    args.extend(["--tools".into(), tools.join(",")]);
+    if let Some(a) = &s.agent {
+        args.extend([
+            "--agents".into(),
+            a.file.display().to_string(),
+            "--agent".into(),
+            a.name.to_string(),
+        ]);
+    }
     if !s.allowed_tools.is_empty() {
         args.extend(["--allowedTools".into(), s.allowed_tools.join(",")]);
     }
@@ -719,6 +752,7 @@ mod tests {
             mcp_config: None,
             sandbox: false,
             shim_silence: None,
+            agent: None,
         };
         let l = launch(
             "claude".into(),
@@ -874,6 +908,7 @@ mod tests {
             mcp_config: Some(Path::new("/etc/mcp.json")),
             sandbox: true,
             shim_silence: None,
+            agent: None,
         };
         let l = launch("claude".into(), Path::new("/tmp"), "u", &ep, &s, "t");
         let pos = |f: &str| l.args.iter().position(|a| a == f).unwrap();

@@ -32,6 +32,20 @@ pub struct ModelsReport {
     /// markers over and over), with the likely cause and the fix.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runaways: Vec<String>,
+    /// The user's subagent profiles a job can run as (`run_agent`'s
+    /// `agent`): `.claude/agents/*.md` of the project, then the user's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentProfile>,
+}
+
+/// A subagent profile `run_agent` can run as.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AgentProfile {
+    pub name: String,
+    /// Its one-line description.
+    pub description: Option<String>,
+    /// `project` or `user`.
+    pub scope: config::agents::Scope,
 }
 
 /// `list_models`.
@@ -42,7 +56,8 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     // transcripts, and the slot losses and eval lines read records too:
     // on the blocking pool, never on an async worker.
     let (c, endpoints) = (ctx.clone(), status.endpoints.clone());
-    let (evals, slot_losses, runaways, savings) = tokio::task::spawn_blocking(move || {
+    let project = status.cwd.clone();
+    let (evals, slot_losses, runaways, savings, agents) = tokio::task::spawn_blocking(move || {
         let evals = crate::eval::lines(&c.state_dir, &endpoints);
         let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
         let store = m_store(&c);
@@ -54,7 +69,16 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
             .iter()
             .map(|l| l.line(days))
             .collect();
-        (evals, slot_losses, runaways, savings_line(&c))
+        let agents = config::agents::list(project.as_deref())
+            .0
+            .into_iter()
+            .map(|p| AgentProfile {
+                name: p.name,
+                description: p.description,
+                scope: p.scope,
+            })
+            .collect();
+        (evals, slot_losses, runaways, savings_line(&c), agents)
     })
     .await
     .map_err(stopped)?;
@@ -65,6 +89,7 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
         evals,
         slot_losses,
         runaways,
+        agents,
     })
 }
 

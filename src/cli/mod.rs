@@ -164,6 +164,9 @@ pub struct RunCmd {
     /// Load the model even if that may unload one a running job uses.
     #[arg(long)]
     pub force: bool,
+    /// Run as the subagent profile NAME (`.claude/agents/NAME.md` in the project, else in ~/.claude/agents).
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
     /// Print the job record as JSON.
     #[arg(long)]
     pub json: bool,

@@ -27,6 +27,7 @@
 //! entry (an endpoint without a usable `base_url`) is dropped with a warning,
 //! so one bad line never takes every tool down.
 
+pub mod agents;
 mod build;
 pub mod prices;
 mod schema;

@@ -90,4 +90,8 @@ pub struct RunArgs {
     pub force: bool,
     /// The tool call that asked for it (see [`super::record::JobRecord::tool_use_id`]).
     pub tool_use_id: Option<String>,
+    /// The user's subagent profile the delegate runs as
+    /// (`.claude/agents/<name>.md`): its prompt and, of its tools, those
+    /// the config allows.
+    pub agent: Option<String>,
 }

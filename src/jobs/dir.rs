@@ -45,6 +45,11 @@ impl JobDir {
         self.0.join("prompt.txt")
     }
 
+    /// The subagent the delegate runs as, as `--agents` JSON.
+    pub fn agents(&self) -> PathBuf {
+        self.0.join("agents.json")
+    }
+
     /// The delegate's stream-json events, as they came.
     pub fn events(&self) -> PathBuf {
         self.0.join("events.jsonl")
@@ -95,6 +100,12 @@ impl JobDir {
 /// The record fields a scan over many jobs reads (the prompt hook, the
 /// ledger): cheaper than the whole record, and a record of an older
 /// version with fields missing still reads.
+/// The subagent of a [`RecordBrief`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct BriefAgent {
+    pub name: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct RecordBrief {
     pub id: String,
@@ -123,6 +134,9 @@ pub struct RecordBrief {
     pub model_note: Option<String>,
     #[serde(default)]
     pub cache_note: Option<String>,
+    /// The subagent profile the job ran as (its name).
+    #[serde(default)]
+    pub agent: Option<BriefAgent>,
     #[serde(default)]
     pub metrics: Option<BriefMetrics>,
     #[serde(default)]

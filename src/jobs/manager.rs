@@ -161,6 +161,21 @@ impl Manager {
             .map(runner::mcp_config_path)
             .transpose()
             .map_err(StartError::Invalid)?;
+        // The subagent profile, found as the delegate's Claude Code would
+        // find it (project, then user): an unknown name is refused now,
+        // naming those there are. It reads files: off the async workers.
+        let profile = match &plan.agent {
+            Some(name) => {
+                let (name, project) = (name.clone(), plan.origin_cwd.clone());
+                let found = tokio::task::spawn_blocking(move || {
+                    crate::config::agents::find(&name, Some(&project))
+                })
+                .await
+                .map_err(|e| StartError::Invalid(e.to_string()))?;
+                Some(found.map_err(StartError::Invalid)?)
+            }
+            None => None,
+        };
         let target =
             registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
                 .await?;
@@ -207,6 +222,9 @@ impl Manager {
             (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
         };
         let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
+        rec.agent = profile
+            .as_ref()
+            .map(|p| super::record::AgentUse::of(p, &rec.allowed_tools, &rec.disallowed_tools));
         // A job with a worktree to check out takes its place in the queue
         // once it has it: a slot is not held while git writes files.
         let admission = match &checkout {
@@ -236,6 +254,7 @@ impl Manager {
         );
         job.admission = admission;
         job.checkout = checkout;
+        job.profile = profile;
         job.queue = config.defaults.queue;
         tokio::spawn(async move {
             // Untracked however the run ends (a panic in it too): its

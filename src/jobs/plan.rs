@@ -57,6 +57,8 @@ pub struct JobPlan {
     pub force: bool,
     /// The tool call that asked for it.
     pub tool_use_id: Option<String>,
+    /// The subagent profile to run as: the call's, else the resumed job's.
+    pub agent: Option<String>,
 }
 
 /// What a resume keeps of the job it continues.
@@ -161,6 +163,10 @@ impl JobPlan {
             fix_rounds,
             force: args.force,
             tool_use_id: args.tool_use_id.clone(),
+            agent: args
+                .agent
+                .clone()
+                .or_else(|| prior.and_then(|p| p.agent.as_ref().map(|a| a.name.clone()))),
         })
     }
 }
@@ -331,6 +337,7 @@ impl JobRecord {
             disallowed_tools: Vec::new(),
             system_prompt_append: None,
             resumed_from: None,
+            agent: None,
             tool_use_id: None,
             pid: None,
             guard: None,

@@ -21,6 +21,71 @@ use crate::shim::log::now_ts;
 use crate::wire::Usage;
 use crate::worktree::WorktreeInfo;
 
+/// A subagent profile a job runs as (`.claude/agents/<name>.md`), and
+/// what localagents did not take of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentUse {
+    pub name: String,
+    /// `project` or `user`.
+    pub scope: crate::config::agents::Scope,
+    pub path: PathBuf,
+    /// The tools the delegate was offered: the profile's, of those the
+    /// job's `allowed_tools` less `disallowed_tools` allow (all of those
+    /// when the profile names none).
+    pub tools: Vec<String>,
+    /// The profile's tools the config does not allow: not offered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_tools: Vec<String>,
+    /// The profile's `model:`, ignored: the delegate stays on the local
+    /// endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored_model: Option<String>,
+}
+
+impl AgentUse {
+    /// What a job does with `profile` under its tool limits.
+    pub fn of(
+        profile: &crate::config::agents::Profile,
+        allowed: &[String],
+        disallowed: &[String],
+    ) -> AgentUse {
+        let allow = crate::runner::offered_tools(allowed, disallowed);
+        let (tools, dropped_tools) = match &profile.tools {
+            None => (allow, Vec::new()),
+            Some(want) => want
+                .iter()
+                .cloned()
+                .partition(|t| allow.iter().any(|a| a == t)),
+        };
+        AgentUse {
+            name: profile.name.clone(),
+            scope: profile.scope,
+            path: profile.path.clone(),
+            tools,
+            dropped_tools,
+            ignored_model: profile.model.clone(),
+        }
+    }
+
+    /// "ran as subagent test-writer (project); not offered: WebFetch;
+    /// its model: opus ignored"
+    pub fn line(&self) -> String {
+        let mut s = format!("ran as subagent {} ({})", self.name, self.scope.as_str());
+        if !self.dropped_tools.is_empty() {
+            s.push_str(&format!(
+                "; not offered (the config does not allow them): {}",
+                self.dropped_tools.join(", ")
+            ));
+        }
+        if let Some(m) = &self.ignored_model {
+            s.push_str(&format!(
+                "; its `model: {m}` ignored (the delegate stays local)"
+            ));
+        }
+        s
+    }
+}
+
 /// A bad job id or a missing job, with what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -199,6 +264,10 @@ pub struct JobRecord {
     pub disallowed_tools: Vec<String>,
     pub system_prompt_append: Option<String>,
     pub resumed_from: Option<String>,
+    /// The user's subagent profile the delegate ran as, and what of it
+    /// was not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentUse>,
     /// The id of the tool call that started the job, as Claude Code sends
     /// it (`_meta["claudecode/toolUseId"]` of `tools/call`): the session
     /// transcript that holds it is the session that delegated the job.

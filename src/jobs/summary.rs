@@ -107,6 +107,10 @@ pub struct JobSummary {
     /// another request took the job's slot, and the fix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_note: Option<String>,
+    /// "ran as subagent test-writer (project); not offered (the config
+    /// does not allow them): WebFetch; …" when it ran as one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// One line of `list_jobs`.
@@ -191,6 +195,7 @@ impl JobRecord {
             outcome: self.outcome,
             model_note: self.model_note.clone(),
             cache_note: self.cache_note.clone(),
+            agent: self.agent.as_ref().map(super::record::AgentUse::line),
         }
     }
 

@@ -69,6 +69,9 @@ pub struct RunAgentParams {
     /// Continue an earlier job's session (same model, endpoint, cwd and worktree); `task` is the follow-up.
     #[serde(default)]
     pub resume_job: Option<String>,
+    /// Run as one of the user's subagent profiles (`.claude/agents/<name>.md`, project then user; list_models lists them): its prompt, and of its tools those allowed_tools allows. `task` stays the brief.
+    #[serde(default)]
+    pub agent: Option<String>,
     /// Whole-job timeout in seconds (default 1800).
     #[serde(default)]
     pub timeout_s: Option<u64>,
@@ -266,6 +269,7 @@ impl RunAgentParams {
             fix_rounds: p.fix_rounds,
             force: p.force,
             tool_use_id: None,
+            agent: p.agent,
         })
     }
 }

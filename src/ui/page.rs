@@ -373,9 +373,11 @@ pub fn job(token: &str, v: &JobView) -> String {
             r#"<p><a class="button danger" href="/jobs/{id}/cancel?token={token}">Cancel this job…</a></p>"#
         );
     }
+    let agent = r.agent.as_ref().map(|a| a.line());
     for (label, text, class) in [
         ("Result", &r.result, "result"),
         ("Error", &r.error, "error"),
+        ("Subagent", &agent, "note"),
         ("Model", &r.model_note, "note"),
         ("Cache", &r.cache_note, "note"),
     ] {

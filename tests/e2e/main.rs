@@ -1816,3 +1816,67 @@ async fn t19_jobs_behind_the_real_vllm_router_keep_their_replica() {
     );
     assert!(all.iter().all(|r| *r < 2), "{all:?}");
 }
+
+/// Issue 38 on the real tier: a job's first request with and without a
+/// subagent profile (the real Claude Code CLI, the real llama-server
+/// through the relay, which answers "Done." and passes each prompt on),
+/// and the cached share of the next job that runs as the same profile.
+/// The profile replaces Claude Code's system prompt with its own, so its
+/// first request is smaller; the next job with it finds that prefix in
+/// the slot's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t20_a_subagent_profile_on_the_real_server() {
+    let srv = start_server(&["-c", "32768", "--parallel", "1"]);
+    let relay = relay::start(&srv.url, support::script::text("Done."), true).await;
+    let d = dirs(&relay.url, "");
+    repo(&d.work);
+    let agents = d.work.join(".claude/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("test-writer.md"),
+        "---\nname: test-writer\ndescription: Writes focused unit tests.\ntools: Read, Write, Bash\n---\nYou are the test writer. Read the code under test, write one focused test per behaviour next to the existing tests, run them, and report which pass.\n",
+    )
+    .unwrap();
+    let run = |agent: Option<&str>, brief: &str| {
+        let mut args = vec!["run", "--model", "gemma3-270m", "--json"];
+        if let Some(a) = agent {
+            args.extend(["--agent", a]);
+        }
+        args.push(brief);
+        let out = localagents(&d, &args);
+        let rec: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(rec["status"], "succeeded", "{rec}");
+        let f = &rec["first_turn"];
+        (
+            f["prompt_tokens"].as_u64().unwrap(),
+            f["cached_tokens"].as_u64().unwrap(),
+        )
+    };
+    let plain = run(None, "Write a test for the add function in lib.py.");
+    let first = run(
+        Some("test-writer"),
+        "Write a test for the add function in lib.py.",
+    );
+    let next = run(
+        Some("test-writer"),
+        "Write a test for the parse function in cli.py.",
+    );
+    eprintln!("t20 | first request of a job | prompt tokens | from cache |");
+    for (name, (p, c)) in [
+        ("no profile", plain),
+        ("test-writer, first job", first),
+        ("test-writer, next job", next),
+    ] {
+        eprintln!("t20 | {name} | {p} | {c} ({:.2}) |", c as f64 / p as f64);
+    }
+    assert!(
+        first.0 < plain.0,
+        "the profile's prompt replaces Claude Code's: {first:?} vs {plain:?}"
+    );
+    assert!(
+        next.1 as f64 > 0.8 * next.0 as f64,
+        "the next job with the profile finds its prefix cached: {next:?}"
+    );
+    drop(relay);
+}

@@ -3,6 +3,7 @@
 use localagents_testkit as support;
 
 mod accept;
+mod agents;
 mod bad_input;
 mod cli;
 mod config;

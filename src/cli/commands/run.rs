@@ -24,6 +24,7 @@ impl From<RunCmd> for RunArgs {
             acceptance: a.accept,
             fix_rounds: a.fix_rounds,
             force: a.force,
+            agent: a.agent,
             ..Default::default()
         }
     }

@@ -65,7 +65,10 @@ impl Live<'_, '_> {
             crate::fmt::last_chars(&String::from_utf8_lossy(&buf), 2000)
         });
         let mut follow = Follow {
-            offered: runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
+            offered: match &rec.agent {
+                Some(a) => a.tools.clone(),
+                None => runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
+            },
             events: open_log(&JobDir::at(&rec.log_dir).events()),
             transcript: open_log(&JobDir::at(&rec.log_dir).transcript()),
             result: None,
@@ -172,6 +175,30 @@ fn spawn_delegate(
         .system_prompt_append
         .clone()
         .unwrap_or_else(|| job.default_append.clone());
+    // A subagent: its definition in the job's dir, for `--agents FILE`.
+    let agents_file = JobDir::at(&rec.log_dir).agents();
+    let agent = match (&rec.agent, &job.profile) {
+        (Some(a), Some(p)) => {
+            let json = runner::agents_json(
+                &a.name,
+                p.description.as_deref().unwrap_or(&a.name),
+                &p.prompt,
+                &a.tools,
+            );
+            crate::paths::write_atomic(&agents_file, json.as_bytes()).map_err(|source| {
+                LaunchError::Prompt {
+                    path: agents_file.clone(),
+                    source,
+                }
+            })?;
+            Some(runner::AgentArg {
+                name: &a.name,
+                file: &agents_file,
+                tools: &a.tools,
+            })
+        }
+        _ => None,
+    };
     let settings = runner::RunSettings {
         served_id: &rec.served_id,
         window: rec.context,
@@ -185,6 +212,7 @@ fn spawn_delegate(
         mcp_config: job.mcp_config.as_deref(),
         sandbox: job.sandbox,
         shim_silence: Some(reg.route.longest_silence()),
+        agent,
     };
     let mut launch = runner::launch(
         job.claude.clone(),
