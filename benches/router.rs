@@ -22,21 +22,6 @@ use localagents::config::Endpoint;
 use serde_json::json;
 use support::stats::pct;
 
-fn endpoint(name: &str, url: &str) -> Endpoint {
-    Endpoint {
-        name: name.into(),
-        base_url: url.into(),
-        backend: None,
-        host: None,
-        notes: None,
-        env: Default::default(),
-        api_key_env: None,
-        allow_insecure_key: false,
-        session_header: None,
-        vllm_router: false,
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -98,8 +83,8 @@ async fn main() {
         routed.push(r);
         added.push(r - d);
     }
-    let router_ep = endpoint("gpus", &router.url);
-    let single_ep = endpoint("one", a.url());
+    let router_ep = Endpoint::at("gpus", &router.url);
+    let single_ep = Endpoint::at("one", a.url());
     let budget = Duration::from_secs(5);
     let (mut probe_router, mut probe_single) = (Vec::new(), Vec::new());
     for _ in 0..50 {

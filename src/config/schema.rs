@@ -225,6 +225,24 @@ pub const RESERVED_HEADERS: &[&str] = &[
 ];
 
 impl Endpoint {
+    /// An endpoint at `base_url` with nothing else set: backend detected,
+    /// no key, no env, no session header (a router's replica, a probe of
+    /// a URL alone).
+    pub fn at(name: &str, base_url: &str) -> Endpoint {
+        Endpoint {
+            name: name.to_string(),
+            base_url: base_url.to_string(),
+            backend: None,
+            host: None,
+            notes: None,
+            env: IndexMap::new(),
+            api_key_env: None,
+            allow_insecure_key: false,
+            session_header: None,
+            vllm_router: false,
+        }
+    }
+
     /// The API key, read from the environment now. Never log it.
     pub fn api_key(&self) -> Option<String> {
         if !self.allow_insecure_key && !key_safe_url(&self.base_url) {

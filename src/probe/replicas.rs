@@ -127,16 +127,8 @@ fn probeable(u: &str) -> Option<String> {
 /// backend (else detected), no key and no session header.
 pub(super) fn endpoint_of(router: &Endpoint, url: &str) -> Endpoint {
     Endpoint {
-        name: format!("{} replica", router.name),
-        base_url: url.to_string(),
         backend: router.backend,
-        host: None,
-        notes: None,
-        env: Default::default(),
-        api_key_env: None,
-        allow_insecure_key: false,
-        session_header: None,
-        vllm_router: false,
+        ..Endpoint::at(&format!("{} replica", router.name), url)
     }
 }
 

@@ -1402,6 +1402,51 @@ fn bash_task(turns: usize) -> support::script::Script {
     support::script::tools_then_text(calls, "Done: printed every range.")
 }
 
+/// Wait for every child, off the async workers: their outputs in order.
+async fn outputs(children: Vec<std::process::Child>) -> Vec<std::process::Output> {
+    tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap()
+}
+
+/// `localagents run` of job `name` in its own repository under `d.work`,
+/// with a brief long enough (about a seventh of the first prompt) that
+/// the shared prefix alone is below a 0.9 similarity with another job's
+/// slot; its stdout (the record) and stderr piped.
+fn start_named_job(d: &Dirs, name: &str, turns: usize) -> std::process::Child {
+    let cwd = d.work.join(name);
+    repo(&cwd);
+    let brief: String = std::iter::once(format!("Task {name}: run each command you are given. "))
+        .chain((0..60).map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)))
+        .collect();
+    Command::new(BIN)
+        .arg("--config")
+        .arg(&d.cfg)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .args([
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--max-turns",
+            &(turns + 2).to_string(),
+            "--json",
+            &brief,
+        ])
+        .env("HOME", &d.home)
+        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+        .current_dir(&cwd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Two real jobs (the real Claude Code CLI, `localagents run` twice, started
 /// together) on a real `--parallel 2` server, through the relay: the script
 /// gives the tool calls, the real server processes every prompt. Returns
@@ -1412,49 +1457,9 @@ async fn two_real_jobs(server_args: &[&str], turns: usize) -> Vec<Value> {
     let d = dirs(&relay.url, "");
     let mut children = Vec::new();
     for name in ["alpha", "beta"] {
-        let cwd = d.work.join(name);
-        repo(&cwd);
-        // A brief long enough (about a seventh of the first prompt) that the
-        // shared prefix alone is below a 0.9 similarity with the other
-        // job's slot.
-        let brief: String =
-            std::iter::once(format!("Task {name}: run each command you are given. "))
-                .chain(
-                    (0..60)
-                        .map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)),
-                )
-                .collect();
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(&d.cfg)
-            .arg("--state-dir")
-            .arg(&d.state)
-            .args([
-                "run",
-                "--model",
-                "gemma3-270m",
-                "--max-turns",
-                &(turns + 2).to_string(),
-                "--json",
-                &brief,
-            ])
-            .env("HOME", &d.home)
-            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
-            .current_dir(&cwd)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        children.push(child);
+        children.push(start_named_job(&d, name, turns));
     }
-    let outs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
+    let outs = outputs(children).await;
     drop(relay);
     drop(srv);
     outs.iter()
@@ -1695,46 +1700,9 @@ async fn two_jobs_behind_the_router(header: bool, turns: usize) -> Vec<(Value, V
     .unwrap();
     let mut children = Vec::new();
     for name in ["alpha", "beta"] {
-        let cwd = d.work.join(name);
-        repo(&cwd);
-        let brief: String =
-            std::iter::once(format!("Task {name}: run each command you are given. "))
-                .chain(
-                    (0..60)
-                        .map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)),
-                )
-                .collect();
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(&d.cfg)
-            .arg("--state-dir")
-            .arg(&d.state)
-            .args([
-                "run",
-                "--model",
-                "gemma3-270m",
-                "--max-turns",
-                &(turns + 2).to_string(),
-                "--json",
-                &brief,
-            ])
-            .env("HOME", &d.home)
-            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
-            .current_dir(&cwd)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        children.push(child);
+        children.push(start_named_job(&d, name, turns));
     }
-    let outs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
+    let outs = outputs(children).await;
     let seen: Vec<Vec<(String, u64, u64)>> = [&r1, &r2]
         .iter()
         .map(|r| r.seen.lock().unwrap().clone())

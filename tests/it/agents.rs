@@ -32,14 +32,7 @@ fn test_writer(e: &Env) {
 }
 
 fn tool_names(body: &Value) -> BTreeSet<String> {
-    body["tools"]
-        .as_array()
-        .map(|ts| {
-            ts.iter()
-                .filter_map(|t| t["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::lean::tool_names(body).into_iter().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,7 +80,7 @@ fn strict() -> fake_llama::LlamaOpts {
     }
 }
 
-fn tool_names(body: &Value) -> Vec<String> {
+pub(crate) fn tool_names(body: &Value) -> Vec<String> {
     body["tools"]
         .as_array()
         .map(|ts| {

@@ -3,7 +3,6 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use indexmap::IndexMap;
 use localagents::config::{Backend, Endpoint};
 use localagents::probe::{self, FailureKind};
 
@@ -11,16 +10,8 @@ use crate::support::{fake_llama, fake_vllm, net};
 
 fn ep(name: &str, url: &str, backend: Option<Backend>) -> Endpoint {
     Endpoint {
-        name: name.into(),
-        base_url: url.into(),
         backend,
-        host: None,
-        notes: None,
-        env: IndexMap::new(),
-        api_key_env: None,
-        allow_insecure_key: false,
-        session_header: None,
-        vllm_router: false,
+        ..Endpoint::at(name, url)
     }
 }
 

@@ -127,20 +127,20 @@ fn all_replicas(fakes: &[&FakeLlama], n: usize) -> BTreeMap<usize, BTreeSet<usiz
     (0..n).map(|k| (k, replicas_of(fakes, k))).collect()
 }
 
-fn ratios(r: &Value) -> Vec<f64> {
-    r["metrics"]["cache_ratio_per_turn"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default()
+/// Two fakes (eight slots each: six jobs never evict each other's
+/// prompts) behind the real router, a project, and `serve` with the
+/// endpoint's `session_header` as given (`None`: the default).
+struct Stage {
+    a: FakeLlama,
+    b: FakeLlama,
+    router: Router,
+    e: Env,
+    c: Client,
+    _dir: tempfile::TempDir,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn six_jobs_behind_the_real_router_each_keep_one_replica() {
-    let test = "six_jobs_behind_the_real_router_each_keep_one_replica";
-    let Some(bin) = vllm_router::router_or_skip(test) else {
-        return;
-    };
-    // Eight slots each: the six jobs never evict each other's prompts.
+async fn stage(test: &str, session_header: Option<&str>) -> Option<Stage> {
+    let bin = vllm_router::router_or_skip(test)?;
     let a = fake_llama::spawn(fake_opts(65536, 8)).await;
     let b = fake_llama::spawn(fake_opts(65536, 8)).await;
     let dir = tempfile::tempdir().unwrap();
@@ -151,11 +151,45 @@ async fn six_jobs_behind_the_real_router_each_keep_one_replica() {
         &[],
         dir.path(),
     );
-    let e = env_with(&config(&router.url, None));
+    let e = env_with(&config(&router.url, session_header));
     project(&e);
     reading_script(&a, &e);
     reading_script(&b, &e);
     let c = serve(&e, None).await;
+    Some(Stage {
+        a,
+        b,
+        router,
+        e,
+        c,
+        _dir: dir,
+    })
+}
+
+fn ratios(r: &Value) -> Vec<f64> {
+    r["metrics"]["cache_ratio_per_turn"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_jobs_behind_the_real_router_each_keep_one_replica() {
+    let Some(Stage {
+        a,
+        b,
+        router,
+        e,
+        c,
+        _dir,
+    }) = stage(
+        "six_jobs_behind_the_real_router_each_keep_one_replica",
+        None,
+    )
+    .await
+    else {
+        return;
+    };
     let mut recs = run_jobs(&c, &e, 0, 6).await;
     // The router's hash of six random job ids puts them all on one
     // replica once in 32 runs: run more jobs until both replicas have
@@ -219,25 +253,21 @@ async fn six_jobs_behind_the_real_router_each_keep_one_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_session_header_the_router_piles_every_job_on_one_replica() {
-    let test = "without_the_session_header_the_router_piles_every_job_on_one_replica";
-    let Some(bin) = vllm_router::router_or_skip(test) else {
+    let Some(Stage {
+        a,
+        b,
+        router,
+        e,
+        c,
+        _dir,
+    }) = stage(
+        "without_the_session_header_the_router_piles_every_job_on_one_replica",
+        Some(""),
+    )
+    .await
+    else {
         return;
     };
-    let a = fake_llama::spawn(fake_opts(65536, 8)).await;
-    let b = fake_llama::spawn(fake_opts(65536, 8)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let router = Router::start(
-        &bin,
-        &[a.url(), b.url()],
-        "consistent_hash",
-        &[],
-        dir.path(),
-    );
-    let e = env_with(&config(&router.url, Some("")));
-    project(&e);
-    reading_script(&a, &e);
-    reading_script(&b, &e);
-    let c = serve(&e, None).await;
     let recs = run_jobs(&c, &e, 0, 6).await;
     // Without the header the router looks in the body: Claude Code's
     // `metadata.user_id` is a JSON text, and the router takes the

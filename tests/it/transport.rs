@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use indexmap::IndexMap;
 use localagents::config::{Backend, Endpoint};
 use localagents::shim::log::RequestLog;
 use localagents::shim::{Route, Shim};
@@ -18,16 +17,8 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
         label: "t".into(),
         session: None,
         endpoint: Endpoint {
-            name: "fake".into(),
-            base_url: url.into(),
             backend: Some(Backend::LlamaCpp),
-            host: None,
-            notes: None,
-            env: IndexMap::new(),
-            api_key_env: None,
-            allow_insecure_key: false,
-            session_header: None,
-            vllm_router: false,
+            ..Endpoint::at("fake", url)
         },
         backend: Backend::LlamaCpp,
         served_id: "m".into(),
