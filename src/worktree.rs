@@ -207,6 +207,10 @@ fn check_out_blocking(c: &Checkout) -> Result<(), GitError> {
     if let Some(parent) = c.info.path.parent() {
         crate::paths::private_dir_all(parent)?;
     }
+    // `.git/worktrees` made here, not by libgit2: two jobs that check out
+    // at once both see it missing, both make it, and one fails with
+    // "failed to make directory '.git/worktrees': directory exists".
+    std::fs::create_dir_all(repo.commondir().join("worktrees"))?;
     let mut opts = WorktreeAddOptions::new();
     let reference = branch.into_reference();
     opts.reference(Some(&reference));

@@ -160,7 +160,7 @@ async fn serve_answers_while_three_worktree_jobs_check_out_a_large_tree() {
         }
         assert!(
             answered < done,
-            "run_agent answered at {answered}, after job {id}'s checkout ended at {done}"
+            "run_agent answered at {answered}, after job {id}'s checkout ended at {done}: {rec}"
         );
         assert_eq!(rec["status"], "succeeded", "{rec}");
         assert_eq!(rec["prepare"]["files"], FILES, "{rec}");
