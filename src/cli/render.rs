@@ -71,14 +71,10 @@ pub fn render_status(out: &mut impl Write, st: &Report) -> std::io::Result<()> {
 /// A replica behind a router, under its router's line.
 fn replica_line(r: &Replica, name_w: usize) -> String {
     let head = format!("{:<name_w$}  {:<9}", "", r.backend);
-    let router = match (r.healthy, r.load) {
-        (Some(h), Some(l)) => format!(
-            "  router: {}, {l} in flight",
-            if h { "healthy" } else { "unhealthy" }
-        ),
-        (Some(h), None) => format!("  router: {}", if h { "healthy" } else { "unhealthy" }),
-        _ => String::new(),
-    };
+    let router = r
+        .router_says()
+        .map(|s| format!("  {s}"))
+        .unwrap_or_default();
     if !r.up {
         return format!(
             "{head}  {RED}down{RED:#}  {}{router}",

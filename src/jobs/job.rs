@@ -79,9 +79,6 @@ pub(super) struct Job {
     pub(super) checkout: Option<worktree::Checkout>,
     /// `defaults.queue`: whether the job waits for a free slot.
     pub(super) queue: bool,
-    /// The subagent profile the delegate runs as (`rec.agent` says what of
-    /// it is used).
-    pub(super) profile: Option<crate::config::agents::Profile>,
 }
 
 impl Job {
@@ -115,7 +112,6 @@ impl Job {
             force: plan.force,
             checkout: None,
             queue: d.queue,
-            profile: None,
         }
     }
 }

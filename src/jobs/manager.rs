@@ -190,13 +190,29 @@ impl Manager {
 
         let id = new_job_id().map_err(JobError::from)?;
         let dir = self.store.dir(&id)?;
-        let brief = JobDir::at(&dir).task();
+        let (brief, agents_file) = (JobDir::at(&dir).task(), JobDir::at(&dir).agents());
         let task = plan.task.clone();
-        // The job's dir (private) and its brief, off the async workers.
-        tokio::task::spawn_blocking(move || crate::paths::write_atomic(&brief, task.as_bytes()))
-            .await
-            .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
-            .map_err(JobError::from)?;
+        // What of the profile the job uses, and its definition for the
+        // delegate (`--agents FILE`).
+        let agent = profile
+            .as_ref()
+            .map(|p| super::record::AgentUse::of(p, &plan.allowed_tools, &plan.disallowed_tools));
+        let definition = agent
+            .as_ref()
+            .zip(profile.as_ref())
+            .map(|(a, p)| a.definition(p));
+        // The job's dir (private), its brief and its subagent, off the
+        // async workers.
+        tokio::task::spawn_blocking(move || {
+            crate::paths::write_atomic(&brief, task.as_bytes())?;
+            match definition {
+                Some(d) => crate::paths::write_atomic(&agents_file, d.as_bytes()),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
+        .map_err(JobError::from)?;
         // A new worktree is planned here (its repository, HEAD and file
         // count: a start error is the caller's at once) and checked out by
         // the job itself, as its first phase: a checkout of a large tree
@@ -222,9 +238,7 @@ impl Manager {
             (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
         };
         let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
-        rec.agent = profile
-            .as_ref()
-            .map(|p| super::record::AgentUse::of(p, &rec.allowed_tools, &rec.disallowed_tools));
+        rec.agent = agent;
         // A job with a worktree to check out takes its place in the queue
         // once it has it: a slot is not held while git writes files.
         let admission = match &checkout {
@@ -254,7 +268,6 @@ impl Manager {
         );
         job.admission = admission;
         job.checkout = checkout;
-        job.profile = profile;
         job.queue = config.defaults.queue;
         tokio::spawn(async move {
             // Untracked however the run ends (a panic in it too): its

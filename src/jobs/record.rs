@@ -67,6 +67,17 @@ impl AgentUse {
         }
     }
 
+    /// The `--agents` JSON that defines it for the delegate
+    /// ([`crate::runner::agents_json`]).
+    pub fn definition(&self, profile: &crate::config::agents::Profile) -> String {
+        crate::runner::agents_json(
+            &self.name,
+            profile.description.as_deref().unwrap_or(&self.name),
+            &profile.prompt,
+            &self.tools,
+        )
+    }
+
     /// "ran as subagent test-writer (project); not offered: WebFetch;
     /// its model: opus ignored"
     pub fn line(&self) -> String {
@@ -387,6 +398,15 @@ impl JobRecord {
     /// (`answered`: it ended with its own report), and the sentences
     /// about the model and the server's cache (`llama_cpp`: name
     /// llama-server's flags as the fix).
+    /// The built-in tools the delegate is offered: its subagent's, else
+    /// the allowed ones less those denied.
+    pub fn offered_tools(&self) -> Vec<String> {
+        match &self.agent {
+            Some(a) => a.tools.clone(),
+            None => crate::runner::offered_tools(&self.allowed_tools, &self.disallowed_tools),
+        }
+    }
+
     pub fn set_figures(
         &mut self,
         m: metrics::JobMetrics,

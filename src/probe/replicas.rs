@@ -56,6 +56,22 @@ pub struct Replica {
     pub counters: Option<Counters>,
 }
 
+impl Replica {
+    /// The router's view of it: "router: healthy, 0 in flight" (none
+    /// when the router's `/workers` did not say).
+    pub fn router_says(&self) -> Option<String> {
+        let health = if self.healthy? {
+            "healthy"
+        } else {
+            "unhealthy"
+        };
+        Some(match self.load {
+            Some(l) => format!("router: {health}, {l} in flight"),
+            None => format!("router: {health}"),
+        })
+    }
+}
+
 /// `GET /list_workers`.
 #[derive(Debug, Deserialize)]
 pub(super) struct WorkerList {

@@ -130,13 +130,7 @@ pub fn endpoints(list: Result<&[EndpointStatus], &str>) -> String {
         );
         // Behind a vLLM router: a row a replica, under the router's.
         for r in &e.replicas {
-            let health = match (r.healthy, r.load) {
-                (Some(h), Some(l)) => format!(
-                    "router: {}, {l} in flight",
-                    if h { "healthy" } else { "unhealthy" }
-                ),
-                _ => String::new(),
-            };
+            let health = r.router_says().unwrap_or_default();
             let slots = r
                 .slots
                 .map(|sl| format!("{} busy, {} free", sl.busy, sl.free))

@@ -65,10 +65,7 @@ impl Live<'_, '_> {
             crate::fmt::last_chars(&String::from_utf8_lossy(&buf), 2000)
         });
         let mut follow = Follow {
-            offered: match &rec.agent {
-                Some(a) => a.tools.clone(),
-                None => runner::offered_tools(&rec.allowed_tools, &rec.disallowed_tools),
-            },
+            offered: rec.offered_tools(),
             events: open_log(&JobDir::at(&rec.log_dir).events()),
             transcript: open_log(&JobDir::at(&rec.log_dir).transcript()),
             result: None,
@@ -175,30 +172,13 @@ fn spawn_delegate(
         .system_prompt_append
         .clone()
         .unwrap_or_else(|| job.default_append.clone());
-    // A subagent: its definition in the job's dir, for `--agents FILE`.
+    // A subagent: its definition, written to the job's dir at start.
     let agents_file = JobDir::at(&rec.log_dir).agents();
-    let agent = match (&rec.agent, &job.profile) {
-        (Some(a), Some(p)) => {
-            let json = runner::agents_json(
-                &a.name,
-                p.description.as_deref().unwrap_or(&a.name),
-                &p.prompt,
-                &a.tools,
-            );
-            crate::paths::write_atomic(&agents_file, json.as_bytes()).map_err(|source| {
-                LaunchError::Prompt {
-                    path: agents_file.clone(),
-                    source,
-                }
-            })?;
-            Some(runner::AgentArg {
-                name: &a.name,
-                file: &agents_file,
-                tools: &a.tools,
-            })
-        }
-        _ => None,
-    };
+    let agent = rec.agent.as_ref().map(|a| runner::AgentArg {
+        name: &a.name,
+        file: &agents_file,
+        tools: &a.tools,
+    });
     let settings = runner::RunSettings {
         served_id: &rec.served_id,
         window: rec.context,
