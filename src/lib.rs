@@ -26,29 +26,49 @@
 //! - [`eval`]: which served model can do the work (`localagents eval`).
 //! - [`ui`]: the local page that shows endpoints, jobs and savings (`localagents ui`).
 
-pub mod api;
-pub mod cli;
-pub mod complete;
-pub mod config;
-pub mod context;
-pub mod error;
-pub mod eval;
-pub mod fmt;
-pub mod hook;
-pub mod jobs;
-pub mod ledger;
-pub mod mcp;
-pub mod paths;
-pub mod prefix;
-pub mod probe;
-pub mod process;
-pub mod registry;
-pub mod runner;
-pub mod session_env;
-pub mod session_start;
-pub mod setup;
-pub mod shim;
-pub mod signals;
-pub mod ui;
-pub mod wire;
-pub mod worktree;
+//!
+//! It runs on Linux and macOS. It does not build for Windows: it leads
+//! process groups, signals them and reads `/proc` or libproc ([`process`]),
+//! which Windows does not have. There, building it fails with the one
+//! sentence below instead of a wall of errors from code that cannot work;
+//! Windows users run it in WSL2 (docs/guide.md, "Windows").
+
+#[cfg(not(unix))]
+compile_error!(
+    "localagents runs on Linux and macOS only (process groups, signals, /proc): on Windows, install and run it inside WSL2 (see docs/guide.md, section \"Windows\")"
+);
+
+/// Declares each module for Unix alone, so that a Windows build stops at
+/// the `compile_error!` above and nowhere else.
+macro_rules! unix_only {
+    ($($item:item)*) => { $( #[cfg(unix)] $item )* };
+}
+
+unix_only! {
+    pub mod api;
+    pub mod cli;
+    pub mod complete;
+    pub mod config;
+    pub mod context;
+    pub mod error;
+    pub mod eval;
+    pub mod fmt;
+    pub mod hook;
+    pub mod jobs;
+    pub mod ledger;
+    pub mod mcp;
+    pub mod paths;
+    pub mod prefix;
+    pub mod probe;
+    pub mod process;
+    pub mod registry;
+    pub mod runner;
+    pub mod session_env;
+    pub mod session_start;
+    pub mod setup;
+    pub mod shim;
+    pub mod signals;
+    pub mod ui;
+    pub mod wire;
+    pub mod worktree;
+}

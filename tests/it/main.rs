@@ -8,6 +8,7 @@ mod bad_input;
 mod cli;
 mod config;
 mod docs;
+mod e2e_script;
 mod eval;
 mod faults;
 mod first_contact;
