@@ -20,9 +20,17 @@
 //!   descendant gets SIGTERM, then SIGKILL after [`GUARD_GRACE`], repeated
 //!   until none is left; then the guard exits with the delegate's status.
 //!
-//! On macOS there is no subreaper: the guard still ends the delegate's
-//! process group on lifeline EOF, but a command that left its group is
-//! found only while it is still a descendant (documented in docs/guide.md).
+//! On macOS there is no subreaper, and no /proc: the job's processes are
+//! the guard's descendants (libproc's `proc_listchildpids`, walked) and the
+//! members of the group it leads (`proc_listpgrppids`), each signalled by
+//! pid with the guard itself left out: the guard is in that group, so a
+//! `killpg` with SIGKILL would end it before its sweep is done. The group
+//! holds the delegate and whatever stayed in it, also after its parent
+//! exited and launchd took it over. What still escapes: a command that
+//! left the group (Claude Code's Bash commands run in their own session)
+//! *and* was reparented to launchd when its parent exited is neither a
+//! descendant nor a member, and is not found (documented in docs/guide.md).
+//! Only `job_processes` differs per OS; the sweep is one.
 //!
 //! The guard runs before any runtime or logging is set up (see `main`), so
 //! it stays a single thread that only polls, reaps and signals.
@@ -246,18 +254,46 @@ fn reap_all(delegate: libc::pid_t) -> Option<libc::c_int> {
     }
 }
 
-/// End every descendant: SIGTERM, then SIGKILL after the grace, until none
-/// is left. Returns the delegate's wait status if it was reaped here.
+/// The job's processes now, never the guard itself. Linux: every
+/// descendant of the guard, a subreaper (one walk of `/proc`).
+#[cfg(not(target_os = "macos"))]
+fn job_processes(me: libc::pid_t) -> Vec<libc::pid_t> {
+    super::descendants(me)
+}
+
+/// The job's processes now, never the guard itself. macOS: the guard's
+/// descendants, and the members of its process group when it leads one
+/// (as [`super::spawn_guarded`] starts it; a guard started by hand in a
+/// shell's job group leaves that group alone).
+#[cfg(target_os = "macos")]
+fn job_processes(me: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut all = super::descendants(me);
+    // SAFETY: getpgrp(2) takes nothing and cannot fail.
+    let group = unsafe { libc::getpgrp() };
+    if group == me {
+        all.extend(super::macos::group_members(group));
+        all.sort_unstable();
+        all.dedup();
+    }
+    all.retain(|p| *p != me && *p > 0);
+    all
+}
+
+/// End every process of the job: SIGTERM, then SIGKILL after the grace,
+/// until none is left. Returns the delegate's wait status if it was reaped
+/// here.
 fn sweep(delegate: libc::pid_t, mut status: Option<libc::c_int>) -> Option<libc::c_int> {
     let me = std::process::id() as libc::pid_t;
-    let first = super::descendants(me);
+    let first = job_processes(me);
     for pid in &first {
-        // SAFETY: a descendant of this guard, found by parent links now.
+        // SAFETY: a process of this job, found now (a descendant of this
+        // guard; on macOS also a member of the group it leads), never the
+        // guard itself.
         unsafe { libc::kill(*pid, libc::SIGTERM) };
     }
     if status.is_none() {
-        // Unreaped, so the pid is still the delegate's (also where there is
-        // no /proc to walk).
+        // Unreaped, so the pid is still the delegate's (also should the
+        // listing have missed it).
         // SAFETY: our own child, not yet waited for.
         unsafe { libc::kill(delegate, libc::SIGTERM) };
     }
@@ -266,7 +302,7 @@ fn sweep(delegate: libc::pid_t, mut status: Option<libc::c_int>) -> Option<libc:
         if let Some(s) = reap_all(delegate) {
             status = Some(s);
         }
-        let left = super::descendants(me);
+        let left = job_processes(me);
         if left.is_empty() && status.is_some() {
             return status;
         }

@@ -1,21 +1,34 @@
 //! Process groups, signals and process identity: the one place that calls
-//! `setpgid`, `killpg`, `kill` and reads `/proc`.
+//! `setpgid`, `killpg`, `kill` and reads what the kernel says of a process
+//! (its parent, start time and children): `/proc` on Linux, libproc and
+//! sysctl on macOS (`macos.rs`).
 //!
 //! Every delegate runs under a [`guard`]: the supervisor starts
 //! `localagents __guard claude ...` as the leader of a new process group,
 //! with a lifeline pipe on its stdin. The guard ends every descendant of
 //! the job when the delegate exits, on SIGTERM (cancel, timeout), or when
-//! the lifeline closes (the supervisor died, even by SIGKILL).
+//! the lifeline closes (the supervisor died, even by SIGKILL). On macOS,
+//! which has no subreaper, the job's processes are the guard's descendants
+//! and the members of its process group (see [`guard`]).
 //!
 //! A pid in a job record is signalled only while it is still the process
 //! we started: [`Identity`] records the boot id and the start time, and
-//! [`Identity::is_current`] compares both before any signal. Liveness
-//! checks are signal 0 or `/proc`; reading a record never signals anything.
+//! [`Identity::is_current`] compares both before any signal (macOS: the
+//! boot session uuid, and the start time from `proc_pidinfo`). Liveness
+//! checks are signal 0 or `/proc` (libproc on macOS); reading a record
+//! never signals anything.
 
 #![allow(clippy::disallowed_methods)] // this module owns groups and signals
 use std::time::Duration;
 
 pub mod guard;
+#[cfg(target_os = "macos")]
+mod macos;
+
+#[cfg(all(test, target_os = "macos"))]
+use macos::parent_of;
+#[cfg(target_os = "macos")]
+pub use macos::{boot_id, descendants, start_time};
 
 use std::ffi::OsString;
 
@@ -116,7 +129,8 @@ pub fn guard_entry() -> Option<i32> {
 }
 
 /// The boot id of this machine (Linux), so a pid recorded before a reboot
-/// is never taken for a live process.
+/// is never taken for a live process. macOS: `macos::boot_id`.
+#[cfg(not(target_os = "macos"))]
 pub fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
@@ -125,6 +139,8 @@ pub fn boot_id() -> Option<String> {
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat`
 /// field 22). `None` when the process does not exist or there is no /proc.
+/// macOS: microseconds since the epoch, `macos::start_time`.
+#[cfg(not(target_os = "macos"))]
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces and ')': fields start after the last ')'.
@@ -133,6 +149,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+#[cfg(not(target_os = "macos"))]
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -141,6 +158,8 @@ fn parent_of(pid: u32) -> Option<u32> {
 
 /// Every descendant of `root` now, found by parent links in `/proc`
 /// (empty where there is no /proc). Zombies are included until reaped.
+/// macOS: `proc_listchildpids`, walked, `macos::descendants`.
+#[cfg(not(target_os = "macos"))]
 pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -168,13 +187,18 @@ pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     pub pid: u32,
-    /// Clock ticks since boot, from `/proc/PID/stat`.
+    /// When the process started, in a unit that differs per OS: Linux,
+    /// clock ticks since boot (`/proc/PID/stat` field 22); macOS,
+    /// microseconds since the epoch (`proc_pidinfo`'s `pbi_start_tvsec` and
+    /// `pbi_start_tvusec`). Only compared with a value read on the same
+    /// machine and boot (`boot_id` first), so the two never meet.
     pub start: u64,
     pub boot_id: String,
 }
 
 impl Identity {
-    /// The identity of a live process now (`None` without /proc).
+    /// The identity of a live process now (`None` when it is gone, or on a
+    /// system with neither /proc nor libproc).
     pub fn of(pid: u32) -> Option<Identity> {
         Some(Identity {
             pid,
@@ -248,6 +272,24 @@ mod tests {
         let a = start_time(me).expect("our own start time");
         assert_eq!(start_time(me), Some(a));
         assert_eq!(parent_of(me), Some(std::os::unix::process::parent_id()));
+        #[cfg(target_os = "macos")]
+        {
+            // Microseconds since the epoch: this test process started
+            // within the last day, and not in the future.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as u64;
+            assert!(a <= now && now - a < 86_400_000_000, "start {a}, now {now}");
+        }
+    }
+
+    #[test]
+    fn the_boot_id_is_read_and_stable() {
+        let id = boot_id().expect("a boot id");
+        assert!(!id.is_empty() && !id.contains('\0'), "{id:?}");
+        assert_eq!(boot_id(), Some(id.clone()));
+        assert_eq!(Identity::of(std::process::id()).unwrap().boot_id, id);
     }
 
     #[tokio::test]
@@ -303,5 +345,39 @@ mod tests {
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
         child.wait().unwrap();
+    }
+
+    /// macOS has no subreaper: a background command whose shell exited is
+    /// reparented to launchd, out of the walk, and found only as a member
+    /// of the job's process group.
+    #[cfg(target_os = "macos")]
+    #[test]
+    fn an_orphan_left_in_the_group_is_found_as_a_member() {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = sh.id() as libc::pid_t;
+        // One line only: the sleep keeps the pipe open.
+        let mut line = String::new();
+        std::io::BufReader::new(sh.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let sleep: libc::pid_t = line.trim().parse().unwrap();
+        assert!(sh.wait().unwrap().success());
+        assert_eq!(macos::group_members(group), vec![sleep]);
+        assert!(!descendants(std::process::id() as libc::pid_t).contains(&sleep));
+        // SAFETY: the sleep this test started.
+        unsafe { libc::kill(sleep, libc::SIGKILL) };
+        // launchd reaps it; then the group is gone.
+        let t = std::time::Instant::now();
+        while !macos::group_members(group).is_empty() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(macos::group_members(group), Vec::<libc::pid_t>::new());
     }
 }

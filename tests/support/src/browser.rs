@@ -6,9 +6,11 @@
 //! update. Screenshots use Chromium's own `--screenshot`.
 //!
 //! Chromium comes from Debian's `chromium` package (.ci/run installs it).
+//! Elsewhere `LOCALAGENTS_CHROMIUM` names it: on macOS, Google Chrome's
+//! binary in its app bundle (.github/workflows/ci.yml sets it so).
 
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,11 +110,11 @@ pub struct Browser {
     _profile: tempfile::TempDir,
 }
 
+/// A pipe, both ends close-on-exec (`std::io::pipe`: `pipe2` with
+/// `O_CLOEXEC` on Linux; macOS has no `pipe2`).
 fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors, which we own from here.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    let (r, w) = std::io::pipe().expect("a pipe");
+    (OwnedFd::from(r), OwnedFd::from(w))
 }
 
 impl Browser {

@@ -94,9 +94,34 @@ pub async fn until(
     t.elapsed()
 }
 
+/// Say that `test` did not run, and `why`: on stderr, which nextest hides
+/// for a passing test, and in the file `LOCALAGENTS_TEST_SKIPS` names,
+/// which `scripts/test.sh` lists after the runner's summary, so that the
+/// skip never reads as a pass.
+pub fn skip(test: &str, why: &str) {
+    eprintln!("{test}: SKIPPED: {why}");
+    if let Some(file) = std::env::var_os(browser::SKIPS_VAR) {
+        browser::record_skip(std::path::Path::new(&file), test, why);
+    }
+}
+
+/// Whether this is Linux. Elsewhere (macOS) `test` records its skip with
+/// `why` ([`skip`]) and the caller returns: for a test of what only Linux
+/// has.
+pub fn linux_only(test: &str, why: &str) -> bool {
+    if cfg!(target_os = "linux") {
+        return true;
+    }
+    skip(test, why);
+    false
+}
+
 /// Every live process on the machine (zombies are gone already: they only
 /// wait for their parent) for which `pick(environ, cmdline)` holds: pid and
-/// command line.
+/// command line. `environ` is the environment as `/proc/PID/environ` holds
+/// it (`NAME=value` strings, each ended by a NUL). Only the processes whose
+/// environment this user may read count: its own.
+#[cfg(target_os = "linux")]
 fn processes(pick: impl Fn(&[u8], &str) -> bool) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for ent in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -122,6 +147,192 @@ fn processes(pick: impl Fn(&[u8], &str) -> bool) -> Vec<(u32, String)> {
         out.push((pid, cmd));
     }
     out
+}
+
+/// macOS has no `/proc`: the same from the kernel ([`macos`]): every pid
+/// (`proc_listallpids`), then each one's arguments and environment
+/// (`sysctl` `KERN_PROCARGS2`, what `ps -E` reads), which the kernel gives
+/// for this user's own processes only, as Linux gives `environ`.
+#[cfg(target_os = "macos")]
+fn processes(pick: impl Fn(&[u8], &str) -> bool) -> Vec<(u32, String)> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    for pid in macos::all_pids() {
+        let Some((args, env)) = macos::args_and_env(pid, &mut buf) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&args.join(&b' ')).into_owned();
+        if !pick(&env, &cmd) || macos::is_zombie(pid) {
+            continue;
+        }
+        out.push((pid, cmd));
+    }
+    out
+}
+
+/// Whether process `pid` has ended: gone, or a zombie its parent has not
+/// reaped yet (Linux: `/proc/PID/stat`; macOS: `proc_pidinfo`).
+#[cfg(target_os = "linux")]
+pub fn process_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// Whether process `pid` has ended: gone, or a zombie its parent has not
+/// reaped yet (Linux: `/proc/PID/stat`; macOS: `proc_pidinfo`).
+#[cfg(target_os = "macos")]
+pub fn process_ended(pid: u32) -> bool {
+    macos::bsd_info(pid).is_none_or(|i| i.pbi_status == libc::SZOMB)
+}
+
+/// What Linux reads in `/proc`, asked of the macOS kernel instead: the
+/// pids, a process's state and memory (`proc_pidinfo`, Apple's libproc.h)
+/// and its arguments and environment (`sysctl` `KERN_PROCARGS2`). Each
+/// answers `None` (or an empty list) when the process is gone or the
+/// kernel refuses, as a `/proc` file that cannot be read.
+#[cfg(target_os = "macos")]
+pub(crate) mod macos {
+    use std::mem::{MaybeUninit, size_of};
+
+    /// The most pids one listing takes (`kern.maxproc` is a few thousand).
+    const MAX_PIDS: usize = 1 << 16;
+
+    /// Every pid now (`proc_listallpids`, which answers how many pids it
+    /// wrote); a listing that fills the buffer may have been cut, so the
+    /// buffer doubles and the call is made again.
+    pub fn all_pids() -> Vec<u32> {
+        let mut cap = 1024;
+        loop {
+            let mut buf: Vec<libc::pid_t> = vec![0; cap];
+            let Ok(bytes) = libc::c_int::try_from(cap * size_of::<libc::pid_t>()) else {
+                return Vec::new();
+            };
+            // SAFETY: `buf` holds `cap` pids, `bytes` bytes; libproc writes
+            // at most `bytes` bytes into it and returns how many pids it wrote.
+            let n = unsafe { libc::proc_listallpids(buf.as_mut_ptr().cast(), bytes) };
+            let n = usize::try_from(n).unwrap_or(0).min(cap);
+            if n < cap || cap >= MAX_PIDS {
+                buf.truncate(n);
+                return buf
+                    .into_iter()
+                    .filter_map(|p| u32::try_from(p).ok())
+                    .filter(|p| *p > 0)
+                    .collect();
+            }
+            cap *= 2;
+        }
+    }
+
+    /// `proc_pidinfo(pid, flavor)` into a `T`, when the kernel fills it whole.
+    fn pidinfo<T: Copy>(pid: u32, flavor: libc::c_int) -> Option<T> {
+        let pid = libc::c_int::try_from(pid).ok().filter(|p| *p > 0)?;
+        let size = libc::c_int::try_from(size_of::<T>()).ok()?;
+        let mut info = MaybeUninit::<T>::zeroed();
+        // SAFETY: `info` is `size` zeroed bytes; proc_pidinfo writes at most
+        // that many and returns how many it wrote (0 on error).
+        let n = unsafe { libc::proc_pidinfo(pid, flavor, 0, info.as_mut_ptr().cast(), size) };
+        if n != size {
+            return None;
+        }
+        // SAFETY: the C structs asked for here are integers and char
+        // arrays, zeroed and then filled whole: any bit pattern is valid.
+        Some(unsafe { info.assume_init() })
+    }
+
+    /// The kernel's BSD view of a live or zombie process (its state is
+    /// `pbi_status`).
+    pub fn bsd_info(pid: u32) -> Option<libc::proc_bsdinfo> {
+        pidinfo(pid, libc::PROC_PIDTBSDINFO)
+    }
+
+    /// Whether `pid` is a zombie now.
+    pub fn is_zombie(pid: u32) -> bool {
+        bsd_info(pid).is_some_and(|i| i.pbi_status == libc::SZOMB)
+    }
+
+    /// A process's task counters: its resident size is `pti_resident_size`,
+    /// in bytes.
+    pub fn task_info(pid: u32) -> Option<libc::proc_taskinfo> {
+        pidinfo(pid, libc::PROC_PIDTASKINFO)
+    }
+
+    /// `kern.argmax`: the size of the largest argument area, so the size
+    /// a `KERN_PROCARGS2` answer can take.
+    fn arg_max() -> usize {
+        let mut mib = [libc::CTL_KERN, libc::KERN_ARGMAX];
+        let mut value: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>();
+        // SAFETY: a two-level name and an int-sized answer buffer; sysctl
+        // writes at most `len` bytes there.
+        let r = unsafe {
+            libc::sysctl(
+                mib.as_mut_ptr(),
+                2,
+                std::ptr::from_mut(&mut value).cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        match usize::try_from(value) {
+            Ok(v) if r == 0 && v >= 4096 => v,
+            _ => 1 << 20,
+        }
+    }
+
+    /// A process's arguments and its environment, the latter as
+    /// `/proc/PID/environ` holds it (each `NAME=value` ended by a NUL).
+    /// `buf` is reused from call to call. The kernel's answer
+    /// (`KERN_PROCARGS2`): argc (an int), the executable's path, NULs up
+    /// to an aligned offset, argc arguments, then the environment, each
+    /// string ended by a NUL, the environment by an empty string.
+    pub fn args_and_env(pid: u32, buf: &mut Vec<u8>) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+        let pid = libc::c_int::try_from(pid).ok().filter(|p| *p > 0)?;
+        if buf.is_empty() {
+            buf.resize(arg_max(), 0);
+        }
+        let mut mib = [libc::CTL_KERN, libc::KERN_PROCARGS2, pid];
+        let mut len = buf.len();
+        // SAFETY: a three-level name and `buf`, `len` bytes long; sysctl
+        // writes at most `len` bytes into it and sets `len` to how many.
+        let r = unsafe {
+            libc::sysctl(
+                mib.as_mut_ptr(),
+                3,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        parse_procargs(&buf[..len.min(buf.len())])
+    }
+
+    /// [`args_and_env`]'s reading of the kernel's answer.
+    fn parse_procargs(area: &[u8]) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+        let argc = usize::try_from(i32::from_ne_bytes(area.get(..4)?.try_into().ok()?)).ok()?;
+        let rest = &area[4..];
+        let rest = &rest[rest.iter().position(|b| *b == 0)?..];
+        let rest = &rest[rest.iter().position(|b| *b != 0)?..];
+        let mut strings = rest.split(|b| *b == 0);
+        let args: Vec<Vec<u8>> = strings.by_ref().take(argc).map(<[u8]>::to_vec).collect();
+        if args.len() != argc {
+            return None;
+        }
+        let mut env = Vec::new();
+        for s in strings.take_while(|s| !s.is_empty()) {
+            env.extend_from_slice(s);
+            env.push(0);
+        }
+        Some((args, env))
+    }
 }
 
 /// Every process on the machine whose environment says it belongs to job

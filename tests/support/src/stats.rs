@@ -6,7 +6,9 @@ pub fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Resident set size of `pid` in KiB (0 if unknown).
+/// Resident set size of `pid` in KiB (0 if unknown): `VmRSS` in
+/// `/proc/PID/status` on Linux.
+#[cfg(target_os = "linux")]
 pub fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -16,4 +18,11 @@ pub fn rss_kb(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Resident set size of `pid` in KiB (0 if unknown): the task's
+/// `pti_resident_size` (`proc_pidinfo`) on macOS, which has no `/proc`.
+#[cfg(target_os = "macos")]
+pub fn rss_kb(pid: u32) -> u64 {
+    crate::macos::task_info(pid).map_or(0, |t| t.pti_resident_size / 1024)
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Lint the crate for macOS from Linux: the clippy step of .ci/run, for
+# the target aarch64-apple-darwin.
+#   scripts/clippy-macos.sh
+# Runs `cargo clippy --locked --workspace --all-targets -- -D warnings`,
+# then the same for the e2e test target (`test = false`, so --all-targets
+# leaves it out), both with --target aarch64-apple-darwin. Why: the macOS
+# code (src/process/macos.rs, every `#[cfg(target_os = "macos")]`) is not
+# even compiled on Linux, so without this a type error there is first
+# seen on a macOS machine.
+# The C in the dependencies (ring, libgit2-sys, libz-sys) is compiled by
+# zig through `cargo-zigbuild clippy` (its clippy subcommand; `cargo
+# zigbuild clippy` would be its build command with a stray argument).
+# Clippy does not link, so Apple's SDK is not needed. zig and
+# cargo-zigbuild come from PyPI (ziglang, cargo-zigbuild: prebuilt wheels,
+# no compile), pinned, in the venv scripts/build-release.sh uses too,
+# cached under ~/.cache/localagents-release. The build files go to
+# ~/.cache/localagents-ci/macos-target, apart from the Linux ones, so
+# neither run invalidates the other's cache. Ends with its wall time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+target=aarch64-apple-darwin
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/localagents-release"
+ZIG_VERSION=0.14.1
+ZIGBUILD_VERSION=0.24.0
+log() { echo "clippy-macos: $*" >&2; }
+
+rustup target list --installed 2>/dev/null | grep -qx "$target" || {
+  log "rustup target add $target"
+  rustup target add "$target" >&2
+}
+venv="$CACHE/zigbuild-$ZIGBUILD_VERSION-zig-$ZIG_VERSION"
+if [ ! -f "$venv/.done" ]; then
+  log "installing cargo-zigbuild==$ZIGBUILD_VERSION and ziglang==$ZIG_VERSION from PyPI into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "cargo-zigbuild==$ZIGBUILD_VERSION" "ziglang==$ZIG_VERSION" >&2
+  touch "$venv/.done"
+fi
+# cargo-zigbuild runs zig as `python3 -m ziglang`: the venv's python3 first on PATH.
+export PATH="$venv/bin:$PATH"
+export CARGO_TARGET_DIR="$HOME/.cache/localagents-ci/macos-target"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export CARGO_INCREMENTAL=0
+
+log "cargo-zigbuild clippy --locked --target $target --workspace --all-targets -- -D warnings"
+cargo-zigbuild clippy --locked --target "$target" --workspace --all-targets -- -D warnings
+log "cargo-zigbuild clippy --locked --target $target --test e2e -- -D warnings"
+cargo-zigbuild clippy --locked --target "$target" --test e2e -- -D warnings
+log "done in $(($(date +%s) - started)) s"
