@@ -298,7 +298,7 @@ fn main() {
         install_s
     );
     // Issue 22: the install a user without Rust gets. The release binary
-    // packed as the linux-x64 npm package, the plugin's lockfile generated
+    // packed as this machine's npm package (linux-x64 on CI), the plugin's lockfile generated
     // from it, the npm cache seeded; `claude plugin marketplace add
     // localagents/localagents` (git clones a local repository in place of
     // GitHub's) + `install` with no cargo on PATH, then the first
@@ -314,9 +314,12 @@ fn main() {
         support::plugin_install::npm_cache_add(&m.cache, &packed.platform);
         let path = support::plugin_install::path_without(&m.dir.join("path"), &[]);
         let (_, took, root) = m.install(&path);
+        let platform = support::plugin_install::platform();
         assert!(
-            root.join("node_modules/@localagents/cli-linux-x64/bin/localagents")
-                .is_file()
+            root.join(format!(
+                "node_modules/@localagents/cli-{platform}/bin/localagents"
+            ))
+            .is_file()
         );
         let cfg = support::plugin_install::endpoint_config(&m.dir, "http://127.0.0.1:9");
         let (names, first) = rt.block_on(m.tools(&root, &path, &cfg));
@@ -327,7 +330,8 @@ fn main() {
     installs.sort_by(f64::total_cmp);
     lists.sort_by(f64::total_cmp);
     println!(
-        "| no Rust: `marketplace add localagents/localagents` + `install`, prebuilt binary from a seeded npm cache (linux-x64 package {:.1} MB), median of {npm_runs} | {:.2} s (max {:.2} s) | < 10 s |",
+        "| no Rust: `marketplace add localagents/localagents` + `install`, prebuilt binary from a seeded npm cache ({} package {:.1} MB), median of {npm_runs} | {:.2} s (max {:.2} s) | < 10 s |",
+        support::plugin_install::platform(),
         size as f64 / 1e6,
         installs[npm_runs / 2],
         installs[npm_runs - 1]

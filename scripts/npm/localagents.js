@@ -21,6 +21,14 @@ function fail(line) {
   process.exit(1);
 }
 
+// Windows: no binary can be built there (process groups, signals, /proc);
+// the same sentence as src/lib.rs's compile_error!.
+if (process.platform === "win32") {
+  fail(
+    "localagents runs on Linux and macOS only (process groups, signals, /proc): " +
+      'on Windows, install and run it inside WSL2 (see docs/guide.md, section "Windows")',
+  );
+}
 const key = PLATFORMS[`${process.platform} ${process.arch}`];
 if (key === undefined) {
   fail(

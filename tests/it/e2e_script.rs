@@ -253,3 +253,32 @@ fn a_given_server_that_dies_at_start_is_named_with_its_signal_and_the_fix() {
     assert!(err.contains(&want), "want {want:?} in:\n{err}");
     assert!(stage.builds().is_empty(), "a given server builds nothing");
 }
+
+/// The sentence a Windows user gets: from `cargo install` (src/lib.rs's
+/// `compile_error!`, which `.ci/run` checks through a real `cargo check
+/// --target x86_64-pc-windows-gnu`) and from the npm launcher on `win32`
+/// (run here with `process.platform` said to be `win32`): the same words.
+#[test]
+fn windows_gets_one_sentence_naming_wsl2_from_cargo_and_from_npm() {
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+    let start = lib
+        .find("compile_error!(\n    \"")
+        .expect("lib.rs's compile_error!")
+        + "compile_error!(\n    \"".len();
+    let end = start + lib[start..].find("\"\n);").expect("its end");
+    let sentence = lib[start..end].replace("\\\"", "\"");
+    assert!(sentence.contains("WSL2"), "{sentence}");
+    let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/npm/localagents.js");
+    let out = Command::new("node")
+        .arg("-e")
+        .arg(format!(
+            "Object.defineProperty(process, 'platform', {{ value: 'win32' }}); require({launcher:?});"
+        ))
+        .output()
+        .expect("node runs the launcher");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("localagents: {sentence}\n")
+    );
+}

@@ -14,14 +14,13 @@ use serde_json::Value;
 
 use crate::first_contact::mcp_status;
 use crate::support::plugin_install::{
-    check, endpoint_config, installed_platforms, lock, market, npm_cache_add, pack, pack_bin,
-    pack_with, path_without, text,
+    PLATFORMS, check, endpoint_config, installed_platforms, lock, market, npm_cache_add, pack,
+    pack_bin, pack_with, path_without, platform, text,
 };
 use crate::support::{claude, fake_llama, script};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-const PLATFORMS: [&str; 4] = ["linux-x64", "linux-arm64", "darwin-x64", "darwin-arm64"];
 
 /// Wait until the launcher's npm install in the plugin data dir `data`
 /// has ended: its lock is gone and its status written (120 s at most).
@@ -58,8 +57,9 @@ async fn the_plugin_installs_its_prebuilt_binary_with_no_rust() {
             "{pinned}"
         );
     }
-    assert_eq!(installed_platforms(&root), ["cli-linux-x64"]);
-    let bin = root.join("node_modules/@localagents/cli-linux-x64/bin/localagents");
+    let here = format!("cli-{}", platform());
+    assert_eq!(installed_platforms(&root), [here.as_str()]);
+    let bin = root.join(format!("node_modules/@localagents/{here}/bin/localagents"));
     assert_eq!(
         std::fs::read(&bin).unwrap(),
         std::fs::read(pack_bin()).unwrap()
@@ -151,7 +151,7 @@ async fn registry(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
     (url, hits)
 }
 
-/// The linux-x64 package again, its binary replaced by a script.
+/// This platform's package again, its binary replaced by a script.
 fn tampered(out: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let dir = out.join("stage");
@@ -159,7 +159,7 @@ fn tampered(out: &Path) -> PathBuf {
     let good = out
         .parent()
         .unwrap()
-        .join(format!("localagents-cli-linux-x64-{VERSION}.tgz"));
+        .join(format!("localagents-cli-{}-{VERSION}.tgz", platform()));
     let pj = Command::new("tar")
         .arg("-xzOf")
         .arg(&good)
@@ -182,7 +182,7 @@ fn tampered(out: &Path) -> PathBuf {
         .output()
         .unwrap();
     check(&o, "npm pack");
-    out.join(format!("localagents-cli-linux-x64-{VERSION}.tgz"))
+    out.join(format!("localagents-cli-{}-{VERSION}.tgz", platform()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,7 +264,7 @@ async fn a_tampered_tarball_is_refused_and_the_launcher_says_so() {
     let (url2, _) = registry(std::fs::read(&bad).unwrap()).await;
     let m2 = market(&bad_dir, Some(&url2));
     let (_, _, root2) = m2.install(&path);
-    assert_eq!(installed_platforms(&root2), ["cli-linux-x64"]);
+    assert_eq!(installed_platforms(&root2), [format!("cli-{}", platform())]);
     let ran = m2.launcher(&root2, &path, &["--version"]).output().unwrap();
     assert!(
         String::from_utf8_lossy(&ran.stderr).contains("tampered"),
@@ -303,9 +303,10 @@ async fn without_npm_at_install_the_first_session_installs_it_into_plugin_data()
         "0",
         "{log}"
     );
-    let bin = m
-        .data
-        .join("npm/node_modules/@localagents/cli-linux-x64/bin/localagents");
+    let bin = m.data.join(format!(
+        "npm/node_modules/@localagents/cli-{}/bin/localagents",
+        platform()
+    ));
     assert!(bin.is_file(), "{log}");
     // The MCP server now runs it, still with no cargo on PATH.
     let cfg = endpoint_config(&m.dir, "http://127.0.0.1:9");
@@ -380,7 +381,7 @@ fn a_global_install_gives_a_working_localagents() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     got.sort();
-    assert_eq!(got, ["cli", "cli-linux-x64"]);
+    assert_eq!(got, ["cli".to_string(), format!("cli-{}", platform())]);
 }
 
 /// What a plugin package.json / package-lock.json pair must say for the
@@ -497,7 +498,8 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
     let (pkg, lockv) = (read("package.json"), read("package-lock.json"));
     pins(&pkg, Some(&lockv), VERSION).unwrap();
     // The integrity is the tarball's sha512.
-    let integrity = lockv["packages"]["node_modules/@localagents/cli-linux-x64"]["integrity"]
+    let entry = format!("node_modules/@localagents/cli-{}", platform());
+    let integrity = lockv["packages"][&entry]["integrity"]
         .as_str()
         .unwrap()
         .to_string();
@@ -507,7 +509,7 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
             "set -e; openssl dgst -sha512 -binary '{}' | openssl base64 -A",
             packs
                 .path()
-                .join(format!("localagents-cli-linux-x64-{VERSION}.tgz"))
+                .join(format!("localagents-cli-{}-{VERSION}.tgz", platform()))
                 .display()
         ))
         .output()
@@ -530,7 +532,7 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
         .unwrap();
     check(&ok, "--check");
     let mut l = lockv.clone();
-    l["packages"]["node_modules/@localagents/cli-linux-x64"]["integrity"] = "sha512-AAAA".into();
+    l["packages"][&entry]["integrity"] = "sha512-AAAA".into();
     std::fs::write(out.path().join("package-lock.json"), l.to_string()).unwrap();
     let bad = Command::new("node")
         .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
@@ -545,7 +547,9 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
         "{}",
         text(&bad)
     );
-    // --all wants every platform.
+    // --all wants every platform: it names the first one missing (in
+    // npm-lock.mjs's order, PLATFORMS's) first.
+    let missing = PLATFORMS.iter().find(|p| **p != platform()).unwrap();
     let all = Command::new("node")
         .arg(format!("{ROOT}/scripts/npm-lock.mjs"))
         .arg(packs.path())
@@ -553,7 +557,11 @@ fn a_generated_lockfile_pins_and_a_version_bump_without_one_fails() {
         .arg("--all")
         .output()
         .unwrap();
-    assert!(!all.status.success() && text(&all).contains("no tarball for linux-arm64"));
+    assert!(
+        !all.status.success() && text(&all).contains(&format!("no tarball for {missing}")),
+        "{}",
+        text(&all)
+    );
 }
 
 #[test]
@@ -562,7 +570,10 @@ fn a_prebuilt_binary_of_another_version_is_passed_over() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().canonicalize().unwrap().join("plugin-root");
     crate::plugin::launcher_copy(&root);
-    let exe = root.join("node_modules/@localagents/cli-linux-x64/bin/localagents");
+    let exe = root.join(format!(
+        "node_modules/@localagents/cli-{}/bin/localagents",
+        platform()
+    ));
     std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
     std::fs::write(
         &exe,

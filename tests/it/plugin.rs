@@ -192,7 +192,10 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     // file is run; a link out of the package, or a launcher copy, is not.
     // Its --version must be the plugin's (plugin.json).
     let npm_root = tmp.path().join("npm-root");
-    let pkg_bin = npm_root.join("node_modules/@localagents/cli-linux-x64/bin");
+    let pkg_bin = npm_root.join(format!(
+        "node_modules/@localagents/cli-{}/bin",
+        crate::support::plugin_install::platform()
+    ));
     std::fs::create_dir_all(&pkg_bin).unwrap();
     std::fs::create_dir_all(npm_root.join(".claude-plugin")).unwrap();
     std::fs::copy(

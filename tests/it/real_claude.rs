@@ -443,3 +443,34 @@ async fn print_settings_and_no_token_mode() {
     assert_eq!(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"], "4096");
     assert_eq!(env["CLAUDE_CODE_ATTRIBUTION_HEADER"], "0");
 }
+
+/// The test kit looks for the CLI where scripts/install-claude.sh puts it
+/// on this machine (`claude::find` without `LOCALAGENTS_CLAUDE`): the path
+/// the script printed, which scripts/test.sh passes on as
+/// `LOCALAGENTS_CLAUDE`, is `claude::cached()`'s.
+#[test]
+fn the_kit_finds_the_cli_where_install_claude_puts_it() {
+    const TEST: &str = "real_claude::the_kit_finds_the_cli_where_install_claude_puts_it";
+    let Some(printed) = std::env::var_os("LOCALAGENTS_CLAUDE").map(std::path::PathBuf::from) else {
+        crate::support::skip(
+            TEST,
+            "LOCALAGENTS_CLAUDE is not set: no path from scripts/install-claude.sh to compare",
+        );
+        return;
+    };
+    let pinned = std::env::var("CLAUDE_CODE_VERSION")
+        .ok()
+        .is_none_or(|v| v == claude::PINNED);
+    if !pinned || !printed.to_string_lossy().contains("/localagents-claude/") {
+        crate::support::skip(
+            TEST,
+            &format!(
+                "LOCALAGENTS_CLAUDE ({}) is not scripts/install-claude.sh's install of {}",
+                printed.display(),
+                claude::PINNED
+            ),
+        );
+        return;
+    }
+    assert_eq!(claude::cached(), Some(printed));
+}

@@ -619,12 +619,18 @@ async fn a_hostile_repository_runs_nothing_and_gets_no_secret_until_trusted() {
     );
 }
 
-/// `defaults.sandbox: true`: Bash runs in Claude Code's own sandbox. Where
-/// bubblewrap and socat are installed, a write outside the job's tree is
-/// refused and one inside works; where they are not, the job fails at start
-/// with Claude Code's sentence naming them (it never runs unsandboxed).
+/// `defaults.sandbox: true`: Bash runs in Claude Code's own sandbox
+/// (localagents checks for no tool itself: it asks Claude Code for its
+/// sandbox with `failIfUnavailable`, src/runner.rs). On Linux that is
+/// bubblewrap and socat: where they are installed, a write outside the
+/// job's tree is refused and one inside works; where they are not, the job
+/// fails at start with Claude Code's sentence naming them (it never runs
+/// unsandboxed). On macOS it is Seatbelt (`sandbox-exec`), part of the
+/// system, so the sandbox is always there: the write inside works and the
+/// one outside is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
+    const TEST: &str = "trust::the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start";
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         strict_template: true,
@@ -640,7 +646,38 @@ async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
     for d in [&home, &work] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let outside = home.join("outside.txt");
+    // On macOS, Seatbelt lets a sandboxed command write anywhere under
+    // $TMPDIR's parent (/var/folders/XX/YYY) and in /tmp, where the test's
+    // temp dirs are: "outside" is then outside those too, in Cargo's
+    // target/tmp.
+    let (outside, _outside_dir) = if cfg!(target_os = "macos") {
+        let dir = tempfile::tempdir_in(crate::support::target_tmp()).unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        let temp = std::env::temp_dir();
+        let mut writable = [
+            "/tmp",
+            "/private/tmp",
+            "/var/folders",
+            "/private/var/folders",
+        ]
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain([temp.clone(), temp.canonicalize().unwrap_or(temp)]);
+        if let Some(w) = writable.find(|w| real.starts_with(w)) {
+            crate::support::skip(
+                TEST,
+                &format!(
+                    "Cargo's target dir ({}) is under {}, where macOS's sandbox lets every command write: no place outside the tree to try a write the sandbox refuses",
+                    real.display(),
+                    w.display()
+                ),
+            );
+            return;
+        }
+        (dir.path().join("outside.txt"), Some(dir))
+    } else {
+        (home.join("outside.txt"), None)
+    };
     fake.set_script(script::tools_then_text(
         vec![(
             "Bash",
@@ -662,7 +699,9 @@ async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
             .any(|d| d.join(t).is_file())
     });
-    if tools == [true, true] {
+    // macOS: Seatbelt, which every macOS has (/usr/bin/sandbox-exec).
+    let sandbox_here = cfg!(target_os = "macos") || tools == [true, true];
+    if sandbox_here {
         assert_eq!(rec["status"], "succeeded", "{rec}");
         assert!(
             work.join("inside.txt").is_file(),

@@ -25,13 +25,56 @@ pub fn find() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LOCALAGENTS_CLAUDE") {
         return Some(PathBuf::from(p));
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let cached = home.join(format!(
-        ".cache/localagents-claude/{PINNED}/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
-    ));
-    cached.is_file().then_some(cached)
+    let cached = cached()?;
+    let executable = std::fs::metadata(&cached).is_ok_and(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.is_file() && m.permissions().mode() & 0o111 != 0
+    });
+    executable.then_some(cached)
+}
+
+/// Where scripts/install-claude.sh installs the pinned CLI's native binary
+/// on this machine (installed or not): `<cache>/localagents-claude/<PINNED>/
+/// node_modules/@anthropic-ai/claude-code-<platform>/claude`.
+pub fn cached() -> Option<PathBuf> {
+    Some(cache_dir()?.join(format!(
+        "localagents-claude/{PINNED}/node_modules/@anthropic-ai/claude-code-{}/claude",
+        package_platform()?
+    )))
+}
+
+/// Where scripts/install-claude.sh caches the CLI: `$XDG_CACHE_HOME`, else
+/// `~/.cache`.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))
+}
+
+/// The platform part of the npm package that holds the native binary,
+/// `claude-code-<os>-<cpu>[-musl]`, chosen as scripts/install-claude.sh
+/// chooses it (there from `uname -s`/`uname -m`): linux or darwin, x64 or
+/// arm64, and `-musl` on a Linux whose C library is musl (`/lib/ld-musl-*`).
+/// `None` where that script installs nothing.
+fn package_platform() -> Option<String> {
+    use std::env::consts::{ARCH, OS};
+    let os = match OS {
+        "linux" => "linux",
+        "macos" => "darwin",
+        _ => return None,
+    };
+    let cpu = match ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        _ => return None,
+    };
+    let musl = os == "linux"
+        && std::fs::read_dir("/lib").is_ok_and(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("ld-musl-"))
+        });
+    Some(format!("{os}-{cpu}{}", if musl { "-musl" } else { "" }))
 }
 
 /// A `claude -p` command with a clean environment: a temp HOME, no

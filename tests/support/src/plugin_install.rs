@@ -97,28 +97,76 @@ pub fn text(o: &std::process::Output) -> String {
     )
 }
 
+/// The four platforms of the npm packages (`scripts/npm-pack.sh`), as
+/// `<os>-<cpu>`.
+pub const PLATFORMS: [&str; 4] = ["linux-x64", "linux-arm64", "darwin-x64", "darwin-arm64"];
+
+/// This machine's npm platform, the package npm installs here
+/// (`@localagents/cli-<platform>`): what the launcher
+/// (`scripts/npm/localagents.js`, its `PLATFORMS`) picks from node's
+/// `process.platform` and `process.arch`, here from Rust's names for the
+/// same (linux/macos, x86_64/aarch64).
+pub fn platform() -> &'static str {
+    use std::env::consts::{ARCH, OS};
+    match (OS, ARCH) {
+        ("linux", "x86_64") => "linux-x64",
+        ("linux", "aarch64") => "linux-arm64",
+        ("macos", "x86_64") => "darwin-x64",
+        ("macos", "aarch64") => "darwin-arm64",
+        _ => panic!(
+            "no localagents npm package is built for {OS}-{ARCH} (scripts/npm/localagents.js: PLATFORMS)"
+        ),
+    }
+}
+
+/// The directory of the `node` this process's own PATH finds first.
+fn node_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .filter(|d| d.is_absolute())
+        .find(|d| {
+            std::fs::metadata(d.join("node"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// A PATH of symlinks to every program in /usr/bin and /bin but those
-/// named in `without` (and never cargo, rustup or localagents).
+/// named in `without` (and never cargo, rustup or localagents): the
+/// system's programs and nothing a user installed. Node.js is the one
+/// addition: where /usr/bin has no `node`, `npm` or `npx` (macOS, whose
+/// /usr/bin has none and cannot be written; a Linux whose node is not
+/// Debian's), each one is linked from the directory of the `node` on this
+/// process's PATH, that program alone, never the rest of that directory
+/// (say a Homebrew bin/ that also holds cargo).
 pub fn path_without(dir: &Path, without: &[&str]) -> String {
     std::fs::create_dir_all(dir).unwrap();
+    let never = ["cargo", "rustup", "rustc", "localagents"];
     for sys in ["/usr/bin", "/bin"] {
         let Ok(rd) = std::fs::read_dir(sys) else {
             continue;
         };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if without.contains(&name.as_str())
-                || ["cargo", "rustup", "rustc", "localagents"].contains(&name.as_str())
-            {
+            if without.contains(&name.as_str()) || never.contains(&name.as_str()) {
                 continue;
             }
             let _ = std::os::unix::fs::symlink(e.path(), dir.join(&name));
         }
     }
+    if let Some(node_dir) = node_dir() {
+        for name in ["node", "npm", "npx"] {
+            let (from, to) = (node_dir.join(name), dir.join(name));
+            if without.contains(&name) || to.symlink_metadata().is_ok() || !from.is_file() {
+                continue;
+            }
+            std::os::unix::fs::symlink(&from, &to).unwrap();
+        }
+    }
     dir.display().to_string()
 }
 
-/// The tarballs of one pack: the linux-x64 package and the meta package.
+/// The tarballs of one pack: this machine's platform package
+/// ([`platform`]) and the meta package.
 pub struct Packed {
     pub platform: PathBuf,
     pub meta: PathBuf,
@@ -133,11 +181,12 @@ pub fn pack(out: &Path, bin: &Path) -> Packed {
 /// so the lockfile pins four packages as a release's does.
 pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
     use std::os::unix::fs::PermissionsExt;
+    let here = platform();
     let mut c = Command::new(crate::repo_root().join("scripts/npm-pack.sh"));
-    c.arg(out).arg(format!("linux-x64={}", bin.display()));
+    c.arg(out).arg(format!("{here}={}", bin.display()));
     if all {
         std::fs::create_dir_all(out).unwrap();
-        for p in ["linux-arm64", "darwin-x64", "darwin-arm64"] {
+        for p in PLATFORMS.into_iter().filter(|p| *p != here) {
             let stub = out.join(format!("stub-{p}"));
             std::fs::write(
                 &stub,
@@ -151,7 +200,7 @@ pub fn pack_with(out: &Path, bin: &Path, all: bool) -> Packed {
     let o = c.output().unwrap();
     check(&o, "npm-pack.sh");
     let version = version();
-    let platform = out.join(format!("localagents-cli-linux-x64-{version}.tgz"));
+    let platform = out.join(format!("localagents-cli-{here}-{version}.tgz"));
     let meta = out.join(format!("localagents-cli-{version}.tgz"));
     assert!(platform.is_file() && meta.is_file(), "{}", text(&o));
     Packed { platform, meta }
