@@ -480,4 +480,33 @@ mod tests {
         let whole = std::fs::read_to_string(d.path().join("result.txt")).unwrap();
         assert_eq!(whole, long);
     }
+
+    /// `job.json` as the binary before issue 43 wrote it: one record with
+    /// every field set, one just made (the fields left out when empty are
+    /// out). Each reads, and is written back byte for byte: the same
+    /// names, order and skip rules, so old records read and tools show
+    /// the same.
+    #[test]
+    fn a_record_written_before_reads_and_is_written_back_byte_for_byte() {
+        for (name, text) in [
+            ("job-every-field.json", include_str!("job-every-field.json")),
+            ("job-fresh.json", include_str!("job-fresh.json")),
+        ] {
+            let rec: JobRecord =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let again = String::from_utf8(serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+            assert_eq!(again, text.strip_suffix('\n').unwrap_or(text), "{name}");
+        }
+        let every: serde_json::Value =
+            serde_json::from_str(include_str!("job-every-field.json")).unwrap();
+        let unset: Vec<&String> = every
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v.is_null())
+            .map(|(k, _)| k)
+            .collect();
+        assert!(unset.is_empty(), "job-every-field.json leaves {unset:?} unset");
+    }
 }
+
