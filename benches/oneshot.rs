@@ -118,11 +118,11 @@ async fn throughput(slots: u32, items: usize) -> (f64, f64) {
         base: tmp.path().to_path_buf(),
     };
     let rec = api::start_batch(&m, args, &Caller::User).await.unwrap();
-    let (rec, still) = m.wait(&rec.id, Duration::from_secs(110)).await.unwrap();
+    let (rec, still) = m.wait(rec.id(), Duration::from_secs(110)).await.unwrap();
     let mut rec = rec;
     if still {
         loop {
-            let (r, s) = m.wait(&rec.id, Duration::from_secs(110)).await.unwrap();
+            let (r, s) = m.wait(rec.id(), Duration::from_secs(110)).await.unwrap();
             rec = r;
             if !s {
                 break;

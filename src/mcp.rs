@@ -339,8 +339,8 @@ impl Server {
         };
         let rec = api::start_batch(&self.manager, args, &caller).await?;
         let wait_s = p.wait_s.unwrap_or(api::MAX_WAIT.as_secs());
-        let wait = api::batch_reply(&self.manager, &rec.id, wait_s);
-        self.with_progress(&rec.id, &ctx, wait).await.map(Reply)
+        let wait = api::batch_reply(&self.manager, rec.id(), wait_s);
+        self.with_progress(rec.id(), &ctx, wait).await.map(Reply)
     }
 
     /// Ask a local model to review a finished job's diff against its brief (or a given diff): verdict looks_right / problems, findings (file, line, what), summary. Advice for you, not a gate; it saves your tokens on big or mechanical diffs. Kept with the job; job_status shows it.

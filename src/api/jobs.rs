@@ -33,17 +33,17 @@ pub async fn run_agent(
 ) -> Result<JobReply, Error> {
     let rec = m.start(args).await?;
     let (rec, still) = if wait_s > 0 {
-        m.wait(&rec.id, Duration::from_secs(wait_s.min(MAX_WAIT.as_secs())))
+        m.wait(rec.id(), Duration::from_secs(wait_s.min(MAX_WAIT.as_secs())))
             .await?
     } else {
-        let still = !rec.status.terminal();
+        let still = !rec.status().terminal();
         (rec, still)
     };
     Ok(JobReply {
         next: still.then(|| {
             format!(
                 "wait_job(\"{}\") to wait up to {} s, or carry on and check job_status later",
-                rec.id,
+                rec.id(),
                 MAX_WAIT.as_secs()
             )
         }),
@@ -274,7 +274,7 @@ pub async fn job_diff(
     offset: usize,
 ) -> Result<DiffPage, Error> {
     let rec = m.job(id).await?;
-    let of = match &rec.worktree {
+    let of = match rec.worktree() {
         Some(w) if tokio::fs::try_exists(&w.path).await.unwrap_or(false) => {
             crate::worktree::DiffOf::Worktree(w.clone())
         }
@@ -286,8 +286,8 @@ pub async fn job_diff(
             )));
         }
         None => crate::worktree::DiffOf::Paths {
-            cwd: rec.cwd.clone(),
-            paths: rec.files_changed.clone(),
+            cwd: rec.cwd().to_path_buf(),
+            paths: rec.files_changed().to_vec(),
         },
     };
     let max = max_bytes.clamp(1000, 100_000);
@@ -311,10 +311,10 @@ pub async fn job_diff(
     });
     Ok(DiffPage {
         job_id: id.to_string(),
-        isolation: rec.isolation,
-        branch: rec.worktree.as_ref().map(|w| w.branch.clone()),
-        diffstat: rec.worktree.as_ref().and_then(|w| w.diffstat.clone()),
-        files_changed: rec.files_changed.clone(),
+        isolation: rec.isolation(),
+        branch: rec.worktree().map(|w| w.branch.clone()),
+        diffstat: rec.worktree().and_then(|w| w.diffstat.clone()),
+        files_changed: rec.files_changed().to_vec(),
         total_bytes: page.total_bytes,
         offset: page.offset,
         next_offset: page.next_offset,
@@ -421,19 +421,19 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
                 continue;
             }
         };
-        if !rec.status.terminal() {
-            skipped.push(format!("{id}: still {}", rec.status.as_str()));
+        if !rec.status().terminal() {
+            skipped.push(format!("{id}: still {}", rec.status().as_str()));
             continue;
         }
         if job_id.is_none() {
-            let created = chrono::DateTime::parse_from_rfc3339(&rec.created)
+            let created = chrono::DateTime::parse_from_rfc3339(rec.created())
                 .map(|t| t.with_timezone(&chrono::Utc));
             if created.is_ok_and(|c| c > cutoff) {
                 continue;
             }
         }
         let mut what = Vec::new();
-        if let Some(w) = &rec.worktree
+        if let Some(w) = rec.worktree()
             && (w.kept || w.path.exists())
         {
             if !a.force {

@@ -101,7 +101,7 @@ pub fn status_notes(ctx: &Context) -> Vec<String> {
     let mut lines = Vec::new();
     for j in store.list(Some(super::Status::Queued), 20) {
         if let Some(w) = j.list_item().waiting {
-            lines.push(format!("job {} {w}", j.id));
+            lines.push(format!("job {} {w}", j.id()));
         }
     }
     let days = crate::jobs::metrics::SLOT_LOSS_DAYS;

@@ -97,11 +97,11 @@ pub async fn batch_reply(m: &Manager, id: &str, wait_s: u64) -> Result<BatchRepl
         next: still.then(|| {
             format!(
                 "wait_job(\"{}\") to wait up to {} s more; its results come with it",
-                rec.id,
+                rec.id(),
                 MAX_WAIT.as_secs()
             )
         }),
-        job_id: rec.id,
+        job_id: rec.id().to_string(),
         still_running: still,
         result: summary.result,
         batch: summary.batch,
@@ -125,10 +125,10 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
     let (diff, brief, dir, paged) = match (&a.job_id, &a.diff) {
         (Some(id), None) => {
             let rec = m.record(id)?;
-            if !rec.status.terminal() {
+            if !rec.status().terminal() {
                 return Err(Error::Invalid(format!(
                     "job {id} is still {}: review it when it has finished (wait_job)",
-                    rec.status.as_str()
+                    rec.status().as_str()
                 )));
             }
             let page = job_diff(m, id, 100_000, 0).await?;
@@ -137,11 +137,11 @@ pub async fn local_review(m: &Manager, a: ReviewArgs) -> Result<Review, Error> {
                     "job {id} changed nothing: there is no diff to review"
                 )));
             }
-            let brief = tokio::fs::read_to_string(JobDir::at(&rec.log_dir).task())
+            let brief = tokio::fs::read_to_string(JobDir::at(rec.log_dir()).task())
                 .await
                 .ok();
             let paged = page.next_offset.is_some().then_some(page.diff.len());
-            (page.diff, brief, Some(rec.log_dir), paged)
+            (page.diff, brief, Some(rec.log_dir().to_path_buf()), paged)
         }
         (None, Some(d)) if !d.trim().is_empty() => (d.clone(), None, None, None),
         _ => {

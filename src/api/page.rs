@@ -73,16 +73,16 @@ pub fn job_progress(m: &Manager, id: &str) -> Result<LiveProgress, Error> {
 /// A job's progress from its record and the requests already read.
 pub fn progress_of(rec: &JobRecord, requests: &[RequestPoint]) -> LiveProgress {
     LiveProgress {
-        status: rec.status,
+        status: rec.status(),
         turns: requests.len() as u64,
-        tool_calls: rec.tool_calls,
+        tool_calls: rec.tool_calls(),
         tokens: requests
             .iter()
             .map(|r| r.new_tokens + r.cached_tokens + r.output_tokens)
             .sum(),
-        acceptance_round: rec.acceptance.as_ref().map(|a| a.rounds),
-        last_activity: rec.last_activity.clone(),
-        elapsed_s: rec.elapsed_s,
+        acceptance_round: rec.acceptance().map(|a| a.rounds),
+        last_activity: rec.last_activity().map(str::to_string),
+        elapsed_s: rec.elapsed_s(),
     }
 }
 

@@ -32,7 +32,7 @@ pub async fn run_job(
     mut report: impl FnMut(RunEvent<'_>),
 ) -> Result<String, Error> {
     let rec = m.start(args).await?;
-    let id = rec.id.clone();
+    let id = rec.id().to_string();
     report(RunEvent::Started(&rec));
     let mut progress = m.progress(&id);
     tokio::pin!(interrupt);

@@ -146,7 +146,7 @@ fn endpoint_line(e: &EndpointStatus, name_w: usize) -> String {
 
 /// A job for a person.
 pub fn render_job(out: &mut impl Write, r: &JobRecord) -> std::io::Result<()> {
-    let style = match r.status {
+    let style = match r.status() {
         JobStatus::Succeeded => GREEN,
         JobStatus::Running | JobStatus::Queued => YELLOW,
         _ => RED,
@@ -154,28 +154,28 @@ pub fn render_job(out: &mut impl Write, r: &JobRecord) -> std::io::Result<()> {
     writeln!(
         out,
         "job {} {style}{}{style:#} · {} on {} · {:.0}s · {} turns · {} tool calls",
-        r.id,
-        r.status.as_str(),
-        r.served_id,
-        r.endpoint,
-        r.elapsed_s.unwrap_or(0.0),
-        r.num_turns.unwrap_or(0),
-        r.tool_calls
+        r.id(),
+        r.status().as_str(),
+        r.served_id(),
+        r.endpoint(),
+        r.elapsed_s().unwrap_or(0.0),
+        r.num_turns().unwrap_or(0),
+        r.tool_calls()
     )?;
-    if let Some(e) = &r.error {
+    if let Some(e) = r.error() {
         writeln!(out, "{RED}error:{RED:#} {e}")?;
     }
-    if let Some(res) = &r.result {
+    if let Some(res) = r.result() {
         writeln!(out, "{BOLD}result{BOLD:#}\n{}", res.trim())?;
     }
-    if !r.files_changed.is_empty() {
+    if !r.files_changed().is_empty() {
         writeln!(
             out,
             "{BOLD}files changed{BOLD:#} {}",
-            r.files_changed.join(", ")
+            r.files_changed().join(", ")
         )?;
     }
-    if let Some(w) = &r.worktree {
+    if let Some(w) = r.worktree() {
         writeln!(
             out,
             "{BOLD}worktree{BOLD:#} {} ({})",
@@ -186,22 +186,22 @@ pub fn render_job(out: &mut impl Write, r: &JobRecord) -> std::io::Result<()> {
             writeln!(out, "  {n}")?;
         }
     }
-    if let Some(f) = &r.first_turn {
+    if let Some(f) = r.first_turn() {
         writeln!(out, "{}", f.line())?;
     }
-    if let Some(l) = &r.load_note {
+    if let Some(l) = r.load_note() {
         writeln!(out, "{l}")?;
     }
-    if let Some(a) = &r.acceptance {
+    if let Some(a) = r.acceptance() {
         writeln!(out, "{}", a.line())?;
     }
     writeln!(
         out,
         "{DIM}usage in {} (cached {}) out {} · logs {}{DIM:#}",
-        r.usage.input,
-        r.usage.cache_read,
-        r.usage.output,
-        r.log_dir.display()
+        r.usage().input,
+        r.usage().cache_read,
+        r.usage().output,
+        r.log_dir().display()
     )?;
     Ok(())
 }

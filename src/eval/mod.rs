@@ -427,20 +427,20 @@ pub fn table(r: &EvalReport) -> String {
 }
 
 fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResult {
-    let acc = rec.acceptance.as_ref();
-    let passed = rec.status == Status::Succeeded && acc.is_some_and(|a| a.passed);
-    let faults = rec.model_faults.clone().unwrap_or_default();
-    let text_only = rec.outcome.is_some_and(|o| o.text_only);
+    let acc = rec.acceptance();
+    let passed = rec.status() == Status::Succeeded && acc.is_some_and(|a| a.passed);
+    let faults = rec.model_faults().cloned().unwrap_or_default();
+    let text_only = rec.outcome().is_some_and(|o| o.text_only);
     let (failure, output_tail) = if passed {
         (None, None)
     } else {
         let check = acc.and_then(|a| tasks::failed_check(&a.output_tail));
-        let why = match (check, &rec.error) {
+        let why = match (check, rec.error()) {
             (Some(c), _) => format!("check failed: {c}"),
-            (None, Some(e)) => e.clone(),
-            (None, None) => format!("the job ended {}", rec.status.as_str()),
+            (None, Some(e)) => e.to_string(),
+            (None, None) => format!("the job ended {}", rec.status().as_str()),
         };
-        let why = match (text_only, &rec.model_note) {
+        let why = match (text_only, rec.model_note()) {
             (true, Some(n)) => format!("{why} ({n})"),
             _ => why,
         };
@@ -453,15 +453,15 @@ fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResu
         name: t.name.into(),
         kind: t.kind.into(),
         passed,
-        job: rec.id.clone(),
-        status: rec.status,
+        job: rec.id().to_string(),
+        status: rec.status(),
         fix_rounds: acc.map(|a| a.rounds.saturating_sub(1)).unwrap_or(0),
-        turns: rec.num_turns,
-        tool_calls: rec.tool_calls,
-        tokens_new: rec.usage.input,
-        tokens_cached: rec.usage.cache_read,
-        tokens_out: rec.usage.output,
-        elapsed_s: rec.elapsed_s.unwrap_or(0.0),
+        turns: rec.num_turns(),
+        tool_calls: rec.tool_calls(),
+        tokens_new: rec.usage().input,
+        tokens_cached: rec.usage().cache_read,
+        tokens_out: rec.usage().output,
+        elapsed_s: rec.elapsed_s().unwrap_or(0.0),
         overhead_ms: overhead.as_millis() as u64,
         model_faults: faults,
         text_only,
@@ -583,7 +583,7 @@ pub async fn run(
             task: t.name.into(),
             why: e.to_string(),
         })?;
-        let id = rec.id.clone();
+        let id = rec.id().to_string();
         let mut prog = manager.progress(&id);
         let rec = loop {
             if cancelled() {
@@ -604,7 +604,7 @@ pub async fn run(
                         line: format!(
                             "request {} · tool calls {} · {}",
                             p.turns,
-                            rec.tool_calls.max(p.tool_calls),
+                            rec.tool_calls().max(p.tool_calls),
                             crate::fmt::first_chars(&p.last_activity, 50)
                         ),
                     });
@@ -617,13 +617,13 @@ pub async fn run(
                 }
             }
         };
-        if let Some(w) = &rec.worktree
+        if let Some(w) = rec.worktree()
             && w.path.exists()
         {
-            let _ = crate::worktree::remove(w, &rec.id).await;
+            let _ = crate::worktree::remove(w, rec.id()).await;
         }
         // The eval's own share: the task's wall time less the job's.
-        let job_wall = Duration::from_secs_f64(rec.elapsed_s.unwrap_or(0.0));
+        let job_wall = Duration::from_secs_f64(rec.elapsed_s().unwrap_or(0.0));
         let overhead = t0.elapsed().saturating_sub(job_wall);
         results.push(task_result(t, &rec, overhead));
         if stop.is_some() {

@@ -124,7 +124,7 @@ pub(super) fn first_look(
     let Some(total) = slots_of(t).filter(|_| queue) else {
         return Admission::Go(None);
     };
-    let ticket = match Ticket::take(state, &queue_of(t, pinned), &rec.id) {
+    let ticket = match Ticket::take(state, &queue_of(t, pinned), rec.id()) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!("cannot join the queue ({e}); the job starts without a lease");
@@ -133,14 +133,14 @@ pub(super) fn first_look(
     };
     let place = ticket.place();
     if place.ahead == 0 {
-        match lease_any(state, std::slice::from_ref(t), &rec.id) {
+        match lease_any(state, std::slice::from_ref(t), rec.id()) {
             Found::Lease(l, _) => return Admission::Go(Some(l)),
             Found::Unleasable => return Admission::Go(None),
             Found::Nothing => {}
         }
     }
     let holders = lease::holders(state, &t.resolved.endpoint, total);
-    rec.last_activity = Some(waiting_line(&place, t, &holders));
+    rec.waits(waiting_line(&place, t, &holders));
     Admission::Wait(ticket)
 }
 
@@ -155,8 +155,8 @@ pub(super) async fn wait_for_slot(
     progress: &watch::Sender<Progress>,
 ) -> Result<Option<Lease>, Halt> {
     let state = rt.ctx.state_dir.clone();
-    let marker = JobDir::at(&rec.log_dir).cancel_marker();
-    let deadline = deadline_in(Duration::from_secs(rec.timeout_s));
+    let marker = JobDir::at(rec.log_dir()).cancel_marker();
+    let deadline = deadline_in(Duration::from_secs(rec.timeout_s()));
     let mut targets = vec![job.target.clone()];
     let mut refreshed: Option<Instant> = None;
     loop {
@@ -175,7 +175,7 @@ pub(super) async fn wait_for_slot(
         }
         let place = ticket.place();
         if place.ahead == 0 {
-            match lease_any(&state, &targets, &rec.id) {
+            match lease_any(&state, &targets, rec.id()) {
                 Found::Lease(l, i) => {
                     let t = &targets[i];
                     if t.resolved.endpoint != job.target.resolved.endpoint {
@@ -185,7 +185,7 @@ pub(super) async fn wait_for_slot(
                                 super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)
                         {
                             let skip = t.resolved.endpoint.clone();
-                            tracing::info!("not moving job {} to `{skip}`: {why}", rec.id);
+                            tracing::info!("not moving job {} to `{skip}`: {why}", rec.id());
                             drop(l);
                             targets.retain(|x| x.resolved.endpoint != skip);
                             continue;
@@ -193,7 +193,7 @@ pub(super) async fn wait_for_slot(
                         rec.move_to(&t.resolved);
                         job.target = t.clone();
                     }
-                    rec.last_activity = Some("queued: a slot is free, starting".into());
+                    rec.slot_free();
                     rt.store.save_or_log(rec);
                     return Ok(Some(l));
                 }
@@ -204,8 +204,8 @@ pub(super) async fn wait_for_slot(
         let total = slots_of(&job.target).unwrap_or(1);
         let holders = lease::holders(&state, &job.target.resolved.endpoint, total);
         let line = waiting_line(&place, &job.target, &holders);
-        if rec.last_activity.as_deref() != Some(line.as_str()) {
-            rec.last_activity = Some(line.clone());
+        if rec.last_activity() != Some(line.as_str()) {
+            rec.waits(line.clone());
             rt.store.save_or_log(rec);
             let _ = progress.send(Progress {
                 last_activity: line,

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ use super::args::StartError;
 use super::dir::{JobDir, MAX_RECORD_BYTES};
 use super::job::Progress;
 use super::lease::{self, Lease};
-use super::record::{JobError, JobKind, JobRecord, Status, new_job_id};
+use super::record::{BatchEnd, JobError, JobRecord, Status, new_job_id};
 use super::runtime::Runtime;
 use crate::complete::{self, Ask, Completion, Options};
 use crate::registry::{self, Target};
@@ -122,19 +122,6 @@ fn leased_lanes(state_dir: &Path, t: &Target, id: &str, queue: bool) -> (usize, 
     (held.len().max(1), held)
 }
 
-/// A batch's first record: running from the start, in `base`.
-fn record(id: &str, dir: &Path, t: &Target, args: &BatchArgs) -> JobRecord {
-    let mut rec = JobRecord::new(id, JobKind::Batch, dir, t, args.base.clone());
-    rec.task = format!("batch of {} items", args.items.len());
-    if let Some(m) = &args.model {
-        rec.model = m.clone();
-    }
-    rec.status = Status::Running;
-    rec.started = Some(now_ts());
-    rec.last_activity = Some(format!("0 of {} items", args.items.len()));
-    rec
-}
-
 /// Start a batch as a job; it runs in this process (the manager's
 /// `start_batch`).
 pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecord, StartError> {
@@ -157,7 +144,14 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
     let id = new_job_id().map_err(JobError::from)?;
     let dir = rt.store.dir(&id)?;
     crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
-    let rec = record(&id, &dir, &targets[0], &args);
+    let rec = JobRecord::new_batch(
+        &id,
+        &dir,
+        &targets[0],
+        args.base.clone(),
+        args.items.len(),
+        args.model.clone(),
+    );
     rt.store.save(&rec)?;
     let queue = targets[0].config.defaults.queue;
     let targets: Vec<(Target, usize, Vec<Lease>)> = targets
@@ -173,7 +167,7 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
     tokio::spawn(async move {
         let rec = run_batch(rec, targets, args, cancel, progress).await;
         me.store.save_or_log(&rec);
-        me.untrack(&rec.id, &done);
+        me.untrack(rec.id(), &done);
     });
     Ok(out)
 }
@@ -189,7 +183,7 @@ async fn run_batch(
     let total = args.items.len();
     let config = targets[0].0.config.clone();
     let shared = Arc::new(Shared {
-        log: rec.log_dir.clone(),
+        log: rec.log_dir().to_path_buf(),
         base: args.base,
         options: args.options,
         next: AtomicUsize::new(0),
@@ -210,7 +204,7 @@ async fn run_batch(
         for _ in 0..n {
             // Each lane is one session: behind a router its items stay on
             // one replica, where their shared prefix is cached.
-            let lane = format!("{}-lane{}", rec.id, workers.len() + 1);
+            let lane = format!("{}-lane{}", rec.id(), workers.len() + 1);
             let w = worker(
                 shared.clone(),
                 t.clone(),
@@ -226,22 +220,25 @@ async fn run_batch(
     }
     drop(leases);
     let cancelled = *cancel.borrow();
-    let elapsed = started.elapsed().as_secs_f64();
+    let took = started.elapsed();
+    let elapsed = took.as_secs_f64();
     let results = shared.results.lock().map(|r| r.clone()).unwrap_or_default();
     let report = BatchReport::of(results, elapsed, lanes_used);
+    let mut lost = None;
     match serde_json::to_vec_pretty(&report) {
         Ok(bytes) => {
-            let path = JobDir::at(&rec.log_dir).batch();
+            let path = JobDir::at(rec.log_dir()).batch();
             if let Err(e) = crate::paths::write_atomic(&path, &bytes) {
                 tracing::error!("{e}: the items' answers are lost");
-                rec.error = Some(format!("{e}: free space there and run the batch again"));
+                lost = Some(format!("{e}: free space there and run the batch again"));
             }
         }
         Err(e) => tracing::error!("cannot encode the batch report ({e})"),
     }
-    finish(&mut rec, &report, &config, cancelled, elapsed);
+    rec.batch_ended(end_of(&report, cancelled, took, lost), &config);
     rec
 }
+
 /// What the workers of one batch share: the items, the next one to take,
 /// the counters and the results in input order.
 struct Shared {
@@ -332,49 +329,45 @@ impl BatchReport {
     }
 }
 
-/// The batch's end in its record: the summed usage and its price, the
-/// status (cancelled; failed when no item was answered), the one-line
-/// result and the first item error.
-fn finish(
-    rec: &mut JobRecord,
-    report: &BatchReport,
-    config: &crate::config::Config,
-    cancelled: bool,
-    elapsed: f64,
-) {
+/// The batch's end as its record says it: the summed usage, the status
+/// (cancelled; failed when no item was answered), the one-line result,
+/// and the error: the first item's when none was answered, else `lost`
+/// (the report could not be written).
+fn end_of(report: &BatchReport, cancelled: bool, took: Duration, lost: Option<String>) -> BatchEnd {
     let (total, succeeded) = (report.total, report.succeeded);
+    let mut usage = Usage::default();
     for r in &report.results {
-        rec.usage.input += r.usage.input;
-        rec.usage.cache_read += r.usage.cache_read;
-        rec.usage.output += r.usage.output;
+        usage.input += r.usage.input;
+        usage.cache_read += r.usage.cache_read;
+        usage.output += r.usage.output;
     }
-    rec.equivalent_usd =
-        config.equivalent_usd(rec.usage.input, rec.usage.cache_read, rec.usage.output);
-    rec.reference_model = Some(config.defaults.reference_model.clone());
-    rec.status = if cancelled {
+    let status = if cancelled {
         Status::Cancelled
     } else if succeeded == 0 {
         Status::Failed
     } else {
         Status::Succeeded
     };
-    rec.result = Some(format!(
+    let result = format!(
         "{total} items: {succeeded} answered, {} failed, in {:.1} s ({} items/s over {})",
         total - succeeded,
-        elapsed,
+        took.as_secs_f64(),
         report.items_per_s,
         report.lanes.join(" + ")
-    ));
-    if succeeded == 0 {
-        rec.error = report
-            .results
-            .iter()
-            .find_map(|r| r.error.clone())
-            .map(|e| format!("every item failed; the first: {e}"));
+    );
+    let first_failure = (succeeded == 0)
+        .then(|| report.results.iter().find_map(|r| r.error.clone()))
+        .flatten()
+        .map(|e| format!("every item failed; the first: {e}"));
+    BatchEnd {
+        status,
+        result,
+        error: first_failure.or(lost),
+        done: report.results.len(),
+        total,
+        usage,
+        elapsed: took,
     }
-    rec.last_activity = Some(format!("{} of {total} items", report.results.len()));
-    rec.finished = Some(now_ts());
-    rec.elapsed_s = Some(elapsed);
 }
 
 async fn one(

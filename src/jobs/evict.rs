@@ -22,9 +22,9 @@ fn users(store: &Store, endpoint: &str, models: &[String]) -> Vec<(String, Strin
         .ids()
         .into_iter()
         .filter_map(|id| store.load(&id).ok())
-        .filter(|r| matches!(r.status, Status::Running | Status::Queued))
-        .filter(|r| r.endpoint == endpoint && models.contains(&r.served_id))
-        .map(|r| (r.id, r.served_id))
+        .filter(|r| matches!(r.status(), Status::Running | Status::Queued))
+        .filter(|r| r.endpoint() == endpoint && models.iter().any(|m| m == r.served_id()))
+        .map(|r| (r.id().to_string(), r.served_id().to_string()))
         .collect()
 }
 

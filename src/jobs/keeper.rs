@@ -63,7 +63,7 @@ impl Keeper {
     /// Hold `rec` as the job's latest record in memory.
     pub(super) fn hold(&self, rec: &JobRecord) {
         if let Ok(mut r) = self.records.lock() {
-            r.insert(rec.id.clone(), rec.clone());
+            r.insert(rec.id().to_string(), rec.clone());
         }
     }
 
@@ -155,7 +155,7 @@ fn run(store: &Store, w: Write) {
                     if let Err(e) = r {
                         tracing::error!(
                             "job {}: {e}; the job goes on, its owner keeps its record in memory",
-                            rec.id
+                            rec.id()
                         );
                     }
                 }
@@ -177,12 +177,12 @@ fn spawn_writer(store: Store) -> mpsc::Sender<Write> {
                 let mut latest: HashMap<String, usize> = HashMap::new();
                 for (i, w) in batch.iter().enumerate() {
                     if let Write::Save { rec, .. } = w {
-                        latest.insert(rec.id.clone(), i);
+                        latest.insert(rec.id().to_string(), i);
                     }
                 }
                 for (i, w) in batch.into_iter().enumerate() {
                     let overtaken = matches!(&w, Write::Save { rec, done: None }
-                        if latest.get(&rec.id).is_some_and(|&l| l > i));
+                        if latest.get(rec.id()).is_some_and(|&l| l > i));
                     if !overtaken {
                         run(&store, w);
                     }

@@ -17,7 +17,7 @@ use super::admit;
 use super::dir::JobDir;
 use super::job::{Job, Progress};
 use super::plan::JobPlan;
-use super::record::{Isolation, JobError, JobRecord, Status, new_job_id, preparing_line};
+use super::record::{Isolation, JobError, JobRecord, Status, new_job_id};
 use super::runtime::{Runtime, Untrack};
 use super::store::{Store, UnreadableJob};
 use crate::context::Context;
@@ -237,13 +237,12 @@ impl Manager {
             }
             (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
         };
-        let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd);
-        rec.agent = agent;
+        let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd, agent);
         // A job with a worktree to check out takes its place in the queue
         // once it has it: a slot is not held while git writes files.
         let admission = match &checkout {
             Some(c) => {
-                rec.last_activity = Some(preparing_line(c.files));
+                rec.checkout_planned(c.files);
                 None
             }
             None => Some(admit::first_look(
@@ -274,7 +273,7 @@ impl Manager {
             // waiters wake, and `running_ids` forgets it.
             let _untrack = Untrack {
                 runtime: rt.clone(),
-                id: job.rec.id.clone(),
+                id: job.rec.id().to_string(),
                 done: done_tx,
             };
             super::run::run(&rt, job, cancel_rx, prog_tx).await;
@@ -299,21 +298,21 @@ impl Manager {
             let deadline = Instant::now() + timeout.min(MAX_WAIT);
             loop {
                 let r = self.record(id)?;
-                if r.status.terminal() || Instant::now() >= deadline {
+                if r.status().terminal() || Instant::now() >= deadline {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
         let r = self.record(id)?;
-        let still = !r.status.terminal();
+        let still = !r.status().terminal();
         Ok((r, still))
     }
 
     /// Cancel a job; its process group is gone within about 5 s.
     pub async fn cancel(&self, id: &str) -> Result<JobRecord, JobError> {
         let rec = self.record(id)?;
-        if rec.status.terminal() {
+        if rec.status().terminal() {
             return Ok(rec);
         }
         let handle = self
@@ -337,12 +336,12 @@ impl Manager {
                         marker.display()
                     );
                 }
-                if let Some(guard) = &rec.guard {
+                if let Some(guard) = rec.guard() {
                     crate::process::stop_recorded(guard, crate::process::GRACE).await;
                 }
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {
-                    if self.store.load(id)?.status.terminal() {
+                    if self.store.load(id)?.status().terminal() {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -388,20 +387,20 @@ mod tests {
         std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
         let mut rec =
             crate::jobs::record::test_record(&id, &dir, "succeeded", "2026-12-01T00:00:00Z");
-        rec.result = Some("done".into());
+        rec.session_result(Some("done".into()), None);
         let started = std::time::Instant::now();
         m.rt.keep_final(&mut rec).await;
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(rec.status, Status::Failed);
+        assert_eq!(rec.status(), Status::Failed);
         let want = format!("could not write the job record in {}: ", dir.display());
         assert!(
-            rec.error.as_deref().unwrap().starts_with(&want),
+            rec.error().unwrap().starts_with(&want),
             "{:?}",
-            rec.error
+            rec.error()
         );
         // The owner answers from what it kept, at once.
-        assert_eq!(m.record(&id).unwrap().status, Status::Failed);
+        assert_eq!(m.record(&id).unwrap().status(), Status::Failed);
         let (r, still) = m.wait(&id, Duration::from_secs(1)).await.unwrap();
-        assert_eq!((r.status, still), (Status::Failed, false));
+        assert_eq!((r.status(), still), (Status::Failed, false));
     }
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::args::{MAX_TIMEOUT_S, RunArgs, StartError};
 use super::limits::{self, Caller};
-use super::record::{Isolation, JobError, JobKind, JobRecord, Status};
+use super::record::{AgentStart, AgentUse, Isolation, JobError, JobRecord};
 use crate::config::{Config, Defaults};
 use crate::registry::Target;
 use crate::worktree::WorktreeInfo;
@@ -87,11 +87,11 @@ impl JobPlan {
         };
         let prior = prior.as_ref();
         let isolation = match prior {
-            Some(p) => p.isolation,
+            Some(p) => p.isolation(),
             None => args.isolation.unwrap_or(Isolation::None),
         };
         let origin_cwd = match prior {
-            Some(p) => p.origin_cwd.clone(),
+            Some(p) => p.origin_cwd().to_path_buf(),
             None => origin_cwd(args.cwd.as_deref())?,
         };
         check_limits(args, d, &origin_cwd, prior.is_some())?;
@@ -103,9 +103,9 @@ impl JobPlan {
                 super::accept::MAX_FIX_ROUNDS
             )));
         }
-        let tools = |call: &Option<Vec<String>>, from: Option<&Vec<String>>, def: &Vec<String>| {
+        let tools = |call: &Option<Vec<String>>, from: Option<&[String]>, def: &Vec<String>| {
             call.clone()
-                .or_else(|| from.cloned())
+                .or_else(|| from.map(<[String]>::to_vec))
                 .unwrap_or_else(|| def.clone())
         };
         Ok(JobPlan {
@@ -114,51 +114,51 @@ impl JobPlan {
             } else {
                 args.task.clone()
             },
-            requested: args.model.clone().or(prior.map(|p| p.model.clone())),
+            requested: args.model.clone().or(prior.map(|p| p.model().to_string())),
             model: match prior {
-                Some(p) => Some(p.served_id.clone()),
+                Some(p) => Some(p.served_id().to_string()),
                 None => args.model.clone(),
             },
             endpoint: match prior {
-                Some(p) => Some(p.endpoint.clone()),
+                Some(p) => Some(p.endpoint().to_string()),
                 None => args.endpoint.clone(),
             },
             isolation,
             origin_cwd,
             resumed: prior.map(|p| Resumed {
-                id: p.id.clone(),
-                session_id: p.session_id.clone(),
-                worktree: p.worktree.clone(),
-                cwd: p.cwd.clone(),
+                id: p.id().to_string(),
+                session_id: p.session_id().map(str::to_string),
+                worktree: p.worktree().cloned(),
+                cwd: p.cwd().to_path_buf(),
             }),
             permission_mode: args
                 .permission_mode
                 .clone()
-                .or(prior.map(|p| p.permission_mode.clone()))
+                .or(prior.map(|p| p.permission_mode().to_string()))
                 .unwrap_or_else(|| d.permission_mode.clone()),
             max_turns: args
                 .max_turns
-                .or(prior.map(|p| p.max_turns))
+                .or(prior.map(|p| p.max_turns()))
                 .unwrap_or(d.max_turns),
             timeout_s: args
                 .timeout_s
-                .or(prior.map(|p| p.timeout_s))
+                .or(prior.map(|p| p.timeout_s()))
                 .unwrap_or(d.timeout_s)
                 .clamp(1, MAX_TIMEOUT_S),
             allowed_tools: tools(
                 &args.allowed_tools,
-                prior.map(|p| &p.allowed_tools),
+                prior.map(|p| p.allowed_tools()),
                 &d.allowed_tools,
             ),
             disallowed_tools: tools(
                 &args.disallowed_tools,
-                prior.map(|p| &p.disallowed_tools),
+                prior.map(|p| p.disallowed_tools()),
                 &d.disallowed_tools,
             ),
             system_prompt_append: args
                 .system_prompt_append
                 .clone()
-                .or(prior.and_then(|p| p.system_prompt_append.clone())),
+                .or(prior.and_then(|p| p.system_prompt_append().map(str::to_string))),
             acceptance,
             fix_rounds,
             force: args.force,
@@ -166,7 +166,7 @@ impl JobPlan {
             agent: args
                 .agent
                 .clone()
-                .or_else(|| prior.and_then(|p| p.agent.as_ref().map(|a| a.name.clone()))),
+                .or_else(|| prior.and_then(|p| p.agent().map(|a| a.name.clone()))),
         })
     }
 }
@@ -199,18 +199,18 @@ fn check_call(args: &RunArgs) -> Result<(), StartError> {
 /// A job can be resumed when it has ended, had a session, and its worktree
 /// (if it had one) is still there.
 fn resumable(id: &str, r: JobRecord) -> Result<JobRecord, StartError> {
-    if !r.status.terminal() {
+    if !r.status().terminal() {
         return Err(StartError::Invalid(format!(
             "job {id} is still {}: wait for it (wait_job) before resuming it",
-            r.status.as_str()
+            r.status().as_str()
         )));
     }
-    if r.session_id.is_none() {
+    if r.session_id().is_none() {
         return Err(StartError::Invalid(format!(
             "job {id} never started a session, so there is nothing to resume: run a new job"
         )));
     }
-    if let Some(w) = &r.worktree
+    if let Some(w) = r.worktree()
         && !w.path.exists()
     {
         return Err(StartError::Invalid(format!(
@@ -285,71 +285,9 @@ fn acceptance(args: &RunArgs, d: &Defaults) -> Result<Option<String>, StartError
 }
 
 impl JobRecord {
-    /// A new job's first record: who serves it, where its files go, nothing
-    /// done yet. The one place a record is written out field by field;
-    /// [`JobRecord::from_plan`] and a batch set what is theirs on top.
-    pub fn new(id: &str, kind: JobKind, dir: &Path, t: &Target, cwd: PathBuf) -> JobRecord {
-        let d = &t.config.defaults;
-        JobRecord {
-            id: id.to_string(),
-            kind,
-            task: String::new(),
-            model: t.resolved.requested.clone(),
-            served_id: t.resolved.served_id.clone(),
-            endpoint: t.resolved.endpoint.clone(),
-            base_url: t.resolved.base_url.clone(),
-            cwd: cwd.clone(),
-            origin_cwd: cwd,
-            isolation: Isolation::None,
-            status: Status::Queued,
-            created: crate::shim::log::now_ts(),
-            started: None,
-            finished: None,
-            elapsed_s: None,
-            session_id: None,
-            result: None,
-            error: None,
-            num_turns: None,
-            tool_calls: 0,
-            usage: Default::default(),
-            files_touched: Vec::new(),
-            files_changed: Vec::new(),
-            worktree: None,
-            prepare: None,
-            last_activity: None,
-            log_dir: dir.to_path_buf(),
-            context: t.resolved.context,
-            metrics: None,
-            first_turn: None,
-            queued_note: None,
-            load_note: None,
-            acceptance: None,
-            equivalent_usd: None,
-            reference_model: None,
-            model_faults: None,
-            outcome: None,
-            model_note: None,
-            cache_note: None,
-            permission_mode: d.permission_mode.clone(),
-            max_turns: 0,
-            timeout_s: d.timeout_s,
-            allowed_tools: Vec::new(),
-            disallowed_tools: Vec::new(),
-            system_prompt_append: None,
-            resumed_from: None,
-            agent: None,
-            tool_use_id: None,
-            pid: None,
-            guard: None,
-            owner_pid: std::process::id(),
-            owner: crate::process::Identity::of(std::process::id()),
-            reaped: false,
-        }
-    }
-
     /// An agent job's first record, queued: the plan's values, the target
-    /// that serves it, and where it runs (`cwd`, inside `worktree` for a
-    /// worktree job).
+    /// that serves it, where it runs (`cwd`, inside `worktree` for a
+    /// worktree job) and the subagent it runs as.
     pub fn from_plan(
         plan: &JobPlan,
         id: &str,
@@ -357,27 +295,27 @@ impl JobRecord {
         t: &Target,
         worktree: Option<WorktreeInfo>,
         cwd: PathBuf,
+        agent: Option<AgentUse>,
     ) -> JobRecord {
-        let mut rec = JobRecord::new(id, JobKind::Agent, dir, t, cwd);
-        rec.task = crate::fmt::first_chars(&plan.task, TASK_CHARS);
-        if let Some(m) = &plan.requested {
-            rec.model = m.clone();
-        }
-        rec.origin_cwd = plan.origin_cwd.clone();
-        rec.isolation = plan.isolation;
-        rec.session_id = plan.resumed.as_ref().and_then(|p| p.session_id.clone());
-        rec.resumed_from = plan.resumed.as_ref().map(|p| p.id.clone());
-        rec.tool_use_id = plan.tool_use_id.clone();
-        rec.worktree = worktree;
-        rec.last_activity = Some(load_first(t).unwrap_or_else(|| "queued".into()));
-        rec.queued_note = t.resolved.queued_note.clone();
-        rec.permission_mode = plan.permission_mode.clone();
-        rec.max_turns = plan.max_turns;
-        rec.timeout_s = plan.timeout_s;
-        rec.allowed_tools = plan.allowed_tools.clone();
-        rec.disallowed_tools = plan.disallowed_tools.clone();
-        rec.system_prompt_append = plan.system_prompt_append.clone();
-        rec
+        let start = AgentStart {
+            task: crate::fmt::first_chars(&plan.task, TASK_CHARS),
+            requested: plan.requested.clone(),
+            origin_cwd: plan.origin_cwd.clone(),
+            isolation: plan.isolation,
+            resumed_from: plan.resumed.as_ref().map(|p| p.id.clone()),
+            session_id: plan.resumed.as_ref().and_then(|p| p.session_id.clone()),
+            tool_use_id: plan.tool_use_id.clone(),
+            worktree,
+            last_activity: load_first(t).unwrap_or_else(|| "queued".into()),
+            agent,
+            permission_mode: plan.permission_mode.clone(),
+            max_turns: plan.max_turns,
+            timeout_s: plan.timeout_s,
+            allowed_tools: plan.allowed_tools.clone(),
+            disallowed_tools: plan.disallowed_tools.clone(),
+            system_prompt_append: plan.system_prompt_append.clone(),
+        };
+        JobRecord::new_agent(id, dir, t, cwd, start)
     }
 }
 
@@ -413,11 +351,12 @@ mod tests {
         Config::builtin()
     }
 
-    fn ended(id: &str) -> JobRecord {
-        let mut r: JobRecord = serde_json::from_value(serde_json::json!({
+    /// A job `status` to resume (a resumable one has ended).
+    fn prior(id: &str, status: &str) -> JobRecord {
+        serde_json::from_value(serde_json::json!({
             "id": id, "task": "t", "model": "coder", "served_id": "qwen3-coder",
             "endpoint": "local", "base_url": "http://127.0.0.1:8080", "cwd": "/tmp",
-            "origin_cwd": "/tmp", "isolation": "none", "status": "succeeded",
+            "origin_cwd": "/tmp", "isolation": "none", "status": status,
             "created": "2026-01-01T00:00:00.000Z", "started": null, "finished": null,
             "elapsed_s": null, "session_id": "s-1", "result": null, "error": null,
             "num_turns": null, "tool_calls": 0,
@@ -429,9 +368,7 @@ mod tests {
             "system_prompt_append": "be brief", "resumed_from": null, "pid": null,
             "owner_pid": 1
         }))
-        .expect("a record");
-        r.status = Status::Succeeded;
-        r
+        .expect("a record")
     }
 
     fn args(task: &str) -> RunArgs {
@@ -452,7 +389,7 @@ mod tests {
         let mut a = args("");
         a.resume_job = Some("j1".into());
         a.max_turns = Some(3);
-        let plan = JobPlan::resolve(&a, &cfg, |id| Ok(ended(id))).unwrap();
+        let plan = JobPlan::resolve(&a, &cfg, |id| Ok(prior(id, "succeeded"))).unwrap();
         assert_eq!(plan.max_turns, 3, "the call's");
         assert_eq!(plan.permission_mode, "plan", "the resumed job's");
         assert_eq!(plan.timeout_s, 99);
@@ -486,11 +423,7 @@ mod tests {
 
         let mut a = args("t");
         a.resume_job = Some("j1".into());
-        let e = JobPlan::resolve(&a, &cfg, |id| {
-            let mut r = ended(id);
-            r.status = Status::Running;
-            Ok(r)
-        })
+        let e = JobPlan::resolve(&a, &cfg, |id| Ok(prior(id, "running")))
         .unwrap_err()
         .to_string();
         assert_eq!(

@@ -2,9 +2,22 @@
 //! ids, and the methods that change it. Every other file of `jobs` and
 //! every tool reads a job through [`JobRecord`]; the disk is
 //! [`super::store`]'s.
+//!
+//! One writer (issue 43): the record's fields are private to this file,
+//! so nothing else can set one by hand. A change is a named method here,
+//! one event of the job's life that sets what it changes together
+//! (`session_started`, `waits`, `checkout_started`, `set_figures`, …),
+//! and every end, an agent job's or a batch's, goes through the same
+//! core: [`JobRecord::finish`] and its kin, or [`JobRecord::end_outside`]
+//! for an end decided outside the run. The constructors are here too:
+//! [`JobRecord::new_agent`] (from a plan, [`super::plan`]) and
+//! [`JobRecord::new_batch`]. What serde writes is unchanged by this, the
+//! fields' names, order and skip rules: `job-every-field.json` and
+//! `job-fresh.json` beside this file are records the binary before wrote,
+//! and a test reads and writes them back byte for byte.
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -16,7 +29,8 @@ use super::metrics;
 pub use super::status::Status;
 use crate::config::Config;
 use crate::process;
-use crate::registry::Resolved;
+use crate::probe::load::Need;
+use crate::registry::{Resolved, Target};
 use crate::shim::log::now_ts;
 use crate::wire::Usage;
 use crate::worktree::WorktreeInfo;
@@ -196,107 +210,109 @@ impl JobKind {
     }
 }
 
-/// `job.json`.
+/// `job.json`. Its fields are private: a record is read through its
+/// accessors and changed only by the named methods of this file (see the
+/// module's comment).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
-    pub id: String,
+    id: String,
     /// `batch` for a `local_batch` run (its items are in `batch.json`).
     #[serde(default, skip_serializing_if = "JobKind::is_agent")]
-    pub kind: JobKind,
+    kind: JobKind,
     /// The first 300 characters; the whole task is in `task.txt`.
-    pub task: String,
+    task: String,
     /// The name asked for.
-    pub model: String,
-    pub served_id: String,
-    pub endpoint: String,
-    pub base_url: String,
+    model: String,
+    served_id: String,
+    endpoint: String,
+    base_url: String,
     /// Where the delegate ran (inside the worktree for worktree jobs).
-    pub cwd: PathBuf,
+    cwd: PathBuf,
     /// The caller's directory.
-    pub origin_cwd: PathBuf,
-    pub isolation: Isolation,
-    pub status: Status,
-    pub created: String,
-    pub started: Option<String>,
-    pub finished: Option<String>,
-    pub elapsed_s: Option<f64>,
-    pub session_id: Option<String>,
-    pub result: Option<String>,
-    pub error: Option<String>,
-    pub num_turns: Option<u64>,
-    pub tool_calls: u64,
-    pub usage: Usage,
-    pub files_touched: Vec<String>,
-    pub files_changed: Vec<String>,
-    pub worktree: Option<WorktreeInfo>,
+    origin_cwd: PathBuf,
+    isolation: Isolation,
+    status: Status,
+    created: String,
+    started: Option<String>,
+    finished: Option<String>,
+    elapsed_s: Option<f64>,
+    session_id: Option<String>,
+    result: Option<String>,
+    error: Option<String>,
+    num_turns: Option<u64>,
+    tool_calls: u64,
+    usage: Usage,
+    files_touched: Vec<String>,
+    files_changed: Vec<String>,
+    worktree: Option<WorktreeInfo>,
     /// The checkout of a new worktree, the job's first phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepare: Option<Prepare>,
-    pub last_activity: Option<String>,
-    pub log_dir: PathBuf,
+    prepare: Option<Prepare>,
+    last_activity: Option<String>,
+    log_dir: PathBuf,
     /// The per-slot window the session was told.
-    pub context: Option<u64>,
-    pub metrics: Option<metrics::JobMetrics>,
+    context: Option<u64>,
+    metrics: Option<metrics::JobMetrics>,
     /// What the first request cost: prompt tokens, cached, time.
     #[serde(default)]
-    pub first_turn: Option<metrics::FirstTurn>,
+    first_turn: Option<metrics::FirstTurn>,
     /// Set when every slot was busy at start.
-    pub queued_note: Option<String>,
+    queued_note: Option<String>,
     /// "loaded gemma-3-270m in 1.7 s" when the job had to load its model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_note: Option<String>,
+    load_note: Option<String>,
     /// The acceptance command's last run, when the job has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acceptance: Option<accept::Acceptance>,
+    acceptance: Option<accept::Acceptance>,
     /// `usage` at the reference model's list prices (the ledger), set
     /// when the job ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub equivalent_usd: Option<f64>,
+    equivalent_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reference_model: Option<String>,
+    reference_model: Option<String>,
     /// The model's faults over the job (from the request log), set when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_faults: Option<faults::ModelFaults>,
+    model_faults: Option<faults::ModelFaults>,
     /// What the session did, set when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<faults::Outcome>,
+    outcome: Option<faults::Outcome>,
     /// The sentence about the model ("the model answered in text only: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_note: Option<String>,
+    model_note: Option<String>,
     /// The sentence about the server's cache, when it lost the job's
     /// conversation ("lost its cache on 6 of 7 turns: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_note: Option<String>,
+    cache_note: Option<String>,
     // What a resume needs to run the same way.
-    pub permission_mode: String,
-    pub max_turns: u32,
-    pub timeout_s: u64,
-    pub allowed_tools: Vec<String>,
-    pub disallowed_tools: Vec<String>,
-    pub system_prompt_append: Option<String>,
-    pub resumed_from: Option<String>,
+    permission_mode: String,
+    max_turns: u32,
+    timeout_s: u64,
+    allowed_tools: Vec<String>,
+    disallowed_tools: Vec<String>,
+    system_prompt_append: Option<String>,
+    resumed_from: Option<String>,
     /// The user's subagent profile the delegate ran as, and what of it
     /// was not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentUse>,
+    agent: Option<AgentUse>,
     /// The id of the tool call that started the job, as Claude Code sends
     /// it (`_meta["claudecode/toolUseId"]` of `tools/call`): the session
     /// transcript that holds it is the session that delegated the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_use_id: Option<String>,
+    tool_use_id: Option<String>,
     /// The job guard's pid (= the process group of guard and delegate).
-    pub pid: Option<u32>,
+    pid: Option<u32>,
     /// Who that pid was, so it is never signalled once it is another process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guard: Option<process::Identity>,
+    guard: Option<process::Identity>,
     /// The localagents process that runs it.
-    pub owner_pid: u32,
+    owner_pid: u32,
     /// Who the owner was (boot id, start time): a reused pid is not the owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<process::Identity>,
+    owner: Option<process::Identity>,
     /// A lost job's delegate was looked for and stopped ([`super::store::Store::reap_lost`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub reaped: bool,
+    reaped: bool,
 }
 
 /// A job's checkout of its new worktree: how many files, when it began
@@ -319,15 +335,515 @@ pub fn preparing_line(files: usize) -> String {
     )
 }
 
+/// What an agent job's first record takes from its plan
+/// ([`super::plan::JobPlan`]), every value decided: the call's words and
+/// what a resume needs to run the same way.
+#[derive(Debug, Clone)]
+pub struct AgentStart {
+    /// The brief as the record keeps it (its first characters).
+    pub task: String,
+    /// The name asked for, when there was one.
+    pub requested: Option<String>,
+    pub origin_cwd: PathBuf,
+    pub isolation: Isolation,
+    /// The job it resumes, and that job's session.
+    pub resumed_from: Option<String>,
+    pub session_id: Option<String>,
+    pub tool_use_id: Option<String>,
+    /// The worktree it runs in, when it has one.
+    pub worktree: Option<WorktreeInfo>,
+    /// What the job says it does first ("queued", a model to load).
+    pub last_activity: String,
+    /// The subagent profile it runs as.
+    pub agent: Option<AgentUse>,
+    pub permission_mode: String,
+    pub max_turns: u32,
+    pub timeout_s: u64,
+    pub allowed_tools: Vec<String>,
+    pub disallowed_tools: Vec<String>,
+    pub system_prompt_append: Option<String>,
+}
+
+/// How a batch ended, as its record says it ([`JobRecord::batch_ended`]).
+#[derive(Debug, Clone)]
+pub struct BatchEnd {
+    pub status: Status,
+    /// "40 items: 38 answered, 2 failed, in 3.1 s (…)".
+    pub result: String,
+    pub error: Option<String>,
+    /// Items with an outcome, of `total`.
+    pub done: usize,
+    pub total: usize,
+    /// The items' usage, summed.
+    pub usage: Usage,
+    pub elapsed: Duration,
+}
+
+/// The records a job starts with: the one place a record is written out
+/// field by field (`JobRecord::new`), and what an agent job and a batch
+/// set on top.
+impl JobRecord {
+    /// A new job's first record: who serves it, where its files go,
+    /// nothing done yet.
+    fn new(id: &str, kind: JobKind, dir: &Path, t: &Target, cwd: PathBuf) -> JobRecord {
+        let d = &t.config.defaults;
+        JobRecord {
+            id: id.to_string(),
+            kind,
+            task: String::new(),
+            model: t.resolved.requested.clone(),
+            served_id: t.resolved.served_id.clone(),
+            endpoint: t.resolved.endpoint.clone(),
+            base_url: t.resolved.base_url.clone(),
+            cwd: cwd.clone(),
+            origin_cwd: cwd,
+            isolation: Isolation::None,
+            status: Status::Queued,
+            created: now_ts(),
+            started: None,
+            finished: None,
+            elapsed_s: None,
+            session_id: None,
+            result: None,
+            error: None,
+            num_turns: None,
+            tool_calls: 0,
+            usage: Default::default(),
+            files_touched: Vec::new(),
+            files_changed: Vec::new(),
+            worktree: None,
+            prepare: None,
+            last_activity: None,
+            log_dir: dir.to_path_buf(),
+            context: t.resolved.context,
+            metrics: None,
+            first_turn: None,
+            queued_note: None,
+            load_note: None,
+            acceptance: None,
+            equivalent_usd: None,
+            reference_model: None,
+            model_faults: None,
+            outcome: None,
+            model_note: None,
+            cache_note: None,
+            permission_mode: d.permission_mode.clone(),
+            max_turns: 0,
+            timeout_s: d.timeout_s,
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            system_prompt_append: None,
+            resumed_from: None,
+            agent: None,
+            tool_use_id: None,
+            pid: None,
+            guard: None,
+            owner_pid: std::process::id(),
+            owner: process::Identity::of(std::process::id()),
+            reaped: false,
+        }
+    }
+
+    /// An agent job's first record, queued: what its plan decided (`s`),
+    /// the target that serves it, its files in `dir`, and where it runs
+    /// (`cwd`, inside the worktree for a worktree job).
+    pub fn new_agent(id: &str, dir: &Path, t: &Target, cwd: PathBuf, s: AgentStart) -> JobRecord {
+        let mut rec = JobRecord::new(id, JobKind::Agent, dir, t, cwd);
+        rec.task = s.task;
+        if let Some(m) = s.requested {
+            rec.model = m;
+        }
+        rec.origin_cwd = s.origin_cwd;
+        rec.isolation = s.isolation;
+        rec.session_id = s.session_id;
+        rec.resumed_from = s.resumed_from;
+        rec.tool_use_id = s.tool_use_id;
+        rec.worktree = s.worktree;
+        rec.last_activity = Some(s.last_activity);
+        rec.queued_note = t.resolved.queued_note.clone();
+        rec.permission_mode = s.permission_mode;
+        rec.max_turns = s.max_turns;
+        rec.timeout_s = s.timeout_s;
+        rec.allowed_tools = s.allowed_tools;
+        rec.disallowed_tools = s.disallowed_tools;
+        rec.system_prompt_append = s.system_prompt_append;
+        rec.agent = s.agent;
+        rec
+    }
+
+    /// A batch's first record: `items` one-shot completions of `model`
+    /// (the name asked for, when there was one), running from the start,
+    /// in `base`.
+    pub fn new_batch(
+        id: &str,
+        dir: &Path,
+        t: &Target,
+        base: PathBuf,
+        items: usize,
+        model: Option<String>,
+    ) -> JobRecord {
+        let mut rec = JobRecord::new(id, JobKind::Batch, dir, t, base);
+        rec.task = format!("batch of {items} items");
+        if let Some(m) = model {
+            rec.model = m;
+        }
+        rec.status = Status::Running;
+        rec.started = Some(now_ts());
+        rec.last_activity = Some(batch_line(0, items));
+        rec
+    }
+}
+
+/// What a batch says it has done: "12 of 40 items".
+fn batch_line(done: usize, total: usize) -> String {
+    format!("{done} of {total} items")
+}
+
+/// Reading a record: one accessor a field, named as its key in
+/// `job.json` (the field's comment there says more). Only the methods
+/// below change a record.
+impl JobRecord {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// `batch` for a `local_batch` run.
+    pub fn kind(&self) -> JobKind {
+        self.kind
+    }
+    /// The first 300 characters; the whole task is in `task.txt`.
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+    /// The name asked for.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+    pub fn served_id(&self) -> &str {
+        &self.served_id
+    }
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    /// Where the delegate ran (inside the worktree for worktree jobs).
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+    /// The caller's directory.
+    pub fn origin_cwd(&self) -> &Path {
+        &self.origin_cwd
+    }
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+    pub fn status(&self) -> Status {
+        self.status
+    }
+    pub fn created(&self) -> &str {
+        &self.created
+    }
+    pub fn started(&self) -> Option<&str> {
+        self.started.as_deref()
+    }
+    pub fn finished(&self) -> Option<&str> {
+        self.finished.as_deref()
+    }
+    pub fn elapsed_s(&self) -> Option<f64> {
+        self.elapsed_s
+    }
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+    pub fn result(&self) -> Option<&str> {
+        self.result.as_deref()
+    }
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+    pub fn num_turns(&self) -> Option<u64> {
+        self.num_turns
+    }
+    pub fn tool_calls(&self) -> u64 {
+        self.tool_calls
+    }
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+    pub fn files_touched(&self) -> &[String] {
+        &self.files_touched
+    }
+    pub fn files_changed(&self) -> &[String] {
+        &self.files_changed
+    }
+    pub fn worktree(&self) -> Option<&WorktreeInfo> {
+        self.worktree.as_ref()
+    }
+    /// The checkout of a new worktree, the job's first phase.
+    pub fn prepare(&self) -> Option<&Prepare> {
+        self.prepare.as_ref()
+    }
+    pub fn last_activity(&self) -> Option<&str> {
+        self.last_activity.as_deref()
+    }
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+    /// The per-slot window the session was told.
+    pub fn context(&self) -> Option<u64> {
+        self.context
+    }
+    pub fn metrics(&self) -> Option<&metrics::JobMetrics> {
+        self.metrics.as_ref()
+    }
+    /// What the first request cost: prompt tokens, cached, time.
+    pub fn first_turn(&self) -> Option<metrics::FirstTurn> {
+        self.first_turn
+    }
+    /// Set when every slot was busy at start.
+    pub fn queued_note(&self) -> Option<&str> {
+        self.queued_note.as_deref()
+    }
+    /// "loaded gemma-3-270m in 1.7 s" when the job had to load its model.
+    pub fn load_note(&self) -> Option<&str> {
+        self.load_note.as_deref()
+    }
+    /// The acceptance command's last run, when the job has one.
+    pub fn acceptance(&self) -> Option<&accept::Acceptance> {
+        self.acceptance.as_ref()
+    }
+    /// `usage` at the reference model's list prices, set when the job ends.
+    pub fn equivalent_usd(&self) -> Option<f64> {
+        self.equivalent_usd
+    }
+    pub fn reference_model(&self) -> Option<&str> {
+        self.reference_model.as_deref()
+    }
+    /// The model's faults over the job, set when it ends.
+    pub fn model_faults(&self) -> Option<&faults::ModelFaults> {
+        self.model_faults.as_ref()
+    }
+    /// What the session did, set when it ends.
+    pub fn outcome(&self) -> Option<faults::Outcome> {
+        self.outcome
+    }
+    /// The sentence about the model.
+    pub fn model_note(&self) -> Option<&str> {
+        self.model_note.as_deref()
+    }
+    /// The sentence about the server's cache, when it lost the job's
+    /// conversation.
+    pub fn cache_note(&self) -> Option<&str> {
+        self.cache_note.as_deref()
+    }
+    pub fn permission_mode(&self) -> &str {
+        &self.permission_mode
+    }
+    pub fn max_turns(&self) -> u32 {
+        self.max_turns
+    }
+    pub fn timeout_s(&self) -> u64 {
+        self.timeout_s
+    }
+    pub fn allowed_tools(&self) -> &[String] {
+        &self.allowed_tools
+    }
+    pub fn disallowed_tools(&self) -> &[String] {
+        &self.disallowed_tools
+    }
+    pub fn system_prompt_append(&self) -> Option<&str> {
+        self.system_prompt_append.as_deref()
+    }
+    pub fn resumed_from(&self) -> Option<&str> {
+        self.resumed_from.as_deref()
+    }
+    /// The user's subagent profile the delegate ran as.
+    pub fn agent(&self) -> Option<&AgentUse> {
+        self.agent.as_ref()
+    }
+    /// The id of the tool call that started the job.
+    pub fn tool_use_id(&self) -> Option<&str> {
+        self.tool_use_id.as_deref()
+    }
+    /// The job guard's pid (= the process group of guard and delegate).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+    /// Who that pid was.
+    pub fn guard(&self) -> Option<&process::Identity> {
+        self.guard.as_ref()
+    }
+    /// The localagents process that runs it.
+    pub fn owner_pid(&self) -> u32 {
+        self.owner_pid
+    }
+    /// Who the owner was (boot id, start time).
+    pub fn owner(&self) -> Option<&process::Identity> {
+        self.owner.as_ref()
+    }
+    /// A lost job's delegate was looked for and stopped.
+    pub fn reaped(&self) -> bool {
+        self.reaped
+    }
+
+    /// The built-in tools the delegate is offered: its subagent's, else
+    /// the allowed ones less those denied.
+    pub fn offered_tools(&self) -> Vec<String> {
+        match &self.agent {
+            Some(a) => a.tools.clone(),
+            None => crate::runner::offered_tools(&self.allowed_tools, &self.disallowed_tools),
+        }
+    }
+}
+
 /// Most of a delegate's answer kept in `job.json` (every listing parses
 /// the record); a longer answer is written whole to `result.txt`.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
+/// What happens to a job before its session: the wait for a slot, the
+/// checkout of its worktree, the load of its model. Each method is one
+/// event and sets what it changes together.
 impl JobRecord {
+    /// A new worktree is to be checked out before the job queues: it says
+    /// so from its first record.
+    pub fn checkout_planned(&mut self, files: usize) {
+        self.last_activity = Some(preparing_line(files));
+    }
+
+    /// Git began writing the worktree's `files`.
+    pub fn checkout_started(&mut self, files: usize) {
+        self.prepare = Some(Prepare {
+            files,
+            started: now_ts(),
+            finished: None,
+            elapsed_s: None,
+        });
+        self.last_activity = Some(preparing_line(files));
+    }
+
+    /// The checkout, begun at `t0`, returned (done or stopped).
+    pub fn checkout_ended(&mut self, t0: Instant) {
+        if let Some(p) = self.prepare.as_mut() {
+            p.finished = Some(now_ts());
+            p.elapsed_s = Some(t0.elapsed().as_secs_f64());
+        }
+    }
+
+    /// The job waits in the queue for a slot; `line` says where
+    /// ("queued: 2nd for qwen3-coder on `gpu1`, behind …").
+    pub fn waits(&mut self, line: String) {
+        self.last_activity = Some(line);
+    }
+
+    /// A slot is free for it and no one is ahead: it starts.
+    pub fn slot_free(&mut self) {
+        self.last_activity = Some("queued: a slot is free, starting".into());
+    }
+
+    /// Its wait in the queue is over: the note that every slot was busy
+    /// when it started no longer holds.
+    pub fn left_queue(&mut self) {
+        self.queued_note = None;
+    }
+
+    /// The job moves to another endpoint serving its model (a free slot
+    /// there while it waited).
+    pub fn move_to(&mut self, r: &Resolved) {
+        self.endpoint = r.endpoint.clone();
+        self.base_url = r.base_url.clone();
+        self.context = r.context;
+    }
+
+    /// All `total` slots of its endpoint were busy when the session
+    /// started: the server queues it.
+    pub fn busy_at_start(&mut self, total: u64) {
+        self.queued_note = Some(format!(
+            "all {total} slots of `{}` were busy at start: the job queued on the server",
+            self.endpoint
+        ));
+    }
+
+    /// Its model is being loaded (or its server woken) first.
+    pub fn model_loading(&mut self, need: Need) {
+        let verb = match need {
+            Need::Load => "loading",
+            Need::Wake => "waking the server for",
+        };
+        self.last_activity = Some(format!("{verb} {} on {}", self.served_id, self.endpoint));
+    }
+
+    /// Its model is loaded (or its server awake) after `took`; `context`
+    /// is the window the loaded instance says, when it says one.
+    pub fn model_loaded(&mut self, need: Need, took: Duration, context: Option<u64>) {
+        self.load_note = Some(match need {
+            Need::Load => format!("loaded {} in {:.1} s", self.served_id, took.as_secs_f64()),
+            Need::Wake => format!("woke the server in {:.1} s", took.as_secs_f64()),
+        });
+        if context.is_some() {
+            self.context = context;
+        }
+    }
+}
+
+/// What happens in a session and its acceptance rounds, as the
+/// delegate's events and the command tell it.
+impl JobRecord {
+    /// The delegate started, as the process group `pgid`.
+    pub fn session_started(&mut self, pgid: u32) {
+        self.pid = Some(pgid);
+        self.guard = process::Identity::of(pgid);
+        self.status = Status::Running;
+        self.started.get_or_insert_with(now_ts);
+        self.last_activity = Some("starting claude".into());
+    }
+
+    /// The delegate's session has its id (what a resume continues).
+    pub fn session_named(&mut self, session_id: String) {
+        self.session_id = Some(session_id);
+    }
+
+    /// What one event of the session did: `tool_calls` more calls, the
+    /// files it touched (each once), and what it does now.
+    pub fn session_progress(
+        &mut self,
+        tool_calls: u64,
+        files_touched: Vec<String>,
+        activity: Option<String>,
+    ) {
+        self.tool_calls += tool_calls;
+        for p in files_touched {
+            if !self.files_touched.contains(&p) {
+                self.files_touched.push(p);
+            }
+        }
+        if activity.is_some() {
+            self.last_activity = activity;
+        }
+    }
+
+    /// The session's own report: its answer (whole when it is at most
+    /// [`MAX_RESULT_BYTES`], else its start and where the whole answer
+    /// is) and how many turns it took.
+    pub fn session_result(&mut self, text: Option<String>, num_turns: Option<u64>) {
+        self.set_result(text);
+        self.num_turns = num_turns;
+    }
+
+    /// Acceptance round `round` runs `command`.
+    pub fn acceptance_round(&mut self, round: u32, command: &str) {
+        self.last_activity = Some(format!("acceptance round {round}: {command}"));
+    }
+
+    /// The acceptance command's last run.
+    pub fn acceptance_ran(&mut self, a: accept::Acceptance) {
+        self.acceptance = Some(a);
+    }
+
     /// Set the delegate's answer: whole when it is at most
     /// [`MAX_RESULT_BYTES`], else its start and where the whole answer is
     /// (`result.txt` in the job's directory, written atomically).
-    pub fn set_result(&mut self, text: Option<String>) {
+    fn set_result(&mut self, text: Option<String>) {
         self.result = match text {
             Some(t) if t.len() > MAX_RESULT_BYTES => {
                 let path = dir::JobDir::at(&self.log_dir).result();
@@ -353,44 +869,20 @@ impl JobRecord {
     }
 }
 
-/// The writes of a job's life that touch several fields at once: one
-/// method each, so a record's fields change together wherever it happens.
+/// A job's end: what changed, its figures, its status. Every end, an
+/// agent job's or a batch's, goes through [`JobRecord::finish`]'s core
+/// (`JobRecord::end`); an end decided outside the run through
+/// [`JobRecord::end_outside`].
 impl JobRecord {
-    /// The job's end: its status, its error (when there is one), when it
-    /// finished and how long it took since `started`.
-    pub fn finish(&mut self, status: Status, error: Option<String>, started: Instant) {
-        self.status = status;
-        if error.is_some() {
-            self.error = error;
-        }
-        self.finished = Some(now_ts());
-        self.elapsed_s = Some(started.elapsed().as_secs_f64());
+    /// The files the session changed in the tree.
+    pub fn tree_changed(&mut self, files: Vec<String>) {
+        self.files_changed = files;
     }
 
-    /// An end decided outside the job's run (its owner is gone, its final
-    /// record could not be written): `status` and its sentence; when it
-    /// finished is kept if the record has it.
-    pub fn end_outside(&mut self, status: Status, error: String) {
-        self.status = status;
-        self.error = Some(error);
-        self.finished.get_or_insert_with(now_ts);
-    }
-
-    /// The job moves to another endpoint serving its model (a free slot
-    /// there while it waited).
-    pub fn move_to(&mut self, r: &Resolved) {
-        self.endpoint = r.endpoint.clone();
-        self.base_url = r.base_url.clone();
-        self.context = r.context;
-    }
-
-    /// The delegate started, as the process group `pgid`.
-    pub fn session_started(&mut self, pgid: u32) {
-        self.pid = Some(pgid);
-        self.guard = process::Identity::of(pgid);
-        self.status = Status::Running;
-        self.started.get_or_insert_with(now_ts);
-        self.last_activity = Some("starting claude".into());
+    /// Its worktree as the job leaves it (kept or removed, its diffstat
+    /// or a note).
+    pub fn worktree_ended(&mut self, w: WorktreeInfo) {
+        self.worktree = Some(w);
     }
 
     /// The figures of the job's end: its usage and what it would have
@@ -398,15 +890,6 @@ impl JobRecord {
     /// (`answered`: it ended with its own report), and the sentences
     /// about the model and the server's cache (`llama_cpp`: name
     /// llama-server's flags as the fix).
-    /// The built-in tools the delegate is offered: its subagent's, else
-    /// the allowed ones less those denied.
-    pub fn offered_tools(&self) -> Vec<String> {
-        match &self.agent {
-            Some(a) => a.tools.clone(),
-            None => crate::runner::offered_tools(&self.allowed_tools, &self.disallowed_tools),
-        }
-    }
-
     pub fn set_figures(
         &mut self,
         m: metrics::JobMetrics,
@@ -414,10 +897,7 @@ impl JobRecord {
         answered: bool,
         llama_cpp: bool,
     ) {
-        self.usage = m.usage;
-        self.equivalent_usd =
-            config.equivalent_usd(m.usage.input, m.usage.cache_read, m.usage.output);
-        self.reference_model = Some(config.defaults.reference_model.clone());
+        self.priced(m.usage, config);
         self.first_turn = m.first_turn;
         let outcome = faults::Outcome::of(self.tool_calls, self.files_changed.len(), answered);
         self.model_faults = Some(m.faults.clone());
@@ -425,6 +905,90 @@ impl JobRecord {
         self.cache_note = m.cache_note(llama_cpp);
         self.outcome = Some(outcome);
         self.metrics = Some(m);
+    }
+
+    /// `usage`, and what it would have cost at the reference model's list
+    /// prices.
+    fn priced(&mut self, usage: Usage, config: &Config) {
+        self.usage = usage;
+        self.equivalent_usd = config.equivalent_usd(usage.input, usage.cache_read, usage.output);
+        self.reference_model = Some(config.defaults.reference_model.clone());
+    }
+
+    /// The job's end: its status, its error (when there is one), when it
+    /// finished and how long it took since `started`.
+    pub fn finish(&mut self, status: Status, error: Option<String>, started: Instant) {
+        self.end(status, error, started.elapsed());
+    }
+
+    /// The end of a job that ran its session ([`JobRecord::finish`]); what
+    /// it does now says how long it took ("succeeded after 42s").
+    pub fn finish_session(&mut self, status: Status, error: Option<String>, started: Instant) {
+        let took = started.elapsed();
+        self.end(status, error, took);
+        self.last_activity = Some(format!(
+            "{} after {:.0}s",
+            status.as_str(),
+            took.as_secs_f64()
+        ));
+    }
+
+    /// A job stopped while it waited for a slot ([`JobRecord::finish`]).
+    pub fn stopped_in_queue(&mut self, status: Status, error: String, started: Instant) {
+        self.finish(status, Some(error), started);
+        self.last_activity = Some(format!("{} while queued", status.as_str()));
+    }
+
+    /// A job whose checkout failed, or that was stopped while git checked
+    /// out its worktree ([`JobRecord::finish`]): the worktree is not kept.
+    pub fn stopped_in_checkout(&mut self, status: Status, error: String, started: Instant) {
+        if let Some(w) = self.worktree.as_mut() {
+            w.kept = false;
+            w.note = Some(match status {
+                Status::Failed => "not created: worktree and branch removed".into(),
+                _ => "stopped during the checkout: git removes the worktree and its branch as soon as its checkout returns".into(),
+            });
+        }
+        self.finish(status, Some(error), started);
+        self.last_activity = Some(format!("{} while preparing", status.as_str()));
+    }
+
+    /// A batch's end: its items' usage at list prices, its one-line
+    /// result, how many items it did, and the end as
+    /// [`JobRecord::finish`] writes it.
+    pub fn batch_ended(&mut self, b: BatchEnd, config: &Config) {
+        self.priced(b.usage, config);
+        self.result = Some(b.result);
+        self.last_activity = Some(batch_line(b.done, b.total));
+        self.end(b.status, b.error, b.elapsed);
+    }
+
+    /// The core of every end: the status, the error (when there is one;
+    /// an earlier one stays otherwise), when it finished and how long it
+    /// took.
+    fn end(&mut self, status: Status, error: Option<String>, took: Duration) {
+        self.status = status;
+        if error.is_some() {
+            self.error = error;
+        }
+        self.finished = Some(now_ts());
+        self.elapsed_s = Some(took.as_secs_f64());
+    }
+
+    /// An end decided outside the job's run (its owner is gone, its final
+    /// record could not be written, its run stopped before it finished
+    /// it): `status` and its sentence; when it finished is kept if the
+    /// record has it.
+    pub fn end_outside(&mut self, status: Status, error: String) {
+        self.status = status;
+        self.error = Some(error);
+        self.finished.get_or_insert_with(now_ts);
+    }
+
+    /// A lost job's delegate was looked for and stopped
+    /// ([`super::store::Store::reap_lost`]).
+    pub fn mark_reaped(&mut self) {
+        self.reaped = true;
     }
 }
 
@@ -480,4 +1044,78 @@ mod tests {
         let whole = std::fs::read_to_string(d.path().join("result.txt")).unwrap();
         assert_eq!(whole, long);
     }
+
+    /// Every end goes through one core: a batch's end writes what
+    /// `finish` writes (the status, when, how long; an earlier error
+    /// stays when the end brings none), and an end decided outside the
+    /// run keeps when the job finished.
+    #[test]
+    fn every_end_writes_the_same_fields_through_one_core() {
+        let d = tempfile::tempdir().unwrap();
+        let created = "2026-12-01T00:00:00.000Z";
+        let mut agent = test_record("20261201-000000-00000001", d.path(), "running", created);
+        agent.error = Some("the report could not be written".into());
+        agent.finish(Status::Failed, None, Instant::now());
+        assert_eq!(agent.status(), Status::Failed);
+        assert_eq!(agent.error(), Some("the report could not be written"));
+        assert!(agent.finished().is_some() && agent.elapsed_s().is_some());
+
+        let mut batch = test_record("20261201-000000-00000002", d.path(), "running", created);
+        let usage = Usage {
+            input: 10,
+            cache_read: 5,
+            output: 3,
+        };
+        let end = BatchEnd {
+            status: Status::Succeeded,
+            result: "2 items: 2 answered, 0 failed".into(),
+            error: None,
+            done: 2,
+            total: 2,
+            usage,
+            elapsed: Duration::from_millis(1500),
+        };
+        batch.batch_ended(end, &Config::builtin());
+        assert_eq!(batch.status(), Status::Succeeded);
+        assert_eq!(batch.elapsed_s(), Some(1.5));
+        assert!(batch.finished().is_some() && batch.error().is_none());
+        assert_eq!(batch.result(), Some("2 items: 2 answered, 0 failed"));
+        assert_eq!(batch.last_activity(), Some("2 of 2 items"));
+        assert_eq!(batch.usage(), usage);
+        assert!(batch.reference_model().is_some());
+
+        let finished = batch.finished().map(str::to_string);
+        batch.end_outside(Status::Lost, "its owner is gone".into());
+        assert_eq!(batch.status(), Status::Lost);
+        assert_eq!(batch.finished(), finished.as_deref());
+    }
+
+    /// `job.json` as the binary before issue 43 wrote it: one record with
+    /// every field set, one just made (the fields left out when empty are
+    /// out). Each reads, and is written back byte for byte: the same
+    /// names, order and skip rules, so old records read and tools show
+    /// the same.
+    #[test]
+    fn a_record_written_before_reads_and_is_written_back_byte_for_byte() {
+        for (name, text) in [
+            ("job-every-field.json", include_str!("job-every-field.json")),
+            ("job-fresh.json", include_str!("job-fresh.json")),
+        ] {
+            let rec: JobRecord =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let again = String::from_utf8(serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+            assert_eq!(again, text.strip_suffix('\n').unwrap_or(text), "{name}");
+        }
+        let every: serde_json::Value =
+            serde_json::from_str(include_str!("job-every-field.json")).unwrap();
+        let unset: Vec<&String> = every
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v.is_null())
+            .map(|(k, _)| k)
+            .collect();
+        assert!(unset.is_empty(), "job-every-field.json leaves {unset:?} unset");
+    }
 }
+

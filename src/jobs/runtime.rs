@@ -100,8 +100,8 @@ impl Runtime {
     pub(super) fn keep_now(&self, rec: &JobRecord) {
         self.keeper.hold(rec);
         match self.keeper.write_now(rec) {
-            Ok(()) => self.keeper.forget(&rec.id),
-            Err(e) => tracing::error!("job {}: {e}; its owner keeps its record in memory", rec.id),
+            Ok(()) => self.keeper.forget(rec.id()),
+            Err(e) => tracing::error!("job {}: {e}; its owner keeps its record in memory", rec.id()),
         }
     }
 
@@ -120,13 +120,13 @@ impl Runtime {
             tokio::time::sleep(pause).await;
             match self.keeper.write(rec).await {
                 Ok(()) => {
-                    self.keeper.forget(&rec.id);
+                    self.keeper.forget(rec.id());
                     return;
                 }
                 Err(e) => {
                     tracing::error!(
                         "job {}: {e} (try {} of {})",
-                        rec.id,
+                        rec.id(),
                         n + 1,
                         WRITE_RETRIES.len() + 1
                     );
@@ -135,14 +135,14 @@ impl Runtime {
             }
         }
         if let Some(e) = last {
-            let error = match rec.error.take() {
+            let error = match rec.error() {
                 Some(before) => format!("{e}; before that: {before}"),
                 None => e.to_string(),
             };
             rec.end_outside(Status::Failed, error);
             self.keeper.hold(rec);
             if self.keeper.write(rec).await.is_ok() {
-                self.keeper.forget(&rec.id);
+                self.keeper.forget(rec.id());
             }
         }
     }

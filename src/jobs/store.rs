@@ -15,9 +15,9 @@ use crate::process;
 /// Is the process that owns a running job still there? By identity when it
 /// was recorded (a reused pid is not the owner), else by signal 0.
 fn owner_alive(rec: &JobRecord) -> bool {
-    match &rec.owner {
+    match rec.owner() {
         Some(who) => who.is_current(),
-        None => process::alive(rec.owner_pid),
+        None => process::alive(rec.owner_pid()),
     }
 }
 
@@ -52,7 +52,7 @@ impl Store {
     }
 
     pub fn save(&self, rec: &JobRecord) -> Result<(), JobError> {
-        let dir = self.job_dir(&rec.id)?;
+        let dir = self.job_dir(rec.id())?;
         let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
         crate::paths::write_atomic_bare(&dir.record(), &bytes).map_err(|source| JobError::Write {
             dir: dir.path().to_path_buf(),
@@ -68,8 +68,8 @@ impl Store {
         if let Err(e) = self.save(rec) {
             tracing::error!(
                 "cannot write the record of job {} ({}): {e}; the job goes on, but what it did may be missing from its record",
-                rec.id,
-                dir::JobDir::at(&self.root.join(&rec.id)).record().display()
+                rec.id(),
+                dir::JobDir::at(&self.root.join(rec.id())).record().display()
             );
         }
     }
@@ -100,13 +100,13 @@ impl Store {
             why: format!("{}: {e}", jd.record().display()),
             dir: dir.clone(),
         })?;
-        if rec.id != id {
+        if rec.id() != id {
             return Err(JobError::Unreadable {
                 id: id.to_string(),
                 why: format!(
                     "{} names job {}, not {id}: a record is never copied or moved between job directories; remove it",
                     jd.record().display(),
-                    crate::fmt::first_chars(&rec.id, 64)
+                    crate::fmt::first_chars(rec.id(), 64)
                 ),
                 dir,
             });
@@ -119,10 +119,10 @@ impl Store {
     /// orphaned delegate is stopped by [`Store::reap_lost`].
     pub fn load(&self, id: &str) -> Result<JobRecord, JobError> {
         let mut rec = self.load_raw(id)?;
-        if !rec.status.terminal() && rec.owner_pid != std::process::id() && !owner_alive(&rec) {
+        if !rec.status().terminal() && rec.owner_pid() != std::process::id() && !owner_alive(&rec) {
             let error = format!(
                 "the localagents process that ran this job (pid {}) is gone, so its delegate was lost; run it again, or resume_job to continue its session",
-                rec.owner_pid,
+                rec.owner_pid(),
             );
             rec.end_outside(Status::Lost, error);
             self.save_or_log(&rec);
@@ -143,19 +143,19 @@ impl Store {
             me.ids()
                 .into_iter()
                 .filter_map(|id| me.load(&id).ok())
-                .filter(|r| r.status == Status::Lost && !r.reaped)
+                .filter(|r| r.status() == Status::Lost && !r.reaped())
                 .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
         let mut reaped = Vec::new();
         for mut rec in lost {
-            if let Some(guard) = &rec.guard
+            if let Some(guard) = rec.guard()
                 && process::stop_recorded(guard, process::GRACE).await
             {
-                reaped.push(rec.id.clone());
+                reaped.push(rec.id().to_string());
             }
-            rec.reaped = true;
+            rec.mark_reaped();
             let me = self.clone();
             let _ = tokio::task::spawn_blocking(move || me.save_or_log(&rec)).await;
         }
@@ -215,7 +215,7 @@ impl Store {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         for id in self.ids() {
             match held(&id).map_or_else(|| self.load(&id), Ok) {
-                Ok(r) if status.is_none_or(|s| r.status == s) => {
+                Ok(r) if status.is_none_or(|s| r.status() == s) => {
                     out.push(r);
                     if out.len() >= limit {
                         break;

@@ -141,78 +141,78 @@ pub struct JobListItem {
 impl JobRecord {
     /// The compact summary tools return.
     pub fn summary(&self) -> JobSummary {
-        let cut = |s: &Option<String>, n: usize| {
-            s.as_ref().map(|t| {
+        let cut = |s: Option<&str>, n: usize| {
+            s.map(|t| {
                 if t.chars().count() > n {
-                    format!("{} (job_log {} for all)", crate::fmt::cut(t, n), self.id)
+                    format!("{} (job_log {} for all)", crate::fmt::cut(t, n), self.id())
                 } else {
-                    t.clone()
+                    t.to_string()
                 }
             })
         };
         JobSummary {
-            id: self.id.clone(),
-            kind: self.kind,
-            status: self.status,
-            model: self.served_id.clone(),
-            endpoint: self.endpoint.clone(),
-            isolation: self.isolation,
-            cwd: self.cwd.clone(),
-            elapsed_s: self.elapsed_s.map(|e| (e * 10.0).round() / 10.0),
-            num_turns: self.num_turns,
-            tool_calls: self.tool_calls,
-            files_changed: PathList::of(&self.files_changed, 20),
-            files_touched: PathList::of(&self.files_touched, 20),
-            last_activity: cut(&self.last_activity, 160),
-            result: cut(&self.result, 900),
-            error: cut(&self.error, 400),
-            log_dir: self.log_dir.clone(),
-            worktree: self.worktree.as_ref().map(|w| WorktreeSummary {
+            id: self.id().to_string(),
+            kind: self.kind(),
+            status: self.status(),
+            model: self.served_id().to_string(),
+            endpoint: self.endpoint().to_string(),
+            isolation: self.isolation(),
+            cwd: self.cwd().to_path_buf(),
+            elapsed_s: self.elapsed_s().map(|e| (e * 10.0).round() / 10.0),
+            num_turns: self.num_turns(),
+            tool_calls: self.tool_calls(),
+            files_changed: PathList::of(self.files_changed(), 20),
+            files_touched: PathList::of(self.files_touched(), 20),
+            last_activity: cut(self.last_activity(), 160),
+            result: cut(self.result(), 900),
+            error: cut(self.error(), 400),
+            log_dir: self.log_dir().to_path_buf(),
+            worktree: self.worktree().map(|w| WorktreeSummary {
                 branch: w.branch.clone(),
                 path: w.path.clone(),
                 kept: w.kept,
                 diffstat: w.diffstat.clone(),
                 note: w.note.clone(),
             }),
-            queued: self.queued_note.clone(),
-            metrics: self.metrics.as_ref().map(|m| m.short()),
-            first_turn: self.first_turn.map(|f| f.line()),
-            loaded: self.load_note.clone(),
-            acceptance: self.acceptance.as_ref().map(accept::Acceptance::line),
+            queued: self.queued_note().map(str::to_string),
+            metrics: self.metrics().map(|m| m.short()),
+            first_turn: self.first_turn().map(|f| f.line()),
+            loaded: self.load_note().map(str::to_string),
+            acceptance: self.acceptance().map(accept::Acceptance::line),
             acceptance_output: self
-                .acceptance
+                .acceptance()
                 .as_ref()
                 .filter(|a| !a.passed)
                 .map(|a| crate::fmt::last_chars(&a.output_tail, 800)),
-            usage_local: self.usage,
-            equivalent_usd: self.equivalent_usd,
-            reference_model: self.reference_model.clone(),
-            batch: (self.kind == JobKind::Batch)
-                .then(|| batch::BatchReport::read(&self.log_dir))
+            usage_local: self.usage(),
+            equivalent_usd: self.equivalent_usd(),
+            reference_model: self.reference_model().map(str::to_string),
+            batch: (self.kind() == JobKind::Batch)
+                .then(|| batch::BatchReport::read(self.log_dir()))
                 .flatten(),
-            review: review::Review::read(&self.log_dir),
-            model_faults: self.model_faults.clone().filter(faults::ModelFaults::any),
-            outcome: self.outcome,
-            model_note: self.model_note.clone(),
-            cache_note: self.cache_note.clone(),
-            agent: self.agent.as_ref().map(super::record::AgentUse::line),
+            review: review::Review::read(self.log_dir()),
+            model_faults: self.model_faults().cloned().filter(faults::ModelFaults::any),
+            outcome: self.outcome(),
+            model_note: self.model_note().map(str::to_string),
+            cache_note: self.cache_note().map(str::to_string),
+            agent: self.agent().map(super::record::AgentUse::line),
         }
     }
 
     /// One line for lists.
     pub fn list_item(&self) -> JobListItem {
         JobListItem {
-            id: self.id.clone(),
-            status: self.status,
-            model: self.served_id.clone(),
-            created: self.created.clone(),
-            elapsed_s: self.elapsed_s.map(|e| e.round()),
-            files_changed: self.files_changed.len(),
-            task: crate::fmt::first_chars(&self.task, 80),
-            text_only: self.outcome.is_some_and(|o| o.text_only),
-            model_note: self.model_note.clone(),
-            waiting: (self.status == Status::Queued)
-                .then(|| self.last_activity.clone())
+            id: self.id().to_string(),
+            status: self.status(),
+            model: self.served_id().to_string(),
+            created: self.created().to_string(),
+            elapsed_s: self.elapsed_s().map(|e| e.round()),
+            files_changed: self.files_changed().len(),
+            task: crate::fmt::first_chars(self.task(), 80),
+            text_only: self.outcome().is_some_and(|o| o.text_only),
+            model_note: self.model_note().map(str::to_string),
+            waiting: (self.status() == Status::Queued)
+                .then(|| self.last_activity().map(str::to_string))
                 .flatten()
                 .filter(|a| a.starts_with("queued: ") || a.starts_with("preparing: ")),
         }

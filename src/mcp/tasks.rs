@@ -28,7 +28,7 @@ fn working(id: &str, created: String) -> Task {
 
 /// The task of a job that was just started.
 pub fn task_of(id: &str, m: &Manager) -> Task {
-    let created = m.record(id).map(|r| r.created).unwrap_or_else(|_| now());
+    let created = m.record(id).map(|r| r.created().to_string()).unwrap_or_else(|_| now());
     working(id, created)
 }
 
@@ -49,13 +49,13 @@ pub fn get(m: &Manager, id: &str) -> Result<DetailedTask, ErrorData> {
     let rec = m
         .record(id)
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-    let task = working(id, rec.created.clone());
-    if !rec.status.terminal() {
+    let task = working(id, rec.created().to_string());
+    if !rec.status().terminal() {
         let line = m
             .progress(id)
             .map(|p| p.borrow().line())
-            .or(rec.last_activity.clone())
-            .unwrap_or_else(|| rec.status.as_str().to_string());
+            .or(rec.last_activity().map(str::to_string))
+            .unwrap_or_else(|| rec.status().as_str().to_string());
         return Ok(DetailedTask::new(
             task.with_status_message(line),
             TaskPayload::Working,
@@ -78,7 +78,7 @@ pub fn get(m: &Manager, id: &str) -> Result<DetailedTask, ErrorData> {
         }
     };
     Ok(DetailedTask::new(
-        task.with_status_message(rec.status.as_str()),
+        task.with_status_message(rec.status().as_str()),
         TaskPayload::Completed { result },
     ))
 }

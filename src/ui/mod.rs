@@ -225,10 +225,10 @@ fn jobs_html(ui: &Ui) -> String {
         let Ok(record) = m.record(&id) else {
             continue;
         };
-        if !matches!(record.status, Status::Running | Status::Queued) {
+        if !matches!(record.status(), Status::Running | Status::Queued) {
             continue;
         }
-        if let Ok(requests) = api::job_requests(m, &record.id) {
+        if let Ok(requests) = api::job_requests(m, record.id()) {
             let progress = api::progress_of(&record, &requests);
             active.push(page::Active { record, progress });
         }

@@ -187,10 +187,10 @@ pub fn jobs(token: &str, active: &[Active], recent: &[JobListItem]) -> String {
             let _ = write!(
                 s,
                 r#"<tr class="job" data-id="{}"><td>{}</td><td class="status {st}">{st}</td><td>{}@{}</td><td class="turns">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-                esc(&r.id),
-                job_link(token, &r.id),
-                esc(&r.served_id),
-                esc(&r.endpoint),
+                esc(r.id()),
+                job_link(token, r.id()),
+                esc(r.served_id()),
+                esc(r.endpoint()),
                 p.turns,
                 p.tool_calls,
                 crate::fmt::thousands(p.tokens),
@@ -343,15 +343,15 @@ pub fn requests_chart(requests: &[RequestPoint]) -> String {
 /// A job's page.
 pub fn job(token: &str, v: &JobView) -> String {
     let r = v.record;
-    let id = esc(&r.id);
+    let id = esc(r.id());
     let mut s = format!(
         r#"<h1>Job {id}</h1>
 <p class="meta">{} on <b>{}</b> · {} · created {} · isolation {}</p>"#,
-        esc(&r.served_id),
-        esc(&r.endpoint),
-        esc(&r.cwd.display().to_string()),
-        esc(&r.created),
-        match r.isolation {
+        esc(r.served_id()),
+        esc(r.endpoint()),
+        esc(&r.cwd().display().to_string()),
+        esc(r.created()),
+        match r.isolation() {
             Isolation::None => "none (in the tree)",
             Isolation::Worktree => "worktree",
         },
@@ -361,19 +361,19 @@ pub fn job(token: &str, v: &JobView) -> String {
         r#"<section id="progress" data-live="progress">{}</section>"#,
         progress(v.progress)
     );
-    if !r.status.terminal() {
+    if !r.status().terminal() {
         let _ = write!(
             s,
             r#"<p><a class="button danger" href="/jobs/{id}/cancel?token={token}">Cancel this job…</a></p>"#
         );
     }
-    let agent = r.agent.as_ref().map(|a| a.line());
+    let agent = r.agent().map(|a| a.line());
     for (label, text, class) in [
-        ("Result", &r.result, "result"),
-        ("Error", &r.error, "error"),
-        ("Subagent", &agent, "note"),
-        ("Model", &r.model_note, "note"),
-        ("Cache", &r.cache_note, "note"),
+        ("Result", r.result(), "result"),
+        ("Error", r.error(), "error"),
+        ("Subagent", agent.as_deref(), "note"),
+        ("Model", r.model_note(), "note"),
+        ("Cache", r.cache_note(), "note"),
     ] {
         if let Some(t) = text {
             let _ = write!(s, r#"<p class="{class}"><b>{label}:</b> {}</p>"#, esc(t));
@@ -382,7 +382,7 @@ pub fn job(token: &str, v: &JobView) -> String {
     let _ = write!(
         s,
         r#"<h2>Brief</h2><pre class="brief">{}</pre>"#,
-        esc(if v.brief.is_empty() { &r.task } else { v.brief })
+        esc(if v.brief.is_empty() { r.task() } else { v.brief })
     );
     let _ = write!(
         s,
@@ -391,7 +391,7 @@ pub fn job(token: &str, v: &JobView) -> String {
         requests_chart(v.requests)
     );
     s.push_str("<h2>Acceptance</h2>");
-    match &r.acceptance {
+    match r.acceptance() {
         Some(a) => {
             let _ = write!(
                 s,
@@ -410,7 +410,7 @@ pub fn job(token: &str, v: &JobView) -> String {
         None => s.push_str("<p class=\"none\">No acceptance command.</p>"),
     }
     s.push_str("<h2>Model faults</h2>");
-    match &r.model_faults {
+    match r.model_faults() {
         Some(f) => {
             let _ = write!(
                 s,
@@ -471,11 +471,11 @@ pub fn job(token: &str, v: &JobView) -> String {
             let _ = write!(s, r#"<p class="none">{}</p>"#, esc(e));
         }
     }
-    let live = (!r.status.terminal()).then(|| format!("view=job&job={}", r.id));
+    let live = (!r.status().terminal()).then(|| format!("view=job&job={}", r.id()));
     layout(
         token,
         Nav::Job,
-        &format!("Job {}", r.id),
+        &format!("Job {}", r.id()),
         live.as_deref(),
         &s,
     )
@@ -484,16 +484,16 @@ pub fn job(token: &str, v: &JobView) -> String {
 /// The cancel confirmation: a form that posts, so a link alone never
 /// cancels.
 pub fn cancel_confirm(token: &str, r: &JobRecord) -> String {
-    let id = esc(&r.id);
+    let id = esc(r.id());
     let body = format!(
         r#"<h1>Cancel job {id}?</h1>
 <p>{} on {} · {}</p>
 <pre class="brief">{}</pre>
 <form method="post" action="/jobs/{id}/cancel?token={token}"><button class="danger" type="submit">Yes, cancel it</button> <a href="/jobs/{id}?token={token}">No, back to the job</a></form>"#,
-        esc(&r.served_id),
-        esc(&r.endpoint),
-        r.status.as_str(),
-        esc(&r.task)
+        esc(r.served_id()),
+        esc(r.endpoint()),
+        r.status().as_str(),
+        esc(r.task())
     );
     layout(token, Nav::Job, "Cancel", None, &body)
 }

@@ -8,6 +8,10 @@
 //! directory's `mod.rs` last, and a file uses only those before it (so no
 //! two files import each other, however indirectly); and cli, mcp and ui
 //! reach jobs and the shim only through `api`, the one door.
+//!
+//! And one about who writes (issue 43): a job record's fields stay
+//! private to `src/jobs/record.rs`, so the compiler holds that only its
+//! named methods change a record.
 
 use std::path::Path;
 
@@ -436,5 +440,47 @@ fn the_door_check_catches_a_frontend_that_names_jobs() {
     assert!(
         bad[1].starts_with("mcp.rs:2: names `crate::shim`"),
         "{bad:#?}"
+    );
+}
+
+// --- one writer of a job record ------------------------------------------------
+
+/// The fields of `pub struct NAME` in `text` that are visible outside its
+/// file: `pub`, `pub(crate)`, `pub(super)`, … (a `pub(crate)` field can
+/// still be written anywhere in the crate).
+fn visible_fields(text: &str, name: &str) -> Vec<String> {
+    let head = format!("pub struct {name} {{");
+    let Some(start) = text.find(&head) else {
+        panic!("no `{head}` in the text")
+    };
+    let body = &text[start + head.len()..];
+    let body = &body[..body.find("\n}").expect("the struct ends")];
+    body.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("pub ") || l.starts_with("pub("))
+        .map(|l| l.split(':').next().unwrap_or(l).to_string())
+        .collect()
+}
+
+/// A job record changes only by its named methods in `jobs::record`
+/// (issue 43): its fields are private there, so the compiler refuses a
+/// write anywhere else. This holds that they stay private.
+#[test]
+fn the_job_record_has_no_field_visible_outside_its_file() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/jobs/record.rs");
+    let text = std::fs::read_to_string(path).unwrap();
+    let visible = visible_fields(&text, "JobRecord");
+    assert!(
+        visible.is_empty(),
+        "JobRecord's fields are private to src/jobs/record.rs (one writer: its named methods); these are not: {visible:?}"
+    );
+}
+
+#[test]
+fn the_field_check_catches_a_pub_and_a_pub_crate_field() {
+    let text = "pub struct JobRecord {\n    id: String,\n    /// The state.\n    pub(crate) status: Status,\n    #[serde(default)]\n    pub reaped: bool,\n}\n\npub struct Other {\n    pub x: u8,\n}\n";
+    assert_eq!(
+        visible_fields(text, "JobRecord"),
+        ["pub(crate) status", "pub reaped"]
     );
 }

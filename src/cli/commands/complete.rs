@@ -117,7 +117,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
         Ok(r) => r,
         Err(e) => return Ok(fail(&e)),
     };
-    let id = rec.id.clone();
+    let id = rec.id().to_string();
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(total),
         indicatif::ProgressDrawTarget::stderr(),
@@ -159,7 +159,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
     if a.json {
         serde_json::to_writer_pretty(
             &mut out,
-            &serde_json::json!({"job_id": id, "result": rec.result, "batch": report}),
+            &serde_json::json!({"job_id": id, "result": rec.result(), "batch": report}),
         )?;
         writeln!(out)?;
     } else if let Some(r) = &report {
@@ -179,9 +179,9 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
     }
     eprintln!(
         "job {id}: {}",
-        rec.result.as_deref().or(rec.error.as_deref()).unwrap_or("")
+        rec.result().or(rec.error()).unwrap_or("")
     );
-    Ok(if rec.status == Status::Succeeded {
+    Ok(if rec.status() == Status::Succeeded {
         ExitStatus::Success
     } else {
         ExitStatus::Failure

@@ -44,7 +44,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
             let b = crate::cli::render::spinner();
             b.set_message(format!(
                 "job {} on {} ({})",
-                rec.id, rec.served_id, rec.endpoint
+                rec.id(), rec.served_id(), rec.endpoint()
             ));
             bar = Some(b);
         }
@@ -56,9 +56,9 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
                 .unwrap_or_default();
             bar.set_message(format!(
                 "job {} · requests {} · tool calls {} · tokens {} · {}{round}",
-                rec.id,
+                rec.id(),
                 p.turns,
-                rec.tool_calls.max(p.tool_calls),
+                rec.tool_calls().max(p.tool_calls),
                 p.tokens,
                 crate::fmt::first_chars(&p.last_activity, 60)
             ));
@@ -85,7 +85,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     } else {
         render_job(&mut out, &rec)?;
     }
-    Ok(if rec.status == Status::Succeeded {
+    Ok(if rec.status() == Status::Succeeded {
         ExitStatus::Success
     } else {
         ExitStatus::Failure

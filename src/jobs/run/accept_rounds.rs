@@ -20,9 +20,9 @@ impl Live<'_, '_> {
     ) -> SessionEnd {
         let (rt, reg, deadline) = (self.run.rt, self.reg, self.deadline);
         let JobRun { job, rec, .. } = &mut *self.run;
-        let dir = rec.log_dir.clone();
+        let dir = rec.log_dir().to_path_buf();
         let (env, env_remove) = runner::over_clean_env(
-            vec![("LOCALAGENTS_JOB".into(), rec.id.clone())],
+            vec![("LOCALAGENTS_JOB".into(), rec.id().to_string())],
             job.target.endpoint.api_key_env.as_deref(),
         );
         let mut round = 0;
@@ -35,13 +35,13 @@ impl Live<'_, '_> {
                 progress,
                 ..
             } = &mut *self.run;
-            rec.last_activity = Some(format!("acceptance round {round}: {command}"));
+            rec.acceptance_round(round, command);
             rt.keep(rec);
             let _ = progress.send(progress_now(rec, reg, Some(round)));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let spec = accept::Spec {
                 command,
-                cwd: &rec.cwd,
+                cwd: rec.cwd(),
                 output: JobDir::at(&dir).acceptance(),
                 env_remove: &env_remove,
                 env: &env,
@@ -59,7 +59,7 @@ impl Live<'_, '_> {
             };
             let job_deadline_hit = run.stopped == Some(accept::Stop::Timeout)
                 && tokio::time::Instant::now() >= deadline;
-            rec.acceptance = Some(accept::Acceptance {
+            rec.acceptance_ran(accept::Acceptance {
                 command: command.to_string(),
                 passed: run.exit_code == Some(0),
                 exit_code: run.exit_code,
@@ -86,16 +86,15 @@ impl Live<'_, '_> {
                 }
                 _ => {}
             }
-            let passed = rec.acceptance.as_ref().is_some_and(|a| a.passed);
-            if passed || round > job.fix_rounds || rec.session_id.is_none() {
+            let passed = rec.acceptance().is_some_and(|a| a.passed);
+            if passed || round > job.fix_rounds || rec.session_id().is_none() {
                 break;
             }
             let brief = rec
-                .acceptance
-                .as_ref()
+                .acceptance()
                 .map(accept::fix_brief)
                 .unwrap_or_default();
-            let session = rec.session_id.clone();
+            let session = rec.session_id().map(str::to_string);
             let fix = self.session(&brief, session).await;
             // Keep the first report if the fix round says nothing.
             let keep = end.result.take();

@@ -26,7 +26,7 @@ impl Live<'_, '_> {
     ) {
         let (reg, started) = (self.reg, self.run.started);
         let JobRun { job, rec, .. } = &mut *self.run;
-        let dir = rec.log_dir.clone();
+        let dir = rec.log_dir().to_path_buf();
         let before = &job.target.probe;
         let slots_at_start = before.slots;
         // Outcome.
@@ -41,11 +41,11 @@ impl Live<'_, '_> {
             result.as_ref(),
             exit_code,
             &stderr_tail,
-            rec.timeout_s,
+            rec.timeout_s(),
             &JobDir::at(&dir).events(),
         );
         if stop.is_none()
-            && let Some(a) = &rec.acceptance
+            && let Some(a) = rec.acceptance()
         {
             // The command, not the delegate's word, decides.
             if a.passed {
@@ -57,8 +57,7 @@ impl Live<'_, '_> {
             }
         }
         if let Some(r) = &result {
-            rec.set_result(r.text.clone());
-            rec.num_turns = r.num_turns;
+            rec.session_result(r.text.clone(), r.num_turns);
         }
         if !stderr_tail.trim().is_empty() {
             let path = JobDir::at(&dir).stderr();
@@ -73,21 +72,22 @@ impl Live<'_, '_> {
         }
 
         // What changed.
-        let snap_after = worktree::snapshot(&rec.cwd).await;
+        let snap_after = worktree::snapshot(rec.cwd()).await;
         if let (Some(b), Some(a)) = (snap_before, &snap_after) {
-            rec.files_changed = worktree::changed(&b, a);
+            rec.tree_changed(worktree::changed(&b, a));
         }
-        if let Some(w) = rec.worktree.as_mut() {
+        if let Some(mut w) = rec.worktree().cloned() {
             // The snapshot just taken is the worktree's status: whether it
             // is dirty needs no second walk.
             let dirty = snap_after.as_ref().map(|a| !a.is_empty());
-            match worktree::finish(w, &rec.id, dirty).await {
-                Ok(done) => *w = done,
+            match worktree::finish(&w, rec.id(), dirty).await {
+                Ok(done) => w = done,
                 Err(e) => {
                     w.note = Some(format!("could not inspect the worktree: {e}"));
                     w.kept = tokio::fs::try_exists(&w.path).await.unwrap_or(true);
                 }
             }
+            rec.worktree_ended(w);
         }
 
         // Figures.
@@ -120,7 +120,7 @@ impl Live<'_, '_> {
         // cannot build, a model stuck in a loop): its sentence is the
         // job's error, not Claude Code's echo of it.
         // A passed acceptance command still decides.
-        let accepted = rec.acceptance.as_ref().is_some_and(|a| a.passed);
+        let accepted = rec.acceptance().is_some_and(|a| a.passed);
         if stop.is_none()
             && !accepted
             && let Some(why) = fatal
@@ -139,11 +139,6 @@ impl Live<'_, '_> {
                 _ => f.why,
             });
         }
-        rec.finish(status, error, started);
-        rec.last_activity = Some(format!(
-            "{} after {:.0}s",
-            status.as_str(),
-            started.elapsed().as_secs_f64()
-        ));
+        rec.finish_session(status, error, started);
     }
 }

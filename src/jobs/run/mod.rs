@@ -30,7 +30,7 @@ use super::runtime::Runtime;
 use crate::probe;
 use crate::runner;
 use crate::shim::Route;
-use crate::shim::log::{RequestLog, now_ts};
+use crate::shim::log::RequestLog;
 use crate::worktree;
 
 /// How one delegate session ended.
@@ -192,17 +192,16 @@ impl Drop for EndGuard<'_> {
         let Ok(mut rec) = self.runtime.record(&self.id) else {
             return;
         };
-        if rec.status.terminal() {
+        if rec.status().terminal() {
             return;
         }
         tracing::error!("job {} stopped before it finished", self.id);
-        rec.status = Status::Failed;
-        rec.error = Some(
+        rec.end_outside(
+            Status::Failed,
             "the job stopped before it finished: an internal error of localagents (its log on stderr says more); run it again".into(),
         );
-        rec.finished = Some(now_ts());
         self.runtime.keep_now(&rec);
-        self.runtime.unmark_active(&rec.endpoint, &rec.id);
+        self.runtime.unmark_active(rec.endpoint(), rec.id());
     }
 }
 
@@ -237,7 +236,7 @@ pub(super) async fn run(
     let rec = job.rec.clone();
     let _end = EndGuard {
         runtime: rt,
-        id: rec.id.clone(),
+        id: rec.id().to_string(),
     };
     let mut run = JobRun {
         rt,
@@ -254,11 +253,11 @@ impl JobRun<'_> {
     /// The phases in order; each ends the record itself when it stops the
     /// job.
     async fn go(&mut self) {
-        let dir = self.rec.log_dir.clone();
+        let dir = self.rec.log_dir().to_path_buf();
         // A new worktree: checked out first, then the job queues for a slot.
         let fresh_worktree = self.job.checkout.is_some();
         if let Some(c) = self.job.checkout.take() {
-            let deadline = deadline_in(Duration::from_secs(self.rec.timeout_s));
+            let deadline = deadline_in(Duration::from_secs(self.rec.timeout_s()));
             if let Err(e) = self.prepare(&c, deadline).await {
                 return self.stop_while_preparing(e, &c).await;
             }
@@ -279,7 +278,7 @@ impl JobRun<'_> {
             Err(stop) => return self.stop_while_queued(&stop).await,
         };
         let queued_for = self.started.elapsed();
-        let shared = self.rt.mark_active(&self.rec.endpoint, &self.rec.id);
+        let shared = self.rt.mark_active(self.rec.endpoint(), self.rec.id());
 
         if let Err(e) = self.load_model().await {
             return self.fail_before_session(e).await;
@@ -297,26 +296,23 @@ impl JobRun<'_> {
         if let Some(s) = slots_at_start
             && s.free == 0
         {
-            rec.queued_note = Some(format!(
-                "all {} slots of `{}` were busy at start: the job queued on the server",
-                s.total, rec.endpoint
-            ));
+            rec.busy_at_start(s.total);
         }
         // A worktree just checked out from HEAD has nothing changed: no
         // walk of the tree is needed to know it.
         let snap_before = if fresh_worktree {
             Some(worktree::Snapshot::new())
         } else {
-            worktree::snapshot(&rec.cwd).await
+            worktree::snapshot(rec.cwd()).await
         };
 
         let task = tokio::fs::read_to_string(JobDir::at(&dir).task())
             .await
-            .unwrap_or_else(|_| rec.task.clone());
+            .unwrap_or_else(|_| rec.task().to_string());
         // The time it waited for a slot counts toward timeout_s.
-        let deadline = deadline_in(Duration::from_secs(rec.timeout_s).saturating_sub(queued_for));
-        let resume = if rec.resumed_from.is_some() {
-            rec.session_id.clone()
+        let deadline = deadline_in(Duration::from_secs(rec.timeout_s()).saturating_sub(queued_for));
+        let resume = if rec.resumed_from().is_some() {
+            rec.session_id().map(str::to_string)
         } else {
             None
         };
@@ -339,7 +335,7 @@ impl JobRun<'_> {
 
         live.finalize(end, snap_before, &shared).await;
         self.rt.keep_final(&mut self.rec).await;
-        self.rt.unmark_active(&self.rec.endpoint, &self.rec.id);
+        self.rt.unmark_active(self.rec.endpoint(), self.rec.id());
         drop(reg);
     }
 
@@ -351,7 +347,7 @@ impl JobRun<'_> {
         let JobRun { rec, .. } = self;
         rec.finish(Status::Failed, Some(why.to_string()), started);
         rt.keep_final(rec).await;
-        rt.unmark_active(&rec.endpoint, &rec.id);
+        rt.unmark_active(rec.endpoint(), rec.id());
     }
 
     /// A model that a router has not loaded (or a sleeping server): load
@@ -365,43 +361,29 @@ impl JobRun<'_> {
             .probe
             .models
             .iter()
-            .find(|m| m.id == rec.served_id)
+            .find(|m| m.id == rec.served_id())
             .and_then(|m| m.state.clone());
         if let Some(need) = probe::load::need(job.target.probe.kind, state.as_ref()) {
-            let verb = match need {
-                probe::load::Need::Load => "loading",
-                probe::load::Need::Wake => "waking the server for",
-            };
-            rec.last_activity = Some(format!("{verb} {} on {}", rec.served_id, rec.endpoint));
+            rec.model_loading(need);
             rt.keep(rec);
             let swap = job.target.probe.kind == Some(probe::ServerKind::LlamaSwap);
             let took = probe::load::ready(
                 &job.target.endpoint,
-                &rec.served_id,
+                rec.served_id(),
                 need,
                 swap,
                 job.load_timeout,
             )
             .await
             .map_err(LaunchError::Load)?;
-            rec.load_note = Some(match need {
-                probe::load::Need::Load => {
-                    format!("loaded {} in {:.1} s", rec.served_id, took.as_secs_f64())
-                }
-                probe::load::Need::Wake => {
-                    format!("woke the server in {:.1} s", took.as_secs_f64())
-                }
-            });
             probe::invalidate();
             let now = probe::probe(&job.target.endpoint, job.probe_budget).await;
-            if let Some(c) = now
+            let context = now
                 .models
                 .iter()
-                .find(|m| m.id == rec.served_id)
-                .and_then(|m| m.context)
-            {
-                rec.context = Some(c);
-            }
+                .find(|m| m.id == rec.served_id())
+                .and_then(|m| m.context);
+            rec.model_loaded(need, took, context);
             rt.keep(rec);
         }
         Ok(())
@@ -413,10 +395,10 @@ impl JobRun<'_> {
         let (rt, job, rec) = (self.rt, &self.job, &self.rec);
         let shim = rt.shim().await.map_err(LaunchError::Shim)?;
         shim.register(Route::for_target(
-            rec.id.clone(),
+            rec.id().to_string(),
             &job.target,
-            rec.context,
-            RequestLog::new(&rec.log_dir, job.dump),
+            rec.context(),
+            RequestLog::new(rec.log_dir(), job.dump),
             job.policy,
         ))
         .map_err(LaunchError::Register)
@@ -498,7 +480,8 @@ mod tests {
         let id = crate::jobs::record::new_job_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
-        let mut rec = crate::jobs::record::test_record(&id, &dir, "running", &now_ts());
+        let mut rec =
+            crate::jobs::record::test_record(&id, &dir, "running", &crate::shim::log::now_ts());
         m.store.save(&rec).unwrap();
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _end = EndGuard {
@@ -509,20 +492,20 @@ mod tests {
         }));
         assert!(unwound.is_err());
         let after = m.store.load(&id).unwrap();
-        assert_eq!(after.status, Status::Failed);
+        assert_eq!(after.status(), Status::Failed);
         assert!(
             after
-                .error
+                .error()
                 .unwrap()
                 .starts_with("the job stopped before it finished")
         );
         // A record the run finished is left as it is.
-        rec.status = Status::Succeeded;
+        rec.finish(Status::Succeeded, None, Instant::now());
         m.store.save(&rec).unwrap();
         drop(EndGuard {
             runtime: &m,
             id: id.clone(),
         });
-        assert_eq!(m.store.load(&id).unwrap().status, Status::Succeeded);
+        assert_eq!(m.store.load(&id).unwrap().status(), Status::Succeeded);
     }
 }

@@ -10,10 +10,9 @@ use crate::jobs::admit;
 use crate::jobs::dir::JobDir;
 use crate::jobs::job::{Halt, Progress};
 use crate::jobs::lease::{Admission, Lease};
-use crate::jobs::record::{Prepare, Status, preparing_line};
+use crate::jobs::record::{Status, preparing_line};
 use crate::jobs::run::JobRun;
 use crate::probe;
-use crate::shim::log::now_ts;
 use crate::worktree;
 
 /// How a checkout phase ended short of a worktree.
@@ -45,7 +44,7 @@ impl JobRun<'_> {
                 // What the server says now, not before the wait: its
                 // slots, counters and the model's state.
                 job.target.probe = probe::probe(&job.target.endpoint, job.probe_budget).await;
-                rec.queued_note = None;
+                rec.left_queue();
                 Ok(lease)
             }
             None => Ok(None),
@@ -65,13 +64,12 @@ impl JobRun<'_> {
                 Status::Timeout,
                 format!(
                     "timed out after {} s (timeout_s) while it waited for a slot: raise timeout_s, run fewer jobs at once, or start the server with more --parallel slots",
-                    rec.timeout_s
+                    rec.timeout_s()
                 ),
             ),
             Halt::Refused(why) => (Status::Failed, why.clone()),
         };
-        rec.finish(status, Some(error), started);
-        rec.last_activity = Some(format!("{} while queued", status.as_str()));
+        rec.stopped_in_queue(status, error, started);
         rt.keep_final(rec).await;
     }
 
@@ -93,19 +91,13 @@ impl JobRun<'_> {
             ..
         } = self;
         let t0 = Instant::now();
-        rec.prepare = Some(Prepare {
-            files: c.files,
-            started: now_ts(),
-            finished: None,
-            elapsed_s: None,
-        });
-        rec.last_activity = Some(preparing_line(c.files));
+        rec.checkout_started(c.files);
         rt.keep(rec);
         let _ = progress.send(Progress {
             last_activity: preparing_line(c.files),
             ..Progress::default()
         });
-        let marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let marker = JobDir::at(rec.log_dir()).cancel_marker();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let work = worktree::check_out(c, stop.clone());
         tokio::pin!(work);
@@ -125,10 +117,7 @@ impl JobRun<'_> {
         if matches!(done, Err(Prepared::Cancelled | Prepared::Timeout)) {
             stop.store(true, Ordering::SeqCst);
         }
-        if let Some(p) = rec.prepare.as_mut() {
-            p.finished = Some(now_ts());
-            p.elapsed_s = Some(t0.elapsed().as_secs_f64());
-        }
+        rec.checkout_ended(t0);
         done
     }
 
@@ -147,7 +136,7 @@ impl JobRun<'_> {
                 Status::Timeout,
                 format!(
                     "timed out after {} s (timeout_s) while git checked out its worktree ({files} files): raise timeout_s, or use isolation \"none\" for a tree this large",
-                    rec.timeout_s
+                    rec.timeout_s()
                 ),
             ),
             Prepared::Failed(e) => (
@@ -155,15 +144,7 @@ impl JobRun<'_> {
                 format!("could not create the job's worktree ({files} files): {e}"),
             ),
         };
-        if let Some(w) = rec.worktree.as_mut() {
-            w.kept = false;
-            w.note = Some(match status {
-                Status::Failed => "not created: worktree and branch removed".into(),
-                _ => "stopped during the checkout: git removes the worktree and its branch as soon as its checkout returns".into(),
-            });
-        }
-        rec.finish(status, Some(error), started);
-        rec.last_activity = Some(format!("{} while preparing", status.as_str()));
+        rec.stopped_in_checkout(status, error, started);
         rt.keep_final(rec).await;
     }
 }

@@ -34,8 +34,8 @@ pub(super) fn progress_now(
     Progress {
         items: None,
         turns: reg.route.log.messages(),
-        tool_calls: rec.tool_calls,
-        last_activity: rec.last_activity.clone().unwrap_or_default(),
+        tool_calls: rec.tool_calls(),
+        last_activity: rec.last_activity().map(str::to_string).unwrap_or_default(),
         tokens: reg.route.log.tokens(),
         acceptance_round,
     }
@@ -66,12 +66,12 @@ impl Live<'_, '_> {
         });
         let mut follow = Follow {
             offered: rec.offered_tools(),
-            events: open_log(&JobDir::at(&rec.log_dir).events()),
-            transcript: open_log(&JobDir::at(&rec.log_dir).transcript()),
+            events: open_log(&JobDir::at(rec.log_dir()).events()),
+            transcript: open_log(&JobDir::at(rec.log_dir()).transcript()),
             result: None,
         };
         let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
-        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let cancel_marker = JobDir::at(rec.log_dir()).cancel_marker();
         let backend_fail = Duration::from_secs(job.target.config.defaults.backend_fail_s);
         let mut stop = self.follow(&mut follow, lines, backend_fail).await;
         if stop.is_some() {
@@ -118,7 +118,7 @@ impl Live<'_, '_> {
             progress,
             ..
         } = &mut *self.run;
-        let cancel_marker = JobDir::at(&rec.log_dir).cancel_marker();
+        let cancel_marker = JobDir::at(rec.log_dir()).cancel_marker();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut dirty = false;
         loop {
@@ -169,23 +169,23 @@ fn spawn_delegate(
     resume: Option<&str>,
 ) -> Result<crate::process::Guarded, LaunchError> {
     let append = rec
-        .system_prompt_append
-        .clone()
+        .system_prompt_append()
+        .map(str::to_string)
         .unwrap_or_else(|| job.default_append.clone());
     // A subagent: its definition, written to the job's dir at start.
-    let agents_file = JobDir::at(&rec.log_dir).agents();
-    let agent = rec.agent.as_ref().map(|a| runner::AgentArg {
+    let agents_file = JobDir::at(rec.log_dir()).agents();
+    let agent = rec.agent().map(|a| runner::AgentArg {
         name: &a.name,
         file: &agents_file,
         tools: &a.tools,
     });
     let settings = runner::RunSettings {
-        served_id: &rec.served_id,
-        window: rec.context,
-        permission_mode: &rec.permission_mode,
-        allowed_tools: &rec.allowed_tools,
-        disallowed_tools: &rec.disallowed_tools,
-        max_turns: rec.max_turns,
+        served_id: rec.served_id(),
+        window: rec.context(),
+        permission_mode: rec.permission_mode(),
+        allowed_tools: rec.allowed_tools(),
+        disallowed_tools: rec.disallowed_tools(),
+        max_turns: rec.max_turns(),
         setting_sources: &job.setting_sources,
         system_prompt_append: &append,
         resume_session: resume,
@@ -196,15 +196,15 @@ fn spawn_delegate(
     };
     let mut launch = runner::launch(
         job.claude.clone(),
-        &rec.cwd,
+        rec.cwd(),
         &reg.base_url,
         &job.target.endpoint,
         &settings,
         task,
     );
     // Every process of the job inherits it: a tag to find them by.
-    launch.env.push(("LOCALAGENTS_JOB".into(), rec.id.clone()));
-    let prompt = JobDir::at(&rec.log_dir).prompt();
+    launch.env.push(("LOCALAGENTS_JOB".into(), rec.id().to_string()));
+    let prompt = JobDir::at(rec.log_dir()).prompt();
     runner::write_prompt(&launch, &prompt).map_err(|source| LaunchError::Prompt {
         path: prompt.clone(),
         source,
@@ -247,7 +247,7 @@ impl Follow {
         append(&mut self.events, "events.jsonl", &[line]).await;
         let info = runner::parse_event(line);
         if let Some(s) = info.session_id {
-            rec.session_id = Some(s);
+            rec.session_named(s);
         }
         if let Some(tools) = &info.init_tools {
             let missing = runner::missing_tools(&self.offered, tools);
@@ -259,15 +259,7 @@ impl Follow {
             }
         }
         append(&mut self.transcript, "transcript.txt", &info.transcript).await;
-        rec.tool_calls += info.tool_calls;
-        for p in info.files_touched {
-            if !rec.files_touched.contains(&p) {
-                rec.files_touched.push(p);
-            }
-        }
-        if let Some(a) = info.last_activity {
-            rec.last_activity = Some(a);
-        }
+        rec.session_progress(info.tool_calls, info.files_touched, info.last_activity);
         if let Some(r) = info.result {
             self.result = Some(r);
         }
