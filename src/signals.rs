@@ -1,9 +1,9 @@
 //! The one place that listens for the signals that end a command: SIGINT
 //! (Ctrl-C), SIGTERM (`kill`, a service manager) and SIGHUP (the terminal
 //! or the client went away). `serve`, the page and the shim wait for one
-//! to shut down; `run`, `complete`, `batch` and `review` stop their work on
-//! one and exit with its code. It lives at the bottom so the MCP server and
-//! the CLI both reach it.
+//! to shut down; `run`, `complete`, `batch`, `review` and `eval` stop their
+//! work on one and exit with its code. It lives at the bottom so the MCP
+//! server and the CLI both reach it.
 //!
 //! Why every command that starts a job listens for all three: a signal's
 //! default action ends the process at once, and then nothing writes the
