@@ -26,6 +26,7 @@ use crate::jobs::JobError;
 use crate::jobs::manager::StartError;
 use crate::registry;
 pub use crate::registry::{ResolveError, Target, resolve_target};
+use crate::signals::Stop;
 
 pub use jobs::*;
 pub use models::*;
@@ -72,6 +73,10 @@ pub enum ExitStatus {
     Failure,
     /// 2: a usage or config error.
     Error,
+    /// 128 + the signal's number (130, 143, 129): a signal stopped the
+    /// command, which stopped its work first (a job's record says
+    /// `cancelled`).
+    Stopped(Stop),
 }
 
 impl From<ExitStatus> for ExitCode {
@@ -80,6 +85,7 @@ impl From<ExitStatus> for ExitCode {
             ExitStatus::Success => ExitCode::SUCCESS,
             ExitStatus::Failure => ExitCode::from(1),
             ExitStatus::Error => ExitCode::from(2),
+            ExitStatus::Stopped(stop) => ExitCode::from(stop.exit_code()),
         }
     }
 }

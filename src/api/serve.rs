@@ -1,8 +1,8 @@
 //! The two long-running commands of the CLI: `localagents run` drives one
 //! job in the foreground ([`run_job`]) and `localagents shim` serves a
 //! whole local Claude Code session ([`serve_shim`]). The CLI keeps the
-//! spinner, the printing and Ctrl-C; the jobs and the shim stay behind
-//! this door.
+//! spinner, the printing and the signals (`crate::signals`); the jobs and
+//! the shim stay behind this door.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::{Context, Error, JobRecord, Manager, Progress, RunArgs, Target};
 use crate::shim::log::RequestLog;
 use crate::shim::{Registration, Route, Shim};
+use crate::signals::Stop;
 
 /// What [`run_job`] reports while its job runs.
 pub enum RunEvent<'a> {
@@ -22,26 +23,37 @@ pub enum RunEvent<'a> {
     Cancelling(&'a str),
 }
 
+/// How [`run_job`]'s job ended: its id, and the signal that cancelled it,
+/// if one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    pub id: String,
+    pub stopped: Option<Stop>,
+}
+
 /// `localagents run`: start a job and wait for it, reporting its progress
-/// to `report` about once a second; when `interrupt` completes first, the
-/// job is cancelled. Returns the job's id once it has ended.
+/// to `report` about once a second; when `stop` completes first, the job
+/// is cancelled (its record written, its processes gone) before this
+/// returns. The start itself is not interrupted: a stop that comes while
+/// the job starts (the caller listens from before) cancels it as soon as
+/// it has started.
 pub async fn run_job(
     m: &std::sync::Arc<Manager>,
     args: RunArgs,
-    interrupt: impl Future<Output = ()>,
+    stop: impl Future<Output = Stop>,
     mut report: impl FnMut(RunEvent<'_>),
-) -> Result<String, Error> {
+) -> Result<RunEnd, Error> {
     let rec = m.start(args).await?;
     let id = rec.id().to_string();
     report(RunEvent::Started(&rec));
     let mut progress = m.progress(&id);
-    tokio::pin!(interrupt);
-    let interrupted = loop {
+    tokio::pin!(stop);
+    let stopped = loop {
         tokio::select! {
-            _ = &mut interrupt => break true,
+            s = &mut stop => break Some(s),
             r = m.wait(&id, Duration::from_secs(1)) => {
                 match r {
-                    Ok((_, false)) => break false,
+                    Ok((_, false)) => break None,
                     Ok((rec, true)) => {
                         let p = progress.as_mut().map(|p| p.borrow_and_update().clone()).unwrap_or_default();
                         report(RunEvent::Running(&rec, p));
@@ -51,11 +63,11 @@ pub async fn run_job(
             }
         }
     };
-    if interrupted {
+    if stopped.is_some() {
         report(RunEvent::Cancelling(&id));
         let _ = m.cancel(&id).await;
     }
-    Ok(id)
+    Ok(RunEnd { id, stopped })
 }
 
 /// The model settings of a shim at `port` that is started separately

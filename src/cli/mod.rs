@@ -5,7 +5,10 @@
 //!
 //! Exit codes come from one place, [`ExitStatus`]: 0 on success (also when
 //! endpoints are down: that is a finding, not a failure of the command), 1
-//! on a runtime error, 2 on a usage or config error. A closed stdout (a
+//! on a runtime error, 2 on a usage or config error, 128 + the signal's
+//! number (130, 143, 129) when SIGINT, SIGTERM or SIGHUP stopped a command
+//! that works until done (`run`, `complete`, `batch`, `review`, `eval`),
+//! which stops its work first ([`crate::signals`]). A closed stdout (a
 //! pipe into `head`) is not an error.
 
 mod commands;

@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)] // signals a supervisor or a job on purpose
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use localagents::eval::tasks::{self, Step};
 use serde_json::{Value, json};
@@ -234,10 +235,11 @@ async fn a_model_that_only_talks_fails_every_task_and_a_looping_one_names_the_lo
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_cancels_the_running_task_and_stores_nothing() {
+/// `sig` to `localagents eval` while its first task's job runs: it cancels
+/// that job, prints what it has (nothing stored) and exits with `code`.
+async fn a_signal_cancels_the_running_task_and_stores_nothing(name: &str, sig: i32, code: i32) {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    // A model whose first call takes long: the job is running when Ctrl-C comes.
+    // A model whose first call takes long: the job is running when the signal comes.
     fake.set_script(Arc::new(|req: &Value| {
         if req["tools"].to_string().contains("get_weather") {
             return Reply::Text("sunny".into());
@@ -248,58 +250,77 @@ async fn ctrl_c_cancels_the_running_task_and_stores_nothing() {
         }
     }));
     let e = env_for(fake.url());
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["eval", "--model", "gemma-3-270m", "--json"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", crate::support::claude::binary())
-        .current_dir(&e.work)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait for the condition: a job whose delegate runs the sleep.
+    let mut eval =
+        tokio::process::Command::from(e.command(&["eval", "--model", "gemma-3-270m", "--json"]));
+    eval.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = eval.spawn().unwrap();
+    // Wait for the condition: a job whose delegate runs the long command.
     let jobs = e.state.join("jobs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let id = loop {
-        let running = std::fs::read_dir(&jobs).ok().and_then(|d| {
-            d.flatten().find_map(|x| {
-                let rec: Value =
-                    serde_json::from_slice(&std::fs::read(x.path().join("job.json")).ok()?).ok()?;
-                (rec["status"] == "running"
-                    && rec["last_activity"]
-                        .as_str()
-                        .is_some_and(|a| a.contains("tail -f /dev/null")))
-                .then(|| rec["id"].as_str().unwrap().to_string())
-            })
-        });
-        if let Some(id) = running {
-            break id;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no job reached the long command"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
-    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+    let mut id = String::new();
+    crate::support::until(
+        &format!("{name}: a job reaches the long command"),
+        Duration::from_secs(60),
+        || {
+            let running = std::fs::read_dir(&jobs).ok().and_then(|d| {
+                d.flatten().find_map(|x| {
+                    let rec: Value =
+                        serde_json::from_slice(&std::fs::read(x.path().join("job.json")).ok()?)
+                            .ok()?;
+                    (rec["status"] == "running"
+                        && rec["last_activity"]
+                            .as_str()
+                            .is_some_and(|a| a.contains("tail -f /dev/null")))
+                    .then(|| rec["id"].as_str().unwrap().to_string())
+                })
+            });
+            running.map(|r| id = r).is_some()
+        },
+    )
+    .await;
+    // SAFETY: the `localagents eval` this test started.
+    unsafe { libc::kill(child.id().unwrap() as i32, sig) };
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
-        .expect("eval ends after Ctrl-C")
+        .unwrap_or_else(|_| panic!("{name}: eval still runs 30 s after the signal"))
         .unwrap();
-    assert!(!out.status.success());
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["cancelled"], "cancelled during task off_by_one", "{r}");
     let rec: Value =
         serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
-    assert_eq!(rec["status"], "cancelled", "{rec}");
+    assert_eq!(
+        (out.status.code(), rec["status"].as_str()),
+        (Some(code), Some("cancelled")),
+        "{name}: eval ended with {}, the record says {}; stderr: {}",
+        out.status,
+        rec["status"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["cancelled"], "cancelled during task off_by_one", "{r}");
     assert!(
         !e.state.join("eval").exists()
             || std::fs::read_dir(e.state.join("eval")).unwrap().count() == 0,
         "nothing stored"
     );
-    let left = crate::support::job_processes(&id);
-    assert!(left.is_empty(), "the job's processes are gone: {left:?}");
+    crate::support::until(
+        &format!("{name}: no process of job {id} left"),
+        Duration::from_secs(10),
+        || crate::support::job_processes(&id).is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_cancels_the_running_task_and_stores_nothing() {
+    a_signal_cancels_the_running_task_and_stores_nothing("SIGINT", libc::SIGINT, 130).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_the_running_task_and_stores_nothing() {
+    a_signal_cancels_the_running_task_and_stores_nothing("SIGTERM", libc::SIGTERM, 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_cancels_the_running_task_and_stores_nothing() {
+    a_signal_cancels_the_running_task_and_stores_nothing("SIGHUP", libc::SIGHUP, 129).await;
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::support::harness::{
     Env, call, env_for, localagents, localagents_json, serve, serve_from,
 };
-use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
+use crate::support::{claude, fake_llama, job_processes, script, until, wait_job_gone};
 
 pub(crate) fn git_init(dir: &Path) {
     for args in [
@@ -818,8 +818,98 @@ async fn bad_input_gets_clear_answers() {
     c.cancel().await.unwrap();
 }
 
+/// `localagents run` with a job whose Bash step sleeps, and `sig` sent to
+/// that process alone mid-step (`kill PID`; Ctrl-C and a closed terminal
+/// signal the foreground group, which holds no process of the job either:
+/// its guard leads a group of its own). The job ends `cancelled`, its
+/// record on disk, no process of it left, and `run` exits with `code`.
+async fn a_signal_to_run_mid_job(name: &str, sig: i32, code: i32) {
+    // Not `sleep 600`: Claude Code refuses a long sleep as a command.
+    let sleep = "python3 -c 'import time; time.sleep(600)'";
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            json!({"command": sleep, "description": "wait ten minutes"}),
+        )],
+        "done",
+    ));
+    let e = env_for(fake.url());
+    let mut run = tokio::process::Command::from(e.command(&[
+        "run",
+        "--model",
+        "gemma-3-270m",
+        "--json",
+        "Wait.",
+    ]));
+    run.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = run.spawn().unwrap();
+    let jobs = e.state.join("jobs");
+    let mut id = String::new();
+    until(
+        &format!("{name}: the job's Bash step sleeps"),
+        Duration::from_secs(60),
+        || {
+            let Some(found) = std::fs::read_dir(&jobs).ok().and_then(|d| {
+                d.flatten()
+                    .find(|d| d.path().join("job.json").is_file())
+                    .map(|d| d.file_name().to_string_lossy().into_owned())
+            }) else {
+                return false;
+            };
+            let sleeps = job_processes(&found)
+                .iter()
+                .any(|(_, cmd)| cmd.contains("time.sleep(600)"));
+            id = found;
+            sleeps
+        },
+    )
+    .await;
+    // SAFETY: the `localagents run` this test started.
+    unsafe { libc::kill(child.id().unwrap() as i32, sig) };
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{name}: run still runs 30 s after the signal"))
+        .unwrap();
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
+    assert_eq!(
+        (out.status.code(), rec["status"].as_str()),
+        (Some(code), Some("cancelled")),
+        "{name}: run ended with {}, the record says {}; stderr: {}",
+        out.status,
+        rec["status"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["id"], id.as_str(), "{name}: {printed}");
+    until(
+        &format!("{name}: no process of job {id} left"),
+        Duration::from_secs(10),
+        || job_processes(&id).is_empty(),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
+async fn sigint_to_run_cancels_its_job_and_exits_130() {
+    a_signal_to_run_mid_job("SIGINT", libc::SIGINT, 130).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_run_cancels_its_job_and_exits_143() {
+    a_signal_to_run_mid_job("SIGTERM", libc::SIGTERM, 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_to_run_cancels_its_job_and_exits_129() {
+    a_signal_to_run_mid_job("SIGHUP", libc::SIGHUP, 129).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_stops_the_delegates() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::tools_then_text(
         vec![(
@@ -854,38 +944,6 @@ async fn ctrl_c_on_run_and_server_shutdown_stop_the_delegates() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-
-    // Ctrl-C on `localagents run` cancels its job cleanly.
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["run", "--model", "gemma-3-270m", "--json", "Wait."])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let (id, pgid) = wait_running(e.state.clone()).await;
-    // SAFETY: signalling the child we spawned.
-    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
-    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("run ends after Ctrl-C")
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rec["id"], id.as_str());
-    assert_eq!(rec["status"], "cancelled", "{rec}");
-    assert!(!group_alive(pgid));
-    assert_eq!(
-        job_processes(&id),
-        vec![],
-        "Ctrl-C left processes of the job"
-    );
 
     // The MCP server stops its jobs when the client goes away.
     let c = serve(&e, None).await;

@@ -1,8 +1,10 @@
 //! One-shot work without a session (issue 11): `complete`, `batch` and
 //! `local_review`, against the fake llama-server, through the CLI and
 //! through rmcp's client.
+#![allow(clippy::disallowed_methods)] // signals the command it started on purpose
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -368,4 +370,88 @@ async fn local_review_returns_the_parsed_verdict_and_keeps_unparsed_answers() {
     let (err, r) = call(&c, "local_review", json!({})).await;
     assert!(err, "{r}");
     c.cancel().await.unwrap();
+}
+
+/// `localagents ARGS` in `e`, sent `sig` once its request reached `fake`
+/// (which never answers it): how it ended.
+async fn stopped_mid_request(
+    e: &crate::support::harness::Env,
+    fake: &fake_llama::FakeLlama,
+    args: &[&str],
+    sig: i32,
+) -> std::process::Output {
+    let sent = fake.bodies().len();
+    let mut cmd = tokio::process::Command::from(e.command(args));
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().unwrap();
+    crate::support::until(
+        &format!("{args:?}: its request reached the server"),
+        Duration::from_secs(30),
+        || fake.bodies().len() > sent,
+    )
+    .await;
+    // SAFETY: the `localagents` this test started.
+    unsafe { libc::kill(child.id().unwrap() as i32, sig) };
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{args:?}: still runs 30 s after the signal"))
+        .unwrap()
+}
+
+/// Issue 43: SIGINT, SIGTERM or SIGHUP ends `complete`, `review` and
+/// `batch` mid-request with the signal's exit code (130, 143, 129); the
+/// batch's job is cancelled and what it has is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_review_and_batch_end_cleanly_on_each_signal() {
+    let fake = fake_llama::spawn(small()).await;
+    fake.set_script(Arc::new(|_| Reply::Hang));
+    let e = env_for(fake.url());
+    std::fs::write(e.work.join("items.jsonl"), "{\"prompt\": \"one\"}\n").unwrap();
+    std::fs::write(
+        e.work.join("change.diff"),
+        "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n",
+    )
+    .unwrap();
+    for (name, sig, code) in [
+        ("SIGINT", libc::SIGINT, 130),
+        ("SIGTERM", libc::SIGTERM, 143),
+        ("SIGHUP", libc::SIGHUP, 129),
+    ] {
+        for args in [
+            &["complete", "--model", "gemma3-270m", "Say", "hello."][..],
+            &["review", "--model", "gemma3-270m", "--diff", "change.diff"],
+        ] {
+            let out = stopped_mid_request(&e, &fake, args, sig).await;
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{name} to {}: ended with {}; stderr: {}",
+                args[0],
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let args = ["batch", "--model", "gemma3-270m", "--json", "items.jsonl"];
+        let out = stopped_mid_request(&e, &fake, &args, sig).await;
+        let id = serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["job_id"].as_str().map(str::to_string));
+        let status = id.as_ref().map(|id| {
+            let rec: Value = serde_json::from_slice(
+                &std::fs::read(e.state.join("jobs").join(id).join("job.json")).unwrap(),
+            )
+            .unwrap();
+            rec["status"].clone()
+        });
+        assert_eq!(
+            (out.status.code(), status),
+            (Some(code), Some(json!("cancelled"))),
+            "{name} to batch: ended with {}; stdout: {}; stderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -1,13 +1,31 @@
 //! `localagents complete`, `batch` and `review`: one-shot work without a
 //! session (the same paths as the local_complete, local_batch and
 //! local_review tools).
+//!
+//! SIGINT (Ctrl-C), SIGTERM or SIGHUP ends each cleanly, with the signal's
+//! exit code (130, 143, 129): a request under way is dropped (its
+//! connection closed, so the server stops generating), a batch's job is
+//! cancelled and what it has is printed. They listen only once stdin is
+//! read: a blocking read would not see a signal, and until then the
+//! default action (the process ends) leaves nothing behind.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use crate::api::{self, BatchArgs, Caller, Context, Manager, Status};
 use crate::cli::{BatchCmd, CompleteCmd, ExitStatus, ReviewCmd, fail};
 use crate::complete::{Ask, Options};
+use crate::signals::{Stop, Stops};
+
+/// `work`'s output, or the signal that came first (`work` dropped).
+async fn unless_stopped<T>(work: impl Future<Output = T>) -> Result<T, Stop> {
+    let mut stops = Stops::listen();
+    tokio::select! {
+        out = work => Ok(out),
+        stop = stops.next() => Err(stop),
+    }
+}
 
 /// The text of `arg`, or stdin when it is `-`.
 fn text_or_stdin(arg: &str) -> std::io::Result<String> {
@@ -31,18 +49,19 @@ pub async fn complete(ctx: &Context, a: CompleteCmd) -> anyhow::Result<ExitStatu
         max_tokens: a.max_tokens,
         temperature: a.temperature,
     };
-    let c = match api::local_complete(
+    let c = match unless_stopped(api::local_complete(
         ctx,
         ask,
         a.model.as_deref(),
         a.endpoint.as_deref(),
         options,
         &Caller::User,
-    )
+    ))
     .await
     {
-        Ok(c) => c,
-        Err(e) => return Ok(fail(&e)),
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Ok(fail(&e)),
+        Err(stop) => return Ok(ExitStatus::Stopped(stop)),
     };
     let mut out = anstream::stdout().lock();
     if a.json {
@@ -102,6 +121,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
         Err(e) => return Ok(fail(&api::Error::Invalid(e))),
     };
     let total = items.len() as u64;
+    let mut stops = Stops::listen();
     let manager = Manager::new(ctx);
     let args = BatchArgs {
         items,
@@ -127,10 +147,12 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut progress = manager.progress(&id);
+    let mut stopped = None;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {
+            stop = stops.next() => {
                 let _ = manager.cancel(&id).await;
+                stopped = Some(stop);
                 break;
             }
             r = manager.wait(&id, std::time::Duration::from_millis(250)) => {
@@ -154,9 +176,27 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
     }
     bar.finish_and_clear();
     let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let printed = print_batch(&rec, a.json);
+    match stopped {
+        // After SIGHUP the terminal may be gone: the exit code still says
+        // what stopped the batch.
+        Some(stop) => Ok(ExitStatus::Stopped(stop)),
+        None => printed.map(|()| {
+            if rec.status() == Status::Succeeded {
+                ExitStatus::Success
+            } else {
+                ExitStatus::Failure
+            }
+        }),
+    }
+}
+
+/// A batch's items as JSON or text on stdout, its result on stderr.
+fn print_batch(rec: &api::JobRecord, json: bool) -> anyhow::Result<()> {
+    let id = rec.id();
     let report = rec.summary().batch;
     let mut out = anstream::stdout().lock();
-    if a.json {
+    if json {
         serde_json::to_writer_pretty(
             &mut out,
             &serde_json::json!({"job_id": id, "result": rec.result(), "batch": report}),
@@ -177,15 +217,12 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
             }
         }
     }
-    eprintln!(
+    let _ = writeln!(
+        anstream::stderr(),
         "job {id}: {}",
         rec.result().or(rec.error()).unwrap_or("")
     );
-    Ok(if rec.status() == Status::Succeeded {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    })
+    Ok(())
 }
 
 pub async fn review(ctx: Context, a: ReviewCmd) -> anyhow::Result<ExitStatus> {
@@ -209,9 +246,10 @@ pub async fn review(ctx: Context, a: ReviewCmd) -> anyhow::Result<ExitStatus> {
         endpoint: a.endpoint,
         focus: a.focus,
     };
-    let r = match api::local_review(&manager, args).await {
-        Ok(r) => r,
-        Err(e) => return Ok(fail(&e)),
+    let r = match unless_stopped(api::local_review(&manager, args)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Ok(fail(&e)),
+        Err(stop) => return Ok(ExitStatus::Stopped(stop)),
     };
     let mut out = anstream::stdout().lock();
     if a.json {

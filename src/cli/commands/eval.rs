@@ -1,14 +1,16 @@
 //! `localagents eval`: qualify a served model, with a progress bar (task k
-//! of n, the current request); Ctrl-C cancels the running task's job and
-//! stores nothing.
+//! of n, the current request). SIGINT (Ctrl-C), SIGTERM or SIGHUP cancels
+//! the running task's job, prints what the eval has (it stores nothing)
+//! and exits with the signal's code (130, 143, 129); a second signal exits
+//! at once.
 
 use std::io::Write;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::api::Context;
 use crate::cli::{EvalCmd, ExitStatus};
 use crate::eval::{self, EvalArgs, tasks::Suite};
+use crate::signals::{Stop, Stops};
 
 pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
     let eargs = EvalArgs {
@@ -19,16 +21,14 @@ pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
         force: args.force,
     };
     let bar = crate::cli::render::spinner();
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let ctrl_c = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop2.store(true, Ordering::SeqCst);
-        }
-        // A second Ctrl-C does not wait for the cancel to finish.
-        if tokio::signal::ctrl_c().await.is_ok() {
-            std::process::exit(130);
-        }
+    // The first signal, once one came.
+    let stop: Arc<OnceLock<Stop>> = Arc::default();
+    let mut stops = Stops::listen();
+    let first = stop.clone();
+    let listener = tokio::spawn(async move {
+        let _ = first.set(stops.next().await);
+        // A second signal does not wait for the cancel to finish.
+        std::process::exit(stops.next().await.exit_code().into());
     });
     let b = bar.clone();
     let result = eval::run(
@@ -42,28 +42,41 @@ pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
             };
             b.set_message(format!("{head} · {}", p.line));
         },
-        &|| stop.load(Ordering::SeqCst),
+        &|| stop.get().is_some(),
     )
     .await;
-    ctrl_c.abort();
+    listener.abort();
     bar.finish_and_clear();
     let report = match result {
         Ok(r) => r,
         Err(e) => {
             let _ = writeln!(anstream::stderr(), "localagents: {e}");
-            return Ok(ExitStatus::Failure);
+            return Ok(stop.get().map_or(ExitStatus::Failure, |s| ExitStatus::Stopped(*s)));
         }
     };
+    let printed = print(&report, args.json);
+    match stop.get() {
+        // After SIGHUP the terminal may be gone: the exit code still says
+        // what stopped the eval.
+        Some(s) => Ok(ExitStatus::Stopped(*s)),
+        None => printed.map(|()| {
+            if report.cancelled.is_some() {
+                ExitStatus::Failure
+            } else {
+                ExitStatus::Success
+            }
+        }),
+    }
+}
+
+/// The report as JSON, or the table for a person.
+fn print(report: &eval::EvalReport, json: bool) -> anyhow::Result<()> {
     let mut out = anstream::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, report)?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", eval::table(&report))?;
+        write!(out, "{}", eval::table(report))?;
     }
-    Ok(if report.cancelled.is_some() {
-        ExitStatus::Failure
-    } else {
-        ExitStatus::Success
-    })
+    Ok(())
 }

@@ -1,11 +1,15 @@
-//! `localagents run`: a job in the foreground, with a spinner; Ctrl-C
-//! cancels it.
+//! `localagents run`: a job in the foreground, with a spinner. SIGINT
+//! (Ctrl-C), SIGTERM or SIGHUP cancels it: the record says `cancelled`,
+//! the job's processes are gone, and the exit code is the signal's (130,
+//! 143, 129). Listening starts before the job does, so no signal finds the
+//! process with its default action (death, the record left `running`).
 
 use std::io::Write;
 
 use crate::api::{self, Context, Isolation, Manager, RunArgs, RunEvent, Status};
 use crate::cli::render::render_job;
 use crate::cli::{ExitStatus, RunCmd, fail};
+use crate::signals::Stops;
 
 impl From<RunCmd> for RunArgs {
     fn from(a: RunCmd) -> RunArgs {
@@ -36,10 +40,8 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     let run_args = RunArgs::from(args);
     // The spinner shows once the job has started.
     let mut bar = None;
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let ran = api::run_job(&manager, run_args, interrupt, |event| match event {
+    let mut stops = Stops::listen();
+    let ran = api::run_job(&manager, run_args, stops.next(), |event| match event {
         RunEvent::Started(rec) => {
             let b = crate::cli::render::spinner();
             b.set_message(format!(
@@ -73,21 +75,34 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let id = match ran {
-        Ok(id) => id,
+    let end = match ran {
+        Ok(end) => end,
         Err(e) => return Ok(fail(&e)),
     };
-    let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rec = manager.record(&end.id).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let printed = print(&rec, json);
+    match end.stopped {
+        // After SIGHUP the terminal may be gone: the job is cancelled and
+        // its record written, and the exit code says so either way.
+        Some(stop) => Ok(ExitStatus::Stopped(stop)),
+        None => printed.map(|()| {
+            if rec.status() == Status::Succeeded {
+                ExitStatus::Success
+            } else {
+                ExitStatus::Failure
+            }
+        }),
+    }
+}
+
+/// The record as JSON, or the summary for a person.
+fn print(rec: &api::JobRecord, json: bool) -> anyhow::Result<()> {
     let mut out = anstream::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &rec)?;
+        serde_json::to_writer_pretty(&mut out, rec)?;
         writeln!(out)?;
     } else {
-        render_job(&mut out, &rec)?;
+        render_job(&mut out, rec)?;
     }
-    Ok(if rec.status() == Status::Succeeded {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    })
+    Ok(())
 }

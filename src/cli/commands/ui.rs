@@ -27,6 +27,9 @@ pub async fn run(ctx: Context, port: u16) -> anyhow::Result<ExitStatus> {
         anstream::stderr(),
         "localagents ui: open the URL above (127.0.0.1 only; the token is its key); Ctrl-C stops it"
     );
-    crate::ui::serve(ctx, listener, token, crate::signals::wait_for_shutdown()).await?;
+    let shutdown = async {
+        crate::signals::wait_for_shutdown().await;
+    };
+    crate::ui::serve(ctx, listener, token, shutdown).await?;
     Ok(ExitStatus::Success)
 }
