@@ -283,6 +283,13 @@ impl Manager {
 
     /// Wait until the job ends or `timeout` passes. Returns the record and
     /// whether it is still running.
+    ///
+    /// A job of this process has ended when its task has: its final record
+    /// is then on disk (or the disk refused it and the record says so). Its
+    /// final record is held in memory a moment before that, while the
+    /// write is under way; reading "not running" off it alone let
+    /// `localagents run` exit before the write landed, and a later reader
+    /// found the record `running` with its owner gone: `lost`.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<(JobRecord, bool), JobError> {
         let timeout = timeout.min(MAX_WAIT);
         let done = self
@@ -293,16 +300,21 @@ impl Manager {
             .and_then(|r| r.get(id).map(|h| h.done.clone()));
         let _ = self.store.dir(id)?;
         if let Some(mut done) = done {
-            let _ = tokio::time::timeout(timeout, done.wait_for(|d| *d)).await;
-        } else {
-            let deadline = Instant::now() + timeout.min(MAX_WAIT);
-            loop {
-                let r = self.record(id)?;
-                if r.status().terminal() || Instant::now() >= deadline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            // Err: the task's sender is gone, which is an end too.
+            let ended = !matches!(
+                tokio::time::timeout(timeout, done.wait_for(|d| *d)).await,
+                Err(_elapsed)
+            );
+            return Ok((self.record(id)?, !ended));
+        }
+        // Another process's job: its record on disk says.
+        let deadline = Instant::now() + timeout;
+        loop {
+            let r = self.record(id)?;
+            if r.status().terminal() || Instant::now() >= deadline {
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let r = self.record(id)?;
         let still = !r.status().terminal();
@@ -402,5 +414,38 @@ mod tests {
         assert_eq!(m.record(&id).unwrap().status(), Status::Failed);
         let (r, still) = m.wait(&id, Duration::from_secs(1)).await.unwrap();
         assert_eq!((r.status(), still), (Status::Failed, false));
+    }
+
+    /// A final record held in memory while its write is under way is not
+    /// yet the job's end: `wait` says "still running" until the job's task
+    /// is done, so `localagents run` never exits before the disk has it.
+    #[tokio::test]
+    async fn a_final_record_not_yet_on_disk_is_not_an_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Manager::new(crate::context::Context {
+            explicit_config: None,
+            state_dir: tmp.path().to_path_buf(),
+        });
+        let id = new_job_id().unwrap();
+        let dir = m.store.dir(&id).unwrap();
+        // The write cannot land (job.json is a directory that is not
+        // empty), so the final record stays in memory only, as it does for
+        // the moment its write takes.
+        std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
+        let (_cancel, done, _progress) = m.rt.track(&id);
+        let mut rec =
+            crate::jobs::record::test_record(&id, &dir, "succeeded", "2026-12-01T00:00:00Z");
+        rec.session_result(Some("done".into()), None);
+        m.rt.keep(&rec);
+        assert_eq!(m.record(&id).unwrap().status(), Status::Succeeded);
+        let (r, still) = m.wait(&id, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(
+            (r.status(), still),
+            (Status::Succeeded, true),
+            "the job's task has not ended: its final record may not be on disk"
+        );
+        m.rt.untrack(&id, &done);
+        let (r, still) = m.wait(&id, Duration::from_millis(50)).await.unwrap();
+        assert_eq!((r.status(), still), (Status::Succeeded, false));
     }
 }
