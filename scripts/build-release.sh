@@ -6,16 +6,13 @@
 #   scripts/build-release.sh aarch64-apple-darwin      (on macOS only)
 # Linux targets are static musl binaries linked by cargo-zigbuild, so one
 # npm package serves glibc and Alpine alike; zig and cargo-zigbuild come
-# from PyPI (ziglang, cargo-zigbuild: prebuilt wheels, no compile), in one
-# venv cached under ~/.cache/localagents-release. macOS targets build with plain cargo on a
+# from PyPI (scripts/install-zigbuild.sh: pinned, cached under
+# ~/.cache/localagents-release). macOS targets build with plain cargo on a
 # macOS machine (rustls-platform-verifier needs Apple's SDK).
 # Paths are remapped so the binary names no build directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:?usage: scripts/build-release.sh TARGET}
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/localagents-release"
-ZIG_VERSION=0.14.1
-ZIGBUILD_VERSION=0.24.0
 log() { echo "build-release: $*" >&2; }
 
 rustup target list --installed 2>/dev/null | grep -qx "$target" || {
@@ -25,16 +22,9 @@ rustup target list --installed 2>/dev/null | grep -qx "$target" || {
 export RUSTFLAGS="${RUSTFLAGS:-} --remap-path-prefix=$PWD=/localagents --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 case $target in
   *-linux-musl)
-    venv="$CACHE/zigbuild-$ZIGBUILD_VERSION-zig-$ZIG_VERSION"
-    if [ ! -f "$venv/.done" ]; then
-      log "installing cargo-zigbuild==$ZIGBUILD_VERSION and ziglang==$ZIG_VERSION from PyPI into $venv"
-      rm -rf "$venv"
-      python3 -m venv "$venv"
-      "$venv/bin/pip" install --quiet "cargo-zigbuild==$ZIGBUILD_VERSION" "ziglang==$ZIG_VERSION" >&2
-      touch "$venv/.done"
-    fi
-    # cargo-zigbuild runs zig as `python3 -m ziglang`: the venv's python3 first on PATH.
-    PATH="$venv/bin:$PATH" cargo zigbuild --locked --release --bin localagents --target "$target" >&2
+    # zig and cargo-zigbuild from PyPI, pinned and cached (scripts/install-zigbuild.sh).
+    zigbin="$(scripts/install-zigbuild.sh)"
+    PATH="$zigbin:$PATH" cargo zigbuild --locked --release --bin localagents --target "$target" >&2
     ;;
   *-apple-darwin)
     cargo build --locked --release --bin localagents --target "$target" >&2

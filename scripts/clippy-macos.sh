@@ -21,25 +21,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 target=aarch64-apple-darwin
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/localagents-release"
-ZIG_VERSION=0.14.1
-ZIGBUILD_VERSION=0.24.0
 log() { echo "clippy-macos: $*" >&2; }
 
 rustup target list --installed 2>/dev/null | grep -qx "$target" || {
   log "rustup target add $target"
   rustup target add "$target" >&2
 }
-venv="$CACHE/zigbuild-$ZIGBUILD_VERSION-zig-$ZIG_VERSION"
-if [ ! -f "$venv/.done" ]; then
-  log "installing cargo-zigbuild==$ZIGBUILD_VERSION and ziglang==$ZIG_VERSION from PyPI into $venv"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet "cargo-zigbuild==$ZIGBUILD_VERSION" "ziglang==$ZIG_VERSION" >&2
-  touch "$venv/.done"
-fi
+# zig and cargo-zigbuild from PyPI, pinned and cached (scripts/install-zigbuild.sh);
 # cargo-zigbuild runs zig as `python3 -m ziglang`: the venv's python3 first on PATH.
-export PATH="$venv/bin:$PATH"
+PATH="$(scripts/install-zigbuild.sh):$PATH"
+export PATH
 export CARGO_TARGET_DIR="$HOME/.cache/localagents-ci/macos-target"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export CARGO_INCREMENTAL=0

@@ -79,6 +79,29 @@ pub enum ExitStatus {
     Stopped(Stop),
 }
 
+impl ExitStatus {
+    /// How a command that ran job `rec` ends: the signal that stopped it,
+    /// if one did (also when printing failed: after SIGHUP the terminal
+    /// may be gone, and the job is cancelled and its record written either
+    /// way), else a print error, else the job's own end.
+    pub fn of_job(
+        rec: &JobRecord,
+        stopped: Option<Stop>,
+        printed: anyhow::Result<()>,
+    ) -> anyhow::Result<ExitStatus> {
+        match stopped {
+            Some(stop) => Ok(ExitStatus::Stopped(stop)),
+            None => printed.map(|()| {
+                if rec.status() == Status::Succeeded {
+                    ExitStatus::Success
+                } else {
+                    ExitStatus::Failure
+                }
+            }),
+        }
+    }
+}
+
 impl From<ExitStatus> for ExitCode {
     fn from(s: ExitStatus) -> ExitCode {
         match s {

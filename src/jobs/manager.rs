@@ -385,8 +385,11 @@ impl Manager {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_final_record_the_disk_refuses_fails_the_job_and_its_owner_answers_from_memory() {
+    /// A manager in a fresh state dir and a job id there whose job.json is
+    /// a directory that is not empty: no rename can replace it, every
+    /// write of the record fails.
+    fn a_job_whose_record_cannot_be_written()
+    -> (tempfile::TempDir, Arc<Manager>, String, std::path::PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let m = Manager::new(crate::context::Context {
             explicit_config: None,
@@ -394,9 +397,13 @@ mod tests {
         });
         let id = new_job_id().unwrap();
         let dir = m.store.dir(&id).unwrap();
-        // job.json is a directory that is not empty: no rename can
-        // replace it, every write of the record fails.
         std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
+        (tmp, m, id, dir)
+    }
+
+    #[tokio::test]
+    async fn a_final_record_the_disk_refuses_fails_the_job_and_its_owner_answers_from_memory() {
+        let (_tmp, m, id, dir) = a_job_whose_record_cannot_be_written();
         let mut rec =
             crate::jobs::record::test_record(&id, &dir, "succeeded", "2026-12-01T00:00:00Z");
         rec.session_result(Some("done".into()), None);
@@ -421,17 +428,9 @@ mod tests {
     /// is done, so `localagents run` never exits before the disk has it.
     #[tokio::test]
     async fn a_final_record_not_yet_on_disk_is_not_an_end() {
-        let tmp = tempfile::tempdir().unwrap();
-        let m = Manager::new(crate::context::Context {
-            explicit_config: None,
-            state_dir: tmp.path().to_path_buf(),
-        });
-        let id = new_job_id().unwrap();
-        let dir = m.store.dir(&id).unwrap();
-        // The write cannot land (job.json is a directory that is not
-        // empty), so the final record stays in memory only, as it does for
-        // the moment its write takes.
-        std::fs::create_dir_all(dir.join("job.json").join("x")).unwrap();
+        // The write cannot land, so the final record stays in memory only,
+        // as it does for the moment its write takes.
+        let (_tmp, m, id, dir) = a_job_whose_record_cannot_be_written();
         let (_cancel, done, _progress) = m.rt.track(&id);
         let mut rec =
             crate::jobs::record::test_record(&id, &dir, "succeeded", "2026-12-01T00:00:00Z");

@@ -279,22 +279,7 @@ async fn a_signal_cancels_the_running_task_and_stores_nothing(name: &str, sig: i
         },
     )
     .await;
-    // SAFETY: the `localagents eval` this test started.
-    unsafe { libc::kill(child.id().unwrap() as i32, sig) };
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{name}: eval still runs 30 s after the signal"))
-        .unwrap();
-    let rec: Value =
-        serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
-    assert_eq!(
-        (out.status.code(), rec["status"].as_str()),
-        (Some(code), Some("cancelled")),
-        "{name}: eval ended with {}, the record says {}; stderr: {}",
-        out.status,
-        rec["status"],
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::jobs::signal_ends_the_job(name, "eval", child, sig, code, &jobs, &id).await;
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["cancelled"], "cancelled during task off_by_one", "{r}");
     assert!(
@@ -302,12 +287,6 @@ async fn a_signal_cancels_the_running_task_and_stores_nothing(name: &str, sig: i
             || std::fs::read_dir(e.state.join("eval")).unwrap().count() == 0,
         "nothing stored"
     );
-    crate::support::until(
-        &format!("{name}: no process of job {id} left"),
-        Duration::from_secs(10),
-        || crate::support::job_processes(&id).is_empty(),
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -867,30 +867,47 @@ async fn a_signal_to_run_mid_job(name: &str, sig: i32, code: i32) {
         },
     )
     .await;
-    // SAFETY: the `localagents run` this test started.
+    let out = signal_ends_the_job(name, "run", child, sig, code, &jobs, &id).await;
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["id"], id.as_str(), "{name}: {printed}");
+}
+
+/// Send `sig` to `child`, a `localagents WHAT` running job `id`: it must
+/// exit within 30 s with `code`, the job's record under `jobs` must say
+/// `cancelled`, and no process of the job may be left (waited for). Its
+/// output, for what else the caller checks.
+pub(crate) async fn signal_ends_the_job(
+    name: &str,
+    what: &str,
+    child: tokio::process::Child,
+    sig: i32,
+    code: i32,
+    jobs: &Path,
+    id: &str,
+) -> std::process::Output {
+    // SAFETY: the `localagents` process this test started.
     unsafe { libc::kill(child.id().unwrap() as i32, sig) };
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
-        .unwrap_or_else(|_| panic!("{name}: run still runs 30 s after the signal"))
+        .unwrap_or_else(|_| panic!("{name}: {what} still runs 30 s after the signal"))
         .unwrap();
     let rec: Value =
-        serde_json::from_slice(&std::fs::read(jobs.join(&id).join("job.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(jobs.join(id).join("job.json")).unwrap()).unwrap();
     assert_eq!(
         (out.status.code(), rec["status"].as_str()),
         (Some(code), Some("cancelled")),
-        "{name}: run ended with {}, the record says {}; stderr: {}",
+        "{name}: {what} ended with {}, the record says {}; stderr: {}",
         out.status,
         rec["status"],
         String::from_utf8_lossy(&out.stderr)
     );
-    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["id"], id.as_str(), "{name}: {printed}");
     until(
         &format!("{name}: no process of job {id} left"),
         Duration::from_secs(10),
-        || job_processes(&id).is_empty(),
+        || job_processes(id).is_empty(),
     )
     .await;
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use crate::api::{self, BatchArgs, Caller, Context, Manager, Status};
+use crate::api::{self, BatchArgs, Caller, Context, Manager};
 use crate::cli::{BatchCmd, CompleteCmd, ExitStatus, ReviewCmd, fail};
 use crate::complete::{Ask, Options};
 use crate::signals::{Stop, Stops};
@@ -177,18 +177,7 @@ pub async fn batch(ctx: Context, a: BatchCmd) -> anyhow::Result<ExitStatus> {
     bar.finish_and_clear();
     let rec = manager.record(&id).map_err(|e| anyhow::anyhow!("{e}"))?;
     let printed = print_batch(&rec, a.json);
-    match stopped {
-        // After SIGHUP the terminal may be gone: the exit code still says
-        // what stopped the batch.
-        Some(stop) => Ok(ExitStatus::Stopped(stop)),
-        None => printed.map(|()| {
-            if rec.status() == Status::Succeeded {
-                ExitStatus::Success
-            } else {
-                ExitStatus::Failure
-            }
-        }),
-    }
+    ExitStatus::of_job(&rec, stopped, printed)
 }
 
 /// A batch's items as JSON or text on stdout, its result on stderr.

@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use crate::api::{self, Context, Isolation, Manager, RunArgs, RunEvent, Status};
+use crate::api::{self, Context, Isolation, Manager, RunArgs, RunEvent};
 use crate::cli::render::render_job;
 use crate::cli::{ExitStatus, RunCmd, fail};
 use crate::signals::Stops;
@@ -81,18 +81,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     };
     let rec = manager.record(&end.id).map_err(|e| anyhow::anyhow!("{e}"))?;
     let printed = print(&rec, json);
-    match end.stopped {
-        // After SIGHUP the terminal may be gone: the job is cancelled and
-        // its record written, and the exit code says so either way.
-        Some(stop) => Ok(ExitStatus::Stopped(stop)),
-        None => printed.map(|()| {
-            if rec.status() == Status::Succeeded {
-                ExitStatus::Success
-            } else {
-                ExitStatus::Failure
-            }
-        }),
-    }
+    ExitStatus::of_job(&rec, end.stopped, printed)
 }
 
 /// The record as JSON, or the summary for a person.
