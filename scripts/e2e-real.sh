@@ -235,6 +235,8 @@ compare_builds() {
     fi
     "$(dirname "$bin")/llama-bench" -m "$MODEL" -t 2 -p 512 -n 128 -r 5 -o md
   done
+  # The tier's test binary first, so neither timed run includes its build.
+  cargo nextest run --locked --test e2e --no-run >&2
   local t0 t1 wall_p wall_n
   for b in portable native; do
     t0=$(date +%s)
