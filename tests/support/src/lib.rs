@@ -1,6 +1,6 @@
 //! Test support: fake backends that answer with exactly the shapes real
-//! llama.cpp and vLLM servers send (see shared/reference/backends.md), plus
-//! small helpers. Shared by the integration tests (`tests/it`, `tests/e2e`)
+//! llama.cpp and vLLM servers send (docs/guide.md, "Backend notes", says
+//! what those are), plus small helpers. Shared by the integration tests (`tests/it`, `tests/e2e`)
 //! and the benchmarks, which name it `support`: one crate of the workspace
 //! (a dev-dependency), so it is compiled once, not into every test and
 //! bench binary.
