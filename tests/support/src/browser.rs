@@ -46,11 +46,7 @@ pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: chromium is not installed; .ci/run installs Debian's chromium"
         );
-        let why = "no chromium on PATH (apt-get install chromium)";
-        eprintln!("{test}: SKIPPED: {why}");
-        if let Some(file) = std::env::var_os(SKIPS_VAR) {
-            record_skip(Path::new(&file), test, why);
-        }
+        crate::skip(test, "no chromium on PATH (apt-get install chromium)");
     }
     c
 }
