@@ -273,7 +273,7 @@ pub async fn run(
             .pointer("/error/message")
             .and_then(Value::as_str)
             .map(str::to_string)
-            .unwrap_or_else(|| String::from_utf8_lossy(&out).chars().take(300).collect());
+            .unwrap_or_else(|| crate::fmt::cut(&String::from_utf8_lossy(&out), 300));
         return Err(CompleteError::Backend(msg));
     }
     let Some(blocks) = v.get("content").and_then(Value::as_array) else {

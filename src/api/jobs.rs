@@ -219,11 +219,7 @@ pub fn job_log(
     for l in &lines {
         let l = String::from_utf8_lossy(l);
         let l = l.strip_suffix('\r').unwrap_or(&l);
-        let l: String = if l.chars().count() > LINE_CAP {
-            format!("{}…", l.chars().take(LINE_CAP).collect::<String>())
-        } else {
-            l.to_string()
-        };
+        let l = crate::fmt::cut(l, LINE_CAP);
         if out.len() + l.len() > LOG_CAP && to > from {
             break;
         }

@@ -150,13 +150,7 @@ pub fn transport(ep: &Endpoint, e: &reqwest::Error, budget: Duration) -> (Failur
 }
 
 fn short(s: &str) -> String {
-    let s = s.trim();
-    if s.chars().count() <= 160 {
-        s.to_string()
-    } else {
-        let cut: String = s.chars().take(160).collect();
-        format!("{cut}…")
-    }
+    crate::fmt::cut(s.trim(), 160)
 }
 
 /// The `message` of a JSON error body, in either llama.cpp's or Anthropic's

@@ -118,7 +118,7 @@ pub async fn unload(ep: &Endpoint, kind: Option<ServerKind>, model: &str) -> Res
         _ => Err(format!(
             "`{}` refused to unload {model} ({status}: {})",
             ep.name,
-            body.chars().take(200).collect::<String>()
+            crate::fmt::cut(&body, 200)
         )),
     }
 }
@@ -194,7 +194,7 @@ pub async fn ready(
                 return Err(format!(
                     "`{}` refused to load {model} ({status}: {}): check the router's models dir or preset",
                     ep.name,
-                    body.chars().take(200).collect::<String>()
+                    crate::fmt::cut(&body, 200)
                 ));
             }
         }

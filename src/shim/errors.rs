@@ -311,14 +311,13 @@ pub fn translate(
     }
     let (msg, _typ) = message_of(body);
     let msg = msg.unwrap_or_else(|| {
-        let raw = body.to_string();
-        raw.chars().take(300).collect()
+        crate::fmt::cut(&body.to_string(), 300)
     });
     if is_grammar_error(&msg) {
         let quoted = if msg.to_ascii_lowercase().contains("failed to parse grammar") {
             "failed to parse grammar".to_string()
         } else {
-            msg.chars().take(160).collect()
+            crate::fmt::cut(&msg, 160)
         };
         let text = format!(
             "the server could not build a grammar for the offered tools (`{quoted}`): upgrade llama.cpp, or narrow allowed_tools ({} at {base_url})",

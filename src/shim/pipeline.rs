@@ -50,7 +50,7 @@ pub(crate) fn session_header(route: &Route) -> Option<(header::HeaderName, Heade
 }
 
 pub(crate) fn first_500(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).chars().take(500).collect()
+    crate::fmt::cut(&String::from_utf8_lossy(bytes), 500)
 }
 
 pub(crate) fn join_notes(notes: &[String]) -> Option<String> {
@@ -291,7 +291,7 @@ pub(crate) fn unreachable_reply(
     notes: Vec<String>,
 ) -> Response {
     let why = crate::probe::classify::transport(&route.endpoint, e, wait).1;
-    rec.error = Some(why.chars().take(500).collect());
+    rec.error = Some(crate::fmt::cut(&why, 500));
     reply_error(
         route,
         errors::unreachable(&route.endpoint.base_url, &why),

@@ -197,7 +197,7 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             rec.empty = tap.empty();
             log::note_repair(&mut rec, report);
             if rec.error.is_none() {
-                rec.error = tap.error.as_ref().map(|e| e.chars().take(500).collect());
+                rec.error = tap.error.as_deref().map(|e| crate::fmt::cut(e, 500));
             }
             notes.extend(tap.translated.iter().cloned());
             rec.runaway = tap.runaway.clone();
@@ -342,7 +342,7 @@ pub(crate) async fn collect_stream(
         Ok(v) => Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default())),
         Err((typ, message)) if rec.runaway.is_some() => Err(errors::runaway(&typ, &message)),
         Err((typ, message)) => {
-            rec.error = Some(crate::fmt::first_chars(&message, 500));
+            rec.error = Some(crate::fmt::cut(&message, 500));
             Err(Translated {
                 status: errors::status_of(&typ),
                 body: errors::anthropic_error(&typ, &message),

@@ -490,7 +490,7 @@ impl Relay {
                 let (msg, _) = errors::message_of(&v);
                 self.tap.error = Some(
                     msg.clone()
-                        .unwrap_or_else(|| data.chars().take(500).collect()),
+                        .unwrap_or_else(|| crate::fmt::cut(data, 500)),
                 );
                 if let Some(o) = errors::overflow(&v, self.window) {
                     let tr = errors::overflow_answer(&o);

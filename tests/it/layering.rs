@@ -484,3 +484,63 @@ fn the_field_check_catches_a_pub_and_a_pub_crate_field() {
         ["pub(crate) status", "pub reaped"]
     );
 }
+
+// --- text is cut in one place ---------------------------------------------------
+
+/// Every `.rs` file under `src`, with its path relative to it, sorted.
+fn src_files() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                let rel = p.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The lines of `files` (outside their tests) that cut text by hand.
+fn hand_cuts(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(rel, _)| rel != "fmt.rs")
+        .flat_map(|(rel, text)| {
+            code_lines(text)
+                .into_iter()
+                .filter(|(_, l)| l.contains(".chars().take("))
+                .map(move |(n, _)| format!("{rel}:{n}"))
+        })
+        .collect()
+}
+
+/// A sentence shows a long text in part one way (issue 43): `fmt::cut`,
+/// which cuts on a character boundary and marks the cut with `…`.
+#[test]
+fn text_is_cut_only_by_fmt() {
+    let bad = hand_cuts(&src_files());
+    assert!(
+        bad.is_empty(),
+        "cut text with crate::fmt::cut (or fmt::first_chars for a stored field), not by hand: {bad:?}"
+    );
+}
+
+#[test]
+fn the_cut_check_catches_a_hand_cut() {
+    let files = [
+        ("fmt.rs".to_string(), "fn cut() { s.chars().take(n) }\n".to_string()),
+        (
+            "shim/x.rs".to_string(),
+            "fn f() {\n    let s: String = t.chars().take(9).collect();\n}\n#[cfg(test)]\nmod tests {\n    fn g() { t.chars().take(2); }\n}\n"
+                .to_string(),
+        ),
+    ];
+    assert_eq!(hand_cuts(&files), ["shim/x.rs:2"]);
+}
