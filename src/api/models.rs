@@ -93,10 +93,49 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     })
 }
 
+/// `localagents status`: the status object and what the text prints
+/// under the endpoints, so `status` and `status --json` carry the same.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatusReport {
+    #[serde(flatten)]
+    pub status: registry::Report,
+    /// One line per served model: its last `localagents eval`, or that it
+    /// has none.
+    pub evals: Vec<crate::eval::EvalLine>,
+    /// The queued jobs that wait (and for what), then the endpoints whose
+    /// recent jobs lost their slot's cache or ran away, a line each.
+    pub notes: Vec<String>,
+    /// The ledger's line for the last 7 days.
+    pub savings: String,
+}
+
+/// `localagents status`: probe every endpoint, then read the eval results,
+/// the notes and the ledger on the blocking pool (they read records, logs
+/// and transcripts).
+pub async fn status(ctx: &Context) -> Result<StatusReport, Error> {
+    let (_, status) = registry::status(&ctx.discovery()).await?;
+    let (c, endpoints) = (ctx.clone(), status.endpoints.clone());
+    let (evals, notes, savings) = tokio::task::spawn_blocking(move || {
+        (
+            crate::eval::lines(&c.state_dir, &endpoints),
+            status_notes(&c),
+            savings_line(&c),
+        )
+    })
+    .await
+    .map_err(stopped)?;
+    Ok(StatusReport {
+        status,
+        evals,
+        notes,
+        savings,
+    })
+}
+
 /// What `localagents status` adds under the endpoints, a line each: the
 /// queued jobs that wait (and for what), then the endpoints whose recent
 /// jobs lost their slot's cache or ran away.
-pub fn status_notes(ctx: &Context) -> Vec<String> {
+fn status_notes(ctx: &Context) -> Vec<String> {
     let store = m_store(ctx);
     let mut lines = Vec::new();
     for j in store.list(Some(super::Status::Queued), 20) {

@@ -702,16 +702,22 @@ pub fn status_json_md() -> String {
     let status =
         serde_json::to_value(generator().into_root_schema_for::<localagents::registry::Report>())
             .unwrap();
+    let json =
+        serde_json::to_value(generator().into_root_schema_for::<localagents::api::StatusReport>())
+            .unwrap();
     let report =
         serde_json::to_value(generator().into_root_schema_for::<localagents::api::ModelsReport>())
             .unwrap();
     let defs = |s: &Value| s.get("$defs").cloned().unwrap_or(json!({}));
     let mut status_fields = Vec::new();
     fields(&status, &defs(&status), "", &mut status_fields);
+    let mut json_fields = Vec::new();
+    fields(&json, &defs(&json), "", &mut json_fields);
     let mut report_fields = Vec::new();
     fields(&report, &defs(&report), "", &mut report_fields);
     let known: BTreeSet<String> = status_fields
         .iter()
+        .chain(&json_fields)
         .chain(&report_fields)
         .map(|f| f.path.clone())
         .collect();
@@ -722,22 +728,29 @@ pub fn status_json_md() -> String {
         );
     }
     let in_status: BTreeSet<&str> = status_fields.iter().map(|f| f.path.as_str()).collect();
-    let extra: Vec<Field> = report_fields
-        .into_iter()
-        .filter(|f| !in_status.contains(f.path.as_str()))
-        .collect();
+    let beyond = |fields: Vec<Field>| -> Vec<Field> {
+        fields
+            .into_iter()
+            .filter(|f| !in_status.contains(f.path.as_str()))
+            .collect()
+    };
+    let (json_extra, extra) = (beyond(json_fields), beyond(report_fields));
 
-    let mut out =
-        banner("the JSON schema of `registry::Status` and `api::ModelsReport` (schemars)");
+    let mut out = banner(
+        "the JSON schema of `registry::Report`, `api::StatusReport` and `api::ModelsReport` (schemars)",
+    );
     out.push_str("# `status --json` and `list_models`\n\n");
     out.push_str(&prose(
-        "`localagents status --json` prints one stable object; the `list_models` tool \
-         returns the same object plus the fields in the second table. Nested fields are \
-         written `a.b`, the objects of a list `a[].b`. \"when set\": the field is left \
-         out when there is nothing to say.\n\n",
+        "`localagents status --json` prints one stable object: the status object and \
+         what the text of `localagents status` prints under the endpoints (the second \
+         table). The `list_models` tool returns the status object plus the fields in the \
+         third table. Nested fields are written `a.b`, the objects of a list `a[].b`. \
+         \"when set\": the field is left out when there is nothing to say.\n\n",
     ));
     out.push_str("## The status object\n\n");
     schema_table(&mut out, &status_fields, &PROSE.status_notes);
+    out.push_str("## What `status --json` adds\n\n");
+    schema_table(&mut out, &json_extra, &PROSE.status_notes);
     out.push_str("## What `list_models` adds\n\n");
     schema_table(&mut out, &extra, &PROSE.status_notes);
     out.push_str(&prose(

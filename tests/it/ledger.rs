@@ -111,6 +111,45 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
         text.contains("last 7 days: 2 jobs, ") && text.contains("at my-ref list prices"),
         "{text}"
     );
+    // `status --json` carries what the text prints under the endpoints:
+    // each model's eval line, the notes and the savings line (issue 43).
+    let st = crate::support::harness::localagents_json(&e, &["status", "--json"]).await;
+    assert!(st["endpoints"][0]["up"].as_bool().unwrap(), "{st:#}");
+    let savings = st["savings"].as_str().unwrap();
+    assert!(savings.starts_with("last 7 days: 2 jobs, "), "{st:#}");
+    let evals = st["evals"].as_array().unwrap();
+    assert!(!evals.is_empty(), "a served model has an eval line: {st:#}");
+    let mut printed: Vec<String> = evals
+        .iter()
+        .map(|v| {
+            format!(
+                "{} on `{}`: {}",
+                v["model"].as_str().unwrap(),
+                v["endpoint"].as_str().unwrap(),
+                v["line"].as_str().unwrap()
+            )
+        })
+        .collect();
+    printed.extend(
+        st["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string()),
+    );
+    printed.push(savings.to_string());
+    let tail: Vec<&str> = text
+        .lines()
+        .rev()
+        .take(printed.len())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert_eq!(
+        tail, printed,
+        "the text's last lines are the JSON's evals, notes and savings"
+    );
     let out = localagents(&e, &["savings", "--since", "all", "--json"]).await;
     let all: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(all["tokens"], s["tokens"]);

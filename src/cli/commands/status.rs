@@ -1,30 +1,30 @@
-//! `localagents status`: probe every endpoint.
+//! `localagents status`: probe every endpoint; `--json` carries what the
+//! text prints (each model's last eval, the notes, the savings line).
 
 use std::io::Write;
 
 use crate::api::Context;
 use crate::cli::render::render_status;
 use crate::cli::{ExitStatus, fail};
-use crate::registry;
 
 pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
-    let (_, st) = match registry::status(&ctx.discovery()).await {
-        Ok(x) => x,
-        Err(e) => return Ok(fail(&e.into())),
+    let report = match crate::api::status(ctx).await {
+        Ok(r) => r,
+        Err(e) => return Ok(fail(&e)),
     };
     let mut out = anstream::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &st)?;
+        serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
-        render_status(&mut out, &st)?;
-        for e in crate::eval::lines(&ctx.state_dir, &st.endpoints) {
+        render_status(&mut out, &report.status)?;
+        for e in &report.evals {
             writeln!(out, "{} on `{}`: {}", e.model, e.endpoint, e.line)?;
         }
-        for line in crate::api::status_notes(ctx) {
+        for line in &report.notes {
             writeln!(out, "{line}")?;
         }
-        writeln!(out, "{}", crate::api::savings_line(ctx))?;
+        writeln!(out, "{}", report.savings)?;
     }
     Ok(ExitStatus::Success)
 }
