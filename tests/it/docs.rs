@@ -1545,6 +1545,111 @@ fn the_architecture_matches_the_code() {
     );
 }
 
+/// The code map's rows: the path of the first cell (`src/shim/`,
+/// `src/mcp.rs`) and the row's whole text.
+fn code_map(arch: &str) -> Vec<(String, String)> {
+    let start = arch
+        .find("## Code map")
+        .expect("ARCHITECTURE.md has ## Code map");
+    let section = &arch[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    section
+        .lines()
+        .filter_map(|row| {
+            let first = row.strip_prefix("| `")?;
+            let (path, _) = first.split_once('`')?;
+            path.starts_with("src/")
+                .then(|| (path.to_string(), row.to_string()))
+        })
+        .collect()
+}
+
+/// The files of `files` (paths from the repository root) that no row of
+/// the code map names: a row's own path, or a row of a directory (or of
+/// `src/x.rs` for the files under `src/x/`) that names the file in
+/// backticks, by its path under that directory or by its name (a `mod.rs`
+/// by its directory, `repair/`). `src/cli/commands/` is one row.
+fn unnamed_in_map(rows: &[(String, String)], files: &[String]) -> Vec<String> {
+    let named = |file: &str| {
+        if file.starts_with("src/cli/commands/") {
+            return rows.iter().any(|(_, row)| row.contains("`commands/`"));
+        }
+        rows.iter().any(|(path, row)| {
+            if path == file {
+                return true;
+            }
+            let dir = match path.strip_suffix(".rs") {
+                Some(stem) => format!("{stem}/"),
+                None => path.clone(),
+            };
+            let Some(under) = file.strip_prefix(&dir) else {
+                return false;
+            };
+            let name = under.rsplit('/').next().unwrap_or(under);
+            let mut forms = vec![under.to_string(), name.to_string()];
+            if name == "mod.rs" && under != "mod.rs" {
+                forms = vec![under.trim_end_matches("mod.rs").to_string()];
+            }
+            let full = format!("{}{under}", dir.trim_start_matches("src/"));
+            forms.push(full);
+            forms.iter().any(|f| row.contains(&format!("`{f}`")))
+        })
+    };
+    files.iter().filter(|f| !named(f)).cloned().collect()
+}
+
+/// Every file under `src/`, from the repository root, sorted.
+fn src_files() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root().join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(rel(&p));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// ARCHITECTURE.md's code map names every source file (issue 43), so a new
+/// file comes with its line.
+#[test]
+fn the_code_map_names_every_source_file() {
+    let arch = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let missing = unnamed_in_map(&code_map(&arch), &src_files());
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's code map does not name these files; add each to its module's row: {missing:#?}"
+    );
+}
+
+#[test]
+fn the_code_map_check_catches_an_unnamed_file() {
+    let arch = "## Code map\n\n| module | what |\n|---|---|\n| `src/shim/` | errors (`errors.rs`), repair (`repair/`: `parse.rs`) |\n| `src/mcp.rs` | params (`mcp/params.rs`) |\n| `src/cli/` | one file per command (`commands/`) |\n\n## Invariants\n| `src/late.rs` | not in the map |\n";
+    let files: Vec<String> = [
+        "src/shim/errors.rs",
+        "src/shim/repair/parse.rs",
+        "src/shim/repair/mod.rs",
+        "src/shim/sse.rs",
+        "src/mcp.rs",
+        "src/mcp/params.rs",
+        "src/mcp/tasks.rs",
+        "src/cli/commands/run.rs",
+        "src/late.rs",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        unnamed_in_map(&code_map(arch), &files),
+        ["src/shim/sse.rs", "src/mcp/tasks.rs", "src/late.rs"]
+    );
+}
+
 /// A wrong shape in `docs/reference/prose.yaml` is an error that names
 /// where, not a panic deep in the generator or an empty cell.
 #[test]
