@@ -335,143 +335,205 @@ pub fn fold_raw_with(
     let mut out_fields: Vec<(String, Piece<'_>)> = Vec::with_capacity(top.len() + 1);
     let mut top_blocks: Vec<Value> = Vec::new();
     for (k, v) in &top {
-        let mut replaced: Option<Box<RawValue>> = None;
-        let mut rebuilt: Option<Vec<u8>> = None;
-        match k.as_str() {
-            "messages" => {
-                if let Ok(msgs) = serde_json::from_str::<Vec<&RawValue>>(v.get()) {
-                    facts.messages = msgs.len();
-                    let roles_owned: Vec<Option<String>> =
-                        msgs.iter().map(|m| role_of_raw(m.get())).collect();
-                    let roles: Vec<Option<&str>> =
-                        roles_owned.iter().map(|r| r.as_deref()).collect();
-                    let plan = plan(&roles);
-                    if let Some((marks, limit)) = extras.loops {
-                        facts.loops = marks.scan(&msgs, &roles, limit);
-                    }
-                    let thinking: Vec<usize> = if extras.drop_thinking {
-                        (0..msgs.len())
-                            .filter(|&i| roles[i] == Some("assistant") && may_think(msgs[i].get()))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    if !plan.is_empty() || !facts.loops.notes.is_empty() || !thinking.is_empty() {
-                        facts.stats.folded = plan.len();
-                        let mut pre: HashMap<usize, Vec<Value>> = HashMap::new();
-                        let mut post: HashMap<usize, Vec<Value>> = HashMap::new();
-                        for (i, dest) in &plan {
-                            let entry: Value = serde_json::from_str(msgs[*i].get())?;
-                            let block = folded_block(entry.get("content").unwrap_or(&Value::Null));
-                            match dest {
-                                Dest::Append(u) => post.entry(*u).or_default().push(block),
-                                Dest::Prepend(u) => pre.entry(*u).or_default().push(block),
-                                Dest::Top => top_blocks.push(block),
-                            }
-                        }
-                        // The loop note goes after everything else of its
-                        // user message, on every request alike.
-                        if let Some((_, limit)) = extras.loops {
-                            for u in &facts.loops.notes {
-                                post.entry(*u)
-                                    .or_default()
-                                    .push(folded_block(&Value::String(super::loops::note_text(
-                                        limit,
-                                    ))));
-                            }
-                        }
-                        let mut buf = Vec::with_capacity(v.get().len());
-                        buf.push(b'[');
-                        let mut first = true;
-                        for (i, m) in msgs.iter().enumerate() {
-                            if roles[i] == Some("system") {
-                                continue;
-                            }
-                            if !first {
-                                buf.push(b',');
-                            }
-                            first = false;
-                            if pre.contains_key(&i) || post.contains_key(&i) {
-                                let mut msg: Value = serde_json::from_str(m.get())?;
-                                apply_to_user(
-                                    &mut msg,
-                                    pre.remove(&i).unwrap_or_default(),
-                                    post.remove(&i).unwrap_or_default(),
-                                );
-                                serde_json::to_writer(&mut buf, &msg)?;
-                            } else if thinking.contains(&i) {
-                                let mut msg: Value = serde_json::from_str(m.get())?;
-                                facts.thinking_dropped += drop_thinking_blocks(&mut msg);
-                                serde_json::to_writer(&mut buf, &msg)?;
-                            } else {
-                                buf.extend_from_slice(m.get().as_bytes());
-                            }
-                        }
-                        buf.push(b']');
-                        // Built from valid JSON pieces: no need to re-check.
-                        rebuilt = Some(buf);
-                    }
-                }
-            }
-            "system" if v.get().contains(BILLING_PREFIX) => {
-                let sys: Value = serde_json::from_str(v.get())?;
-                let mut holder = Map::new();
-                holder.insert("system".into(), sys);
-                facts.stats.billing_dropped = drop_billing(&mut holder);
-                replaced = Some(raw(&holder.remove("system").unwrap_or(Value::Null))?);
-            }
-            "model" => {
-                facts.model = serde_json::from_str::<String>(v.get()).ok();
-                if let Some(m) = model
-                    && facts.model.as_deref() != Some(m)
-                {
-                    replaced = Some(raw(&m)?);
-                }
-            }
-            "max_tokens" => {
-                facts.max_tokens = serde_json::from_str::<u64>(v.get()).ok();
-                if let (Some(cap), Some(m)) = (max_tokens_cap, facts.max_tokens)
-                    && m > cap
-                {
-                    replaced = Some(raw(&cap)?);
-                }
-            }
-            "stream" => facts.stream = serde_json::from_str::<bool>(v.get()).unwrap_or(false),
-            "tools" => {
-                facts.tools = serde_json::from_str::<Vec<serde::de::IgnoredAny>>(v.get())
-                    .map_or(0, |t| t.len());
-            }
-            _ => {}
-        }
-        let piece = match (rebuilt, replaced) {
-            (Some(b), _) => Piece::Bytes(b),
-            (None, Some(r)) => Piece::Owned(r),
-            (None, None) => Piece::Borrowed(v),
+        let piece = if k == "messages" {
+            fold_messages(v, extras, &mut facts, &mut top_blocks)?.map(Piece::Bytes)
+        } else {
+            top_field(k, v, model, max_tokens_cap, &mut facts)?.map(Piece::Owned)
         };
-        out_fields.push((k.clone(), piece));
+        out_fields.push((k.clone(), piece.unwrap_or(Piece::Borrowed(v))));
     }
     if model.is_some() && !top.contains_key("model") {
         out_fields.push(("model".into(), Piece::Owned(raw(&model)?)));
     }
     if !top_blocks.is_empty() {
-        let existing = out_fields.iter().position(|(k, _)| k == "system");
-        let mut holder = Map::new();
-        if let Some(i) = existing {
-            holder.insert(
-                "system".into(),
-                serde_json::from_slice(out_fields[i].1.bytes())?,
-            );
-        }
-        for b in top_blocks {
-            append_to_top_system(&mut holder, b);
-        }
-        let sys = Piece::Owned(raw(&holder.remove("system").unwrap_or(Value::Null))?);
-        match existing {
-            Some(i) => out_fields[i].1 = sys,
-            None => out_fields.push(("system".into(), sys)),
+        add_to_top_system(&mut out_fields, top_blocks)?;
+    }
+    write_object(&out_fields, body.len(), &mut facts).map(|out| (out, facts))
+}
+
+/// The `messages` array folded: system entries moved into the user turns
+/// (or the top `system`, into `top_blocks`), the loop note added, old
+/// thinking dropped. `None` when nothing changes (the bytes pass as they
+/// came); the facts of the array either way.
+fn fold_messages(
+    v: &RawValue,
+    extras: Extras<'_>,
+    facts: &mut Facts,
+    top_blocks: &mut Vec<Value>,
+) -> Result<Option<Vec<u8>>, serde_json::Error> {
+    let Ok(msgs) = serde_json::from_str::<Vec<&RawValue>>(v.get()) else {
+        return Ok(None);
+    };
+    facts.messages = msgs.len();
+    let roles_owned: Vec<Option<String>> = msgs.iter().map(|m| role_of_raw(m.get())).collect();
+    let roles: Vec<Option<&str>> = roles_owned.iter().map(|r| r.as_deref()).collect();
+    let plan = plan(&roles);
+    if let Some((marks, limit)) = extras.loops {
+        facts.loops = marks.scan(&msgs, &roles, limit);
+    }
+    let thinking: Vec<usize> = if extras.drop_thinking {
+        (0..msgs.len())
+            .filter(|&i| roles[i] == Some("assistant") && may_think(msgs[i].get()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if plan.is_empty() && facts.loops.notes.is_empty() && thinking.is_empty() {
+        return Ok(None);
+    }
+    facts.stats.folded = plan.len();
+    let mut moved = Moved::default();
+    for (i, dest) in &plan {
+        let entry: Value = serde_json::from_str(msgs[*i].get())?;
+        let block = folded_block(entry.get("content").unwrap_or(&Value::Null));
+        match dest {
+            Dest::Append(u) => moved.post.entry(*u).or_default().push(block),
+            Dest::Prepend(u) => moved.pre.entry(*u).or_default().push(block),
+            Dest::Top => top_blocks.push(block),
         }
     }
-    let mut out = Vec::with_capacity(body.len() + 256);
+    // The loop note goes after everything else of its user message, on
+    // every request alike.
+    if let Some((_, limit)) = extras.loops {
+        for u in &facts.loops.notes {
+            moved
+                .post
+                .entry(*u)
+                .or_default()
+                .push(folded_block(&Value::String(super::loops::note_text(limit))));
+        }
+    }
+    write_messages(&msgs, &roles, moved, &thinking, v.get().len(), facts).map(Some)
+}
+
+/// The blocks that go before and after what a user message holds, by its
+/// index.
+#[derive(Default)]
+struct Moved {
+    pre: HashMap<usize, Vec<Value>>,
+    post: HashMap<usize, Vec<Value>>,
+}
+
+/// The folded array: system entries left out, a user message with moved
+/// blocks or an assistant message with thinking to drop rewritten, every
+/// other message's bytes as they came.
+fn write_messages(
+    msgs: &[&RawValue],
+    roles: &[Option<&str>],
+    mut moved: Moved,
+    thinking: &[usize],
+    size: usize,
+    facts: &mut Facts,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut buf = Vec::with_capacity(size);
+    buf.push(b'[');
+    let mut first = true;
+    for (i, m) in msgs.iter().enumerate() {
+        if roles[i] == Some("system") {
+            continue;
+        }
+        if !first {
+            buf.push(b',');
+        }
+        first = false;
+        if moved.pre.contains_key(&i) || moved.post.contains_key(&i) {
+            let mut msg: Value = serde_json::from_str(m.get())?;
+            apply_to_user(
+                &mut msg,
+                moved.pre.remove(&i).unwrap_or_default(),
+                moved.post.remove(&i).unwrap_or_default(),
+            );
+            serde_json::to_writer(&mut buf, &msg)?;
+        } else if thinking.contains(&i) {
+            let mut msg: Value = serde_json::from_str(m.get())?;
+            facts.thinking_dropped += drop_thinking_blocks(&mut msg);
+            serde_json::to_writer(&mut buf, &msg)?;
+        } else {
+            buf.extend_from_slice(m.get().as_bytes());
+        }
+    }
+    buf.push(b']');
+    // Built from valid JSON pieces: no need to re-check.
+    Ok(buf)
+}
+
+/// A top-level field other than `messages`: its facts, and its new value
+/// when it changes (the billing line dropped from `system`, the model
+/// named, `max_tokens` capped).
+fn top_field(
+    k: &str,
+    v: &RawValue,
+    model: Option<&str>,
+    max_tokens_cap: Option<u64>,
+    facts: &mut Facts,
+) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+    match k {
+        "system" if v.get().contains(BILLING_PREFIX) => {
+            let sys: Value = serde_json::from_str(v.get())?;
+            let mut holder = Map::new();
+            holder.insert("system".into(), sys);
+            facts.stats.billing_dropped = drop_billing(&mut holder);
+            return raw(&holder.remove("system").unwrap_or(Value::Null)).map(Some);
+        }
+        "model" => {
+            facts.model = serde_json::from_str::<String>(v.get()).ok();
+            if let Some(m) = model
+                && facts.model.as_deref() != Some(m)
+            {
+                return raw(&m).map(Some);
+            }
+        }
+        "max_tokens" => {
+            facts.max_tokens = serde_json::from_str::<u64>(v.get()).ok();
+            if let (Some(cap), Some(m)) = (max_tokens_cap, facts.max_tokens)
+                && m > cap
+            {
+                return raw(&cap).map(Some);
+            }
+        }
+        "stream" => facts.stream = serde_json::from_str::<bool>(v.get()).unwrap_or(false),
+        "tools" => {
+            facts.tools =
+                serde_json::from_str::<Vec<serde::de::IgnoredAny>>(v.get()).map_or(0, |t| t.len());
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// The system entries folded to the top appended to the top `system`
+/// (made when there is none).
+fn add_to_top_system(
+    out_fields: &mut Vec<(String, Piece<'_>)>,
+    top_blocks: Vec<Value>,
+) -> Result<(), serde_json::Error> {
+    let existing = out_fields.iter().position(|(k, _)| k == "system");
+    let mut holder = Map::new();
+    if let Some(i) = existing {
+        holder.insert(
+            "system".into(),
+            serde_json::from_slice(out_fields[i].1.bytes())?,
+        );
+    }
+    for b in top_blocks {
+        append_to_top_system(&mut holder, b);
+    }
+    let sys = Piece::Owned(raw(&holder.remove("system").unwrap_or(Value::Null))?);
+    match existing {
+        Some(i) => out_fields[i].1 = sys,
+        None => out_fields.push(("system".into(), sys)),
+    }
+    Ok(())
+}
+
+/// The body's object from its fields, in order; where the `tools` bytes
+/// sit goes into the facts (the prefix check compares them).
+fn write_object(
+    out_fields: &[(String, Piece<'_>)],
+    size: usize,
+    facts: &mut Facts,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::with_capacity(size + 256);
     out.push(b'{');
     for (i, (k, v)) in out_fields.iter().enumerate() {
         if i > 0 {
@@ -486,7 +548,7 @@ pub fn fold_raw_with(
         }
     }
     out.push(b'}');
-    Ok((out, facts))
+    Ok(out)
 }
 
 /// One top-level value of the outgoing body.
