@@ -18,6 +18,7 @@ use std::path::Path;
 /// Each top-level module and its layer (higher uses lower).
 const LAYERS: &[(&str, u8)] = &[
     ("paths", 0),
+    ("anthropic", 0),
     ("fmt", 0),
     ("error", 0),
     ("process", 0),
