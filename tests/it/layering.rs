@@ -18,11 +18,11 @@ use std::path::Path;
 /// Each top-level module and its layer (higher uses lower).
 const LAYERS: &[(&str, u8)] = &[
     ("paths", 0),
-    ("anthropic", 0),
     ("fmt", 0),
     ("error", 0),
     ("process", 0),
     ("signals", 0),
+    ("anthropic", 0),
     ("config", 1),
     ("context", 2),
     ("probe", 3),
