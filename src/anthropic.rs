@@ -182,7 +182,8 @@ impl Reply {
             .collect()
     }
 
-    /// Does it hold a block of this type (`"tool_use"`, `"thinking"`)?
+    /// Does it hold a block of this type (`"text"`, `"thinking"`,
+    /// `"tool_use"` or `"tool_result"`; the types [`Block`] reads)?
     pub fn has(&self, typ: &str) -> bool {
         self.blocks().iter().any(|b| {
             matches!(

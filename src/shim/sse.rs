@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use memchr::memmem;
-use serde_json::Value;
-
-use serde_json::Map;
+use serde_json::{Map, Value};
 
 use super::errors;
 use super::repair::{self, Emit, LazyTools, StreamRepair};
