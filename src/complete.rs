@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::anthropic::{ErrorBody, Reply, TokenCount};
 use crate::registry::Target;
 use crate::shim::log::RequestLog;
 use crate::shim::{self, Route};
@@ -131,40 +132,82 @@ pub fn read_files(files: &[PathBuf], base: &Path) -> Result<Vec<(String, String)
     Ok(out)
 }
 
+/// A completion's `/v1/messages` body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Request {
+    pub model: String,
+    pub max_tokens: u64,
+    pub stream: bool,
+    pub messages: Vec<Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+}
+
+/// One message of a [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub role: &'static str,
+    pub content: Vec<TextBlock>,
+}
+
+/// A text block of a [`Message`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TextBlock {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl TextBlock {
+    fn new(text: String) -> Self {
+        TextBlock { kind: "text", text }
+    }
+}
+
+/// What `/v1/messages/count_tokens` is asked (`system` is `null` when
+/// there is none).
+#[derive(Debug, Serialize)]
+struct CountRequest<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    system: Option<&'a str>,
+}
+
 /// The `/v1/messages` body: each file a text block naming it, then the
 /// prompt. `max_tokens` is filled in once the prompt is counted.
-pub fn body(ask: &Ask, files: &[(String, String)], model: &str, o: &Options) -> Value {
-    let mut content: Vec<Value> = files
+pub fn body(ask: &Ask, files: &[(String, String)], model: &str, o: &Options) -> Request {
+    let mut content: Vec<TextBlock> = files
         .iter()
-        .map(|(name, text)| {
-            json!({"type": "text", "text": format!("<file path=\"{name}\">\n{text}\n</file>")})
-        })
+        .map(|(name, text)| TextBlock::new(format!("<file path=\"{name}\">\n{text}\n</file>")))
         .collect();
-    content.push(json!({"type": "text", "text": ask.prompt}));
-    let mut b = json!({
-        "model": model,
-        "max_tokens": o.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        "stream": false,
-        "messages": [{"role": "user", "content": content}],
-    });
-    if let Some(s) = ask.system.as_deref().filter(|s| !s.trim().is_empty()) {
-        b["system"] = json!(s);
+    content.push(TextBlock::new(ask.prompt.clone()));
+    Request {
+        model: model.to_string(),
+        max_tokens: o.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        stream: false,
+        messages: vec![Message {
+            role: "user",
+            content,
+        }],
+        system: ask
+            .system
+            .clone()
+            .filter(|s| !s.trim().is_empty()),
+        temperature: o.temperature,
     }
-    if let Some(t) = o.temperature {
-        b["temperature"] = json!(t);
-    }
-    b
 }
 
 /// A conservative token estimate of the body's prompt (a completion has
 /// no tools): [`shim::estimate_tokens`].
-pub fn estimate(body: &Value) -> u64 {
-    shim::estimate_tokens(body)
+pub fn estimate(body: &Request) -> u64 {
+    shim::estimate_tokens(&serde_json::to_value(body).unwrap_or_default())
 }
 
 /// The prompt's size: the server's own count where it answers
 /// (`/v1/messages/count_tokens`), else [`estimate`]. True when counted.
-pub async fn count(target: &Target, body: &Value) -> (u64, bool) {
+pub async fn count(target: &Target, body: &Request) -> (u64, bool) {
     let req = crate::probe::client::request(
         crate::probe::http_client(),
         &target.endpoint,
@@ -172,11 +215,15 @@ pub async fn count(target: &Target, body: &Value) -> (u64, bool) {
         "/v1/messages/count_tokens",
     )
     .timeout(Duration::from_secs(10))
-    .json(&json!({"model": body["model"], "messages": body["messages"], "system": body.get("system")}));
+    .json(&CountRequest {
+        model: &body.model,
+        messages: &body.messages,
+        system: body.system.as_deref(),
+    });
     if let Ok(r) = req.send().await
         && r.status().is_success()
-        && let Ok(v) = r.json::<Value>().await
-        && let Some(n) = v.get("input_tokens").and_then(Value::as_u64)
+        && let Ok(bytes) = r.bytes().await
+        && let Some(n) = TokenCount::parse(&bytes).and_then(|c| c.tokens())
     {
         return (n, true);
     }
@@ -185,7 +232,7 @@ pub async fn count(target: &Target, body: &Value) -> (u64, bool) {
 
 /// Fit `max_tokens` to the window, or say why the prompt cannot fit.
 pub fn fit(
-    body: &mut Value,
+    body: &mut Request,
     prompt_tokens: u64,
     counted: bool,
     window: Option<u64>,
@@ -203,10 +250,7 @@ pub fn fit(
             crate::fmt::thousands(w)
         )));
     }
-    let asked = body["max_tokens"].as_u64().unwrap_or(DEFAULT_MAX_TOKENS);
-    if asked > room {
-        body["max_tokens"] = json!(room);
-    }
+    body.max_tokens = body.max_tokens.min(room);
     Ok(())
 }
 
@@ -267,39 +311,30 @@ pub async fn run(
     let out = axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024)
         .await
         .map_err(|e| CompleteError::Backend(format!("the answer broke off: {e}")))?;
-    let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
     if status != 200 {
-        let msg = v
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        let msg = ErrorBody::parse(&out)
+            .message()
             .unwrap_or_else(|| crate::fmt::cut(&String::from_utf8_lossy(&out), 300));
         return Err(CompleteError::Backend(msg));
     }
-    let Some(blocks) = v.get("content").and_then(Value::as_array) else {
+    let Some(reply) = Reply::parse(&out).filter(|r| r.content.is_some()) else {
         return Err(CompleteError::Backend(not_api_json(
             &target.resolved.endpoint,
             &target.endpoint.base_url,
             &out,
         )));
     };
-    let text = blocks
-        .iter()
-        .filter(|b| b["type"] == "text")
-        .filter_map(|b| b["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("");
     let mut usage = Usage::default();
-    if let Some(u) = v.get("usage") {
-        crate::shim::sse::usage_from(u, &mut usage);
+    if let Some(u) = &reply.usage {
+        usage.update(u);
     }
     Ok(Completion {
-        text,
+        text: reply.text(),
         usage,
         ms: started.elapsed().as_millis() as u64,
-        model: v["model"].as_str().unwrap_or(served).to_string(),
+        model: reply.model.unwrap_or_else(|| served.to_string()),
         endpoint: target.resolved.endpoint.clone(),
-        stop_reason: v["stop_reason"].as_str().map(str::to_string),
+        stop_reason: reply.stop_reason,
     })
 }
 
@@ -371,23 +406,24 @@ mod tests {
             "m",
             &Options::default(),
         );
-        let c = b["messages"][0]["content"].as_array().unwrap();
+        let c = &b.messages[0].content;
         assert_eq!(c.len(), 2);
+        assert!(c[0].text.starts_with("<file path=\"src/a.rs\">"));
+        assert_eq!(c[1].text, "Write a commit message.");
+        assert_eq!(b.system.as_deref(), Some("Be brief."));
+        assert_eq!(b.max_tokens, DEFAULT_MAX_TOKENS);
+        // As sent: the same bytes the `json!` body had.
+        let v = serde_json::to_string(&b).unwrap();
         assert!(
-            c[0]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("<file path=\"src/a.rs\">")
+            v.starts_with(r#"{"model":"m","max_tokens":2048,"stream":false,"messages":[{"role":"user","content":[{"type":"text","text":"<file"#),
+            "{v}"
         );
-        assert_eq!(c[1]["text"], "Write a commit message.");
-        assert_eq!(b["system"], "Be brief.");
-        assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
-        assert!(b.get("tools").is_none());
+        assert!(v.ends_with(r#""system":"Be brief."}"#), "{v}");
     }
 
     #[test]
     fn a_prompt_that_cannot_fit_is_refused_with_both_numbers() {
-        let mut b = json!({"max_tokens": 2048});
+        let mut b = body(&Ask::default(), &[], "m", &Options::default());
         let e = fit(&mut b, 9100, false, Some(4096), "gemma3-270m").unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -396,7 +432,7 @@ mod tests {
         let e = fit(&mut b, 4090, true, Some(4096), "g").unwrap_err();
         assert!(e.to_string().starts_with("prompt is 4,090 tokens"), "{e}");
         fit(&mut b, 3000, true, Some(4096), "g").unwrap();
-        assert_eq!(b["max_tokens"], 1096, "output fitted into what is left");
+        assert_eq!(b.max_tokens, 1096, "output fitted into what is left");
         fit(&mut b, 1_000_000, true, None, "g").unwrap();
     }
 

@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::anthropic::lenient;
+
 /// `12345` as `12,345`.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
@@ -43,20 +45,39 @@ pub fn one_line(s: &str, n: usize) -> String {
     cut(&s.split_whitespace().collect::<Vec<_>>().join(" "), n)
 }
 
-/// The salient argument of a tool call, for the transcript.
+/// The input keys [`tool_arg`] looks at, read by the crate's lenient
+/// rule.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct ToolInput {
+    #[serde(deserialize_with = "lenient")]
+    command: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    pattern: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    url: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    file_path: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    notebook_path: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    path: Option<String>,
+}
+
+/// The salient argument of a tool call, for the transcript: the tool's
+/// own key, else `notebook_path`, else `path`.
 pub fn tool_arg(name: &str, input: &Value) -> String {
-    let key = match name {
-        "Bash" => "command",
-        "Glob" | "Grep" => "pattern",
-        "WebFetch" => "url",
-        _ => "file_path",
+    use serde::Deserialize;
+    let i = ToolInput::deserialize(input).unwrap_or_default();
+    let own = match name {
+        "Bash" => i.command,
+        "Glob" | "Grep" => i.pattern,
+        "WebFetch" => i.url,
+        _ => i.file_path,
     };
-    input
-        .get(key)
-        .or_else(|| input.get("notebook_path"))
-        .or_else(|| input.get("path"))
-        .and_then(Value::as_str)
-        .map(|s| one_line(s, 160))
+    own.or(i.notebook_path)
+        .or(i.path)
+        .map(|s| one_line(&s, 160))
         .unwrap_or_default()
 }
 

@@ -13,6 +13,7 @@
 //! - [`worktree`]: git worktree isolation and what a job changed.
 //! - [`api`]: the operations behind MCP tools and CLI commands.
 //! - [`shim`]: the HTTP shim between a delegate and its backend.
+//! - [`anthropic`]: what a Messages server answers, typed, and the one lenient field rule.
 //! - [`complete`]: one-shot completions (no tools, no session).
 //! - [`mcp`]: the MCP server on stdio.
 //! - [`cli`]: argument parsing and human-readable output.
@@ -45,6 +46,7 @@ macro_rules! unix_only {
 }
 
 unix_only! {
+    pub mod anthropic;
     pub mod api;
     pub mod cli;
     pub mod complete;

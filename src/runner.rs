@@ -419,12 +419,17 @@ pub struct ResultEvent {
 use crate::fmt::{one_line, tool_arg};
 
 /// Claude Code's stream-json events, as far as a job reads them. Every
-/// field is lenient: a field of another type reads as absent (as it did
-/// when these were `Value` lookups), so an odd event loses that field, not
-/// the event. Unknown event types and blocks are `Unknown`.
+/// field follows the crate's lenient rule ([`crate::anthropic::lenient`]):
+/// a field of another type reads as absent, so an odd event loses that
+/// field, not the event. A message's blocks are the Messages API's
+/// ([`crate::anthropic::Block`]). Unknown event types and blocks are
+/// `Unknown`.
 mod events {
-    use serde::{Deserialize, Deserializer, de::DeserializeOwned};
+    use serde::{Deserialize, Deserializer};
     use serde_json::Value;
+
+    use crate::anthropic::{blocks, lenient, present};
+    pub use crate::anthropic::Block;
 
     #[derive(Debug, Deserialize)]
     #[serde(tag = "type", rename_all = "snake_case")]
@@ -472,32 +477,7 @@ mod events {
     #[derive(Debug, Deserialize)]
     pub struct Message {
         #[serde(default, deserialize_with = "blocks")]
-        pub content: Vec<Block>,
-    }
-
-    #[derive(Debug, Deserialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
-    pub enum Block {
-        Text {
-            #[serde(default, deserialize_with = "lenient")]
-            text: Option<String>,
-        },
-        ToolUse {
-            #[serde(default, deserialize_with = "lenient")]
-            name: Option<String>,
-            /// A tool's input has the tool's own shape.
-            #[serde(default)]
-            input: Value,
-        },
-        ToolResult {
-            #[serde(default, deserialize_with = "lenient")]
-            is_error: Option<bool>,
-            /// A string, or a list of content blocks.
-            #[serde(default)]
-            content: Value,
-        },
-        #[serde(other)]
-        Unknown,
+        pub content: Option<Vec<Block>>,
     }
 
     /// The input keys that name the file an editing tool writes.
@@ -528,13 +508,6 @@ mod events {
         pub terminal_reason: Option<String>,
     }
 
-    /// A field of the wrong type is absent.
-    fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(
-        d: D,
-    ) -> Result<Option<T>, D::Error> {
-        Ok(serde_json::from_value(Value::deserialize(d)?).ok())
-    }
-
     /// A list's strings (other entries skipped); not a list: absent.
     fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
         Ok(match Value::deserialize(d)? {
@@ -548,22 +521,6 @@ mod events {
             ),
             _ => None,
         })
-    }
-
-    /// A list of blocks; a block that does not read is `Unknown`.
-    fn blocks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Block>, D::Error> {
-        Ok(match Value::deserialize(d)? {
-            Value::Array(a) => a
-                .into_iter()
-                .map(|b| serde_json::from_value(b).unwrap_or(Block::Unknown))
-                .collect(),
-            _ => Vec::new(),
-        })
-    }
-
-    /// Present (even `null`) is `Some`.
-    fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-        Value::deserialize(d).map(Some)
     }
 }
 
@@ -596,7 +553,7 @@ pub fn parse_event(line: &str) -> EventInfo {
             _ => {}
         },
         Event::Assistant(turn) => {
-            for b in turn.message.map(|m| m.content).unwrap_or_default() {
+            for b in turn.message.and_then(|m| m.content).unwrap_or_default() {
                 match b {
                     Block::Text { text } => {
                         let t = text.unwrap_or_default();
@@ -605,7 +562,7 @@ pub fn parse_event(line: &str) -> EventInfo {
                             info.last_activity = Some(format!("said: {}", one_line(&t, 120)));
                         }
                     }
-                    Block::ToolUse { name, input } => {
+                    Block::ToolUse { name, input, .. } => {
                         let name = name.as_deref().unwrap_or("?");
                         let arg = tool_arg(name, &input);
                         info.tool_calls += 1;
@@ -624,10 +581,11 @@ pub fn parse_event(line: &str) -> EventInfo {
             }
         }
         Event::User(turn) => {
-            for b in turn.message.map(|m| m.content).unwrap_or_default() {
+            for b in turn.message.and_then(|m| m.content).unwrap_or_default() {
                 if let Block::ToolResult {
                     is_error: Some(true),
                     content,
+                    ..
                 } = b
                 {
                     let c = match content {

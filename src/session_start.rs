@@ -180,8 +180,12 @@ fn build_ended_ok(plugin_data: &Path) -> Option<u64> {
 /// The plugin's version (`.claude-plugin/plugin.json` under its root).
 fn plugin_version(root: &Path) -> Option<String> {
     let bytes = std::fs::read(root.join(".claude-plugin/plugin.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("version")?.as_str().map(str::to_string)
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        #[serde(default, deserialize_with = "crate::anthropic::lenient")]
+        version: Option<String>,
+    }
+    serde_json::from_slice::<Manifest>(&bytes).ok()?.version
 }
 
 /// A binary that is not the plugin's version, and how to rebuild it.

@@ -12,18 +12,38 @@
 use std::fmt;
 use std::path::Path;
 
-use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-/// Token usage as the log records it.
+use crate::anthropic::lenient;
+
+/// Token usage as the log records it; each count reads on its own (a
+/// count of the wrong type reads as 0).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
 )]
+#[serde(default)]
 pub struct Usage {
+    #[serde(deserialize_with = "lenient")]
     pub input: u64,
+    #[serde(deserialize_with = "lenient")]
     pub cache_read: u64,
+    #[serde(deserialize_with = "lenient")]
     pub output: u64,
+}
+
+impl Usage {
+    /// Take the counts a Messages `usage` holds (the others stay).
+    pub fn update(&mut self, u: &crate::anthropic::Usage) {
+        if let Some(n) = u.input_tokens {
+            self.input = n;
+        }
+        if let Some(n) = u.cache_read_input_tokens {
+            self.cache_read = n;
+        }
+        if let Some(n) = u.output_tokens {
+            self.output = n;
+        }
+    }
 }
 
 /// What kind of runaway.
@@ -97,7 +117,8 @@ pub const REQUESTS: &str = "requests.jsonl";
 /// One request through the shim.
 ///
 /// Written by the shim, read back by [`read_requests`]: every field reads
-/// tolerantly (absent, `null` or of the wrong type reads as its default),
+/// by the crate's lenient rule ([`lenient`]: absent, `null` or of the
+/// wrong type reads as its default),
 /// so an older or damaged line still gives what it holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RequestRecord {
@@ -130,7 +151,7 @@ pub struct RequestRecord {
     pub stream: bool,
     #[serde(default, deserialize_with = "lenient")]
     pub folded_system: usize,
-    #[serde(default, deserialize_with = "lenient_usage")]
+    #[serde(default, deserialize_with = "lenient")]
     pub usage: Usage,
     #[serde(default, deserialize_with = "lenient")]
     pub stop_reason: Option<String>,
@@ -217,23 +238,6 @@ impl RequestRecord {
     pub fn has_note(&self, f: impl Fn(&Note) -> bool) -> bool {
         self.notes().iter().any(f)
     }
-}
-
-/// A field of the wrong type reads as its default.
-fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
-    let v = Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).unwrap_or_default())
-}
-
-/// `usage`, each count on its own (a count of the wrong type reads as 0).
-fn lenient_usage<'de, D: Deserializer<'de>>(d: D) -> Result<Usage, D::Error> {
-    let v = Value::deserialize(d)?;
-    let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    Ok(Usage {
-        input: n("input"),
-        cache_read: n("cache_read"),
-        output: n("output"),
-    })
 }
 
 /// One thing the shim rewrote or did for a request: an entry of the

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::anthropic::{ErrorBody, Reply, TokenCount};
 use crate::probe::metrics::{Counters, delta};
 use crate::registry::Target;
 use crate::shim::{self, Route};
@@ -129,29 +130,29 @@ fn rate(n: Option<f64>, s: Option<f64>) -> Option<f64> {
 }
 
 /// Send one Messages body through the shim's path; (status, body).
-async fn ask(route: &std::sync::Arc<Route>, body: &Value) -> (u16, Value) {
+async fn ask(route: &std::sync::Arc<Route>, body: &Value) -> (u16, bytes::Bytes) {
     let resp = shim::relay_messages(route.clone(), bytes::Bytes::from(body.to_string())).await;
     let status = resp.status().as_u16();
     let bytes = axum::body::to_bytes(resp.into_body(), 16 * 1024 * 1024)
         .await
         .unwrap_or_default();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, bytes)
 }
 
-fn has_block(v: &Value, typ: &str) -> bool {
-    v["content"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|b| b["type"] == typ))
+fn has_block(body: &[u8], typ: &str) -> bool {
+    Reply::parse(body).is_some_and(|r| r.has(typ))
 }
 
-fn error_text(v: &Value) -> String {
-    v.pointer("/error/message")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| v.to_string())
+/// An error answer's message, else the body as JSON (`null` when it is
+/// not JSON).
+fn error_text(body: &[u8]) -> String {
+    ErrorBody::parse(body)
+        .message()
+        .unwrap_or_else(|| {
+            serde_json::from_slice(body)
+                .unwrap_or(Value::Null)
+                .to_string()
+        })
         .chars()
         .take(300)
         .collect()
@@ -227,9 +228,9 @@ async fn measure(target: &Target, log_dir: &std::path::Path) -> Capabilities {
     .json(&json!({"model": served, "messages": [{"role": "user", "content": "Hello."}]}));
     caps.count_tokens = match req.send().await {
         Ok(r) if r.status().is_success() => r
-            .json::<Value>()
+            .bytes()
             .await
-            .is_ok_and(|v| v.get("input_tokens").is_some()),
+            .is_ok_and(|b| TokenCount::parse(&b).is_some()),
         _ => false,
     };
 

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::anthropic::lenient;
 use crate::complete::Completion;
 
 /// The system prompt of a review.
@@ -76,14 +77,30 @@ pub fn prompt(brief: Option<&str>, focus: Option<&str>, diff: &str) -> String {
     p
 }
 
+/// The asked answer: its fields read by the crate's lenient rule.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Answer {
+    #[serde(deserialize_with = "lenient")]
+    verdict: Option<String>,
+    /// Not a list: none (each finding is read on its own).
+    #[serde(deserialize_with = "lenient")]
+    findings: Option<Vec<Value>>,
+    #[serde(deserialize_with = "lenient")]
+    summary: Option<String>,
+}
+
 /// The first JSON object in `text` (models wrap it in prose or fences).
-fn json_object(text: &str) -> Option<Value> {
+fn json_object(text: &str) -> Option<Answer> {
     let start = text.find('{')?;
     let end = text.rfind('}')?;
-    (end > start)
-        .then(|| serde_json::from_str::<Value>(&text[start..=end]).ok())
-        .flatten()
-        .filter(Value::is_object)
+    if end <= start {
+        return None;
+    }
+    match serde_json::from_str::<Value>(&text[start..=end]).ok()? {
+        v @ Value::Object(_) => Answer::deserialize(&v).ok(),
+        _ => None,
+    }
 }
 
 /// Read the model's answer; anything not in the asked form is `unparsed`.
@@ -97,39 +114,31 @@ pub fn parse(c: &Completion, diff_cut_to: Option<usize>) -> Review {
         ms: c.ms,
         diff_cut_to,
     };
-    let Some(v) = json_object(&c.text) else {
-        return base(
+    let unparsed = || {
+        base(
             "unparsed",
             Vec::new(),
             crate::fmt::first_chars(c.text.trim(), 4000),
-        );
+        )
     };
-    let verdict = v["verdict"].as_str().unwrap_or_default();
-    if !matches!(verdict, "looks_right" | "problems") {
-        return base(
-            "unparsed",
-            Vec::new(),
-            crate::fmt::first_chars(c.text.trim(), 4000),
-        );
+    let Some(a) = json_object(&c.text) else {
+        return unparsed();
+    };
+    let verdict = a.verdict.unwrap_or_default();
+    if !matches!(verdict.as_str(), "looks_right" | "problems") {
+        return unparsed();
     }
-    let findings: Vec<Finding> = v["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| serde_json::from_value::<Finding>(f.clone()).ok())
-                .take(50)
-                .collect()
-        })
-        .unwrap_or_default();
+    let findings: Vec<Finding> = a
+        .findings
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(crate::anthropic::read::<Finding>)
+        .take(50)
+        .collect();
     base(
-        verdict,
+        &verdict,
         findings,
-        v["summary"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(2000)
-            .collect(),
+        crate::fmt::first_chars(&a.summary.unwrap_or_default(), 2000),
     )
 }
 

@@ -22,7 +22,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::anthropic::{Block, Usage, blocks, lenient};
 
 /// The most of one transcript that is read.
 pub const CAP: u64 = 64 << 20;
@@ -65,31 +66,35 @@ struct Line {
     message: Message,
 }
 
+/// A message: the Messages API's shape ([`crate::anthropic`]), its fields
+/// read by the crate's lenient rule.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct Message {
+    #[serde(deserialize_with = "lenient")]
     id: Option<String>,
+    #[serde(deserialize_with = "lenient")]
     model: Option<String>,
+    #[serde(deserialize_with = "lenient")]
     usage: Option<Usage>,
-    content: Content,
+    /// Blocks, or none for a plain string (the user's prompt), which has
+    /// none of ours.
+    #[serde(deserialize_with = "blocks")]
+    content: Option<Vec<Block>>,
 }
 
-/// A message's `content`: blocks, or a plain string (the user's prompt),
-/// which has none of ours.
-#[derive(Debug, Default, Deserialize)]
-#[serde(transparent)]
-struct Content(Value);
-
-impl Content {
-    fn blocks(&self) -> &[Value] {
-        self.0.as_array().map_or(&[], Vec::as_slice)
+impl Message {
+    fn blocks(&self) -> &[Block] {
+        self.content.as_deref().unwrap_or_default()
     }
 }
 
+/// The input of our tools that concern a job.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct Usage {
-    output_tokens: u64,
+struct JobInput {
+    #[serde(deserialize_with = "lenient")]
+    job_id: Option<String>,
 }
 
 /// A transcript's lines as far as the ledger needs them, parsed once.
@@ -121,34 +126,41 @@ fn parse(text: &str) -> Parsed {
             "assistant" => {
                 let Some(id) = m.id.clone() else { continue };
                 let calls = m
-                    .content
                     .blocks()
                     .iter()
-                    .filter(|b| {
-                        b["type"] == "tool_use" && is_ours(b["name"].as_str().unwrap_or_default())
-                    })
-                    .filter_map(|b| {
-                        let call = b["id"].as_str()?.to_string();
-                        Some((call, b["input"]["job_id"].as_str().map(str::to_string)))
+                    .filter_map(|b| match b {
+                        Block::ToolUse {
+                            id: Some(call),
+                            name: Some(name),
+                            input,
+                        } if is_ours(name) => {
+                            let job = JobInput::deserialize(input).unwrap_or_default().job_id;
+                            Some((call.clone(), job))
+                        }
+                        _ => None,
                     })
                     .collect();
                 lines.push(Entry::Assistant {
                     id,
                     model: m.model.clone(),
-                    output: m.usage.as_ref().map_or(0, |u| u.output_tokens),
+                    output: m.usage.and_then(|u| u.output_tokens).unwrap_or(0),
                     calls,
                 });
             }
             "user" => {
                 let results: Vec<(String, u64)> = m
-                    .content
                     .blocks()
                     .iter()
-                    .filter(|b| b["type"] == "tool_result")
-                    .filter_map(|b| {
-                        let call = b["tool_use_id"].as_str()?.to_string();
-                        let bytes = serde_json::to_vec(&b["content"]).map_or(0, |v| v.len());
-                        Some((call, crate::shim::tokens_of_bytes(bytes as u64)))
+                    .filter_map(|b| match b {
+                        Block::ToolResult {
+                            tool_use_id: Some(call),
+                            content,
+                            ..
+                        } => {
+                            let bytes = serde_json::to_vec(content).map_or(0, |v| v.len());
+                            Some((call.clone(), crate::shim::tokens_of_bytes(bytes as u64)))
+                        }
+                        _ => None,
                     })
                     .collect();
                 if !results.is_empty() {
@@ -367,6 +379,7 @@ pub fn projects_dir(home: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     const REAL: &str = include_str!("transcript-2.1.328.jsonl");
     const JOB: &str = "20261202-064511-850ad26e";

@@ -16,7 +16,10 @@ use std::io::{self, BufRead, Write};
 use rmcp::RoleServer;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::anthropic::present;
 
 /// The longest line read; the rest of a longer one is discarded (rmcp's
 /// own limit, `DEFAULT_MAX_LINE_LENGTH`).
@@ -198,6 +201,21 @@ fn error_reply(code: i64, message: &str, id: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
+/// The JSON-RPC keys of a line rmcp could not read: each one there
+/// (`null` too) is `Some`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Envelope {
+    #[serde(deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(deserialize_with = "present")]
+    error: Option<Value>,
+}
+
 /// Parse one line as rmcp would, and answer what rmcp would not.
 fn judge(line: &[u8]) -> Verdict {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -228,15 +246,16 @@ fn judge(line: &[u8]) -> Verdict {
             ));
         }
     };
-    let id = value.get("id").cloned();
-    match id {
+    let env = match &value {
+        Value::Object(_) => Envelope::deserialize(&value).unwrap_or_default(),
+        _ => Envelope::default(),
+    };
+    match env.id {
         // A notification (no id) gets no reply, by JSON-RPC's rule; rmcp
         // ignores the ones it does not know.
-        None if value.get("method").is_some() => Verdict::Skip,
+        None if env.method.is_some() => Verdict::Skip,
         // A reply of the client's that we cannot read: nothing to answer.
-        None | Some(Value::Null)
-            if value.get("result").is_some() || value.get("error").is_some() =>
-        {
+        None | Some(Value::Null) if env.result.is_some() || env.error.is_some() => {
             Verdict::Skip
         }
         Some(id @ (Value::String(_) | Value::Number(_))) => Verdict::Reply(error_reply(

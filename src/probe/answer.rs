@@ -45,9 +45,9 @@ impl<T: DeserializeOwned, const O: bool> Field<T, O> {
         if O && !v.is_object() {
             return Field::Wrong;
         }
-        match T::deserialize(v) {
-            Ok(t) => Field::Is(t),
-            Err(_) => Field::Wrong,
+        match crate::anthropic::read(v) {
+            Some(t) => Field::Is(t),
+            None => Field::Wrong,
         }
     }
 }
@@ -305,45 +305,7 @@ pub fn slots(body: &[u8]) -> Option<Vec<Object<Slot>>> {
     Field::<Vec<Object<Slot>>>::from_value(v).into_value()
 }
 
-/// An error body: llama.cpp's and OpenAI's `{"error": {"message"}}`,
-/// Anthropic's, FastAPI's `{"detail"}`, or `{"error": "text"}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ErrorBody {
-    /// An object with a `message` on some servers, a string on others:
-    /// its shape varies, so it stays a `Value`.
-    pub error: Field<Value>,
-    pub message: Field<String>,
-    pub detail: Field<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ErrorObject {
-    message: Field<String>,
-}
-
-impl ErrorBody {
-    /// The first present of `error.message`, `message`, `detail`, `error`,
-    /// when it is a string.
-    pub fn text(&self) -> Option<String> {
-        let nested: Field<String> = match self.error.value() {
-            Some(v) => Object::<ErrorObject>::from_value(v.clone())
-                .value()
-                .map_or(Field::Absent, |o| o.message.clone()),
-            None => Field::Absent,
-        };
-        for f in [&nested, &self.message, &self.detail] {
-            if f.present() {
-                return f.value().cloned();
-            }
-        }
-        self.error
-            .value()
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    }
-}
+pub use crate::anthropic::ErrorBody;
 
 #[cfg(test)]
 mod tests {
@@ -400,25 +362,5 @@ mod tests {
             r#""unloaded""#
         );
         assert_eq!(state(json!(3)), None);
-    }
-
-    #[test]
-    fn an_error_body_says_its_message() {
-        let text = |b: &str| parse::<ErrorBody>(b.as_bytes()).and_then(|b| b.text());
-        assert_eq!(
-            text(r#"{"error": {"message": "m"}, "message": "x"}"#).as_deref(),
-            Some("m")
-        );
-        assert_eq!(
-            text(r#"{"error": {"code": 1}, "message": "x"}"#).as_deref(),
-            Some("x")
-        );
-        assert_eq!(text(r#"{"error": {"message": 5}, "message": "x"}"#), None);
-        assert_eq!(
-            text(r#"{"detail": "d", "error": "e"}"#).as_deref(),
-            Some("d")
-        );
-        assert_eq!(text(r#"{"error": "e"}"#).as_deref(), Some("e"));
-        assert_eq!(text(r#"{"error": ["e"]}"#), None);
     }
 }

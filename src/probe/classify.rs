@@ -156,7 +156,7 @@ fn short(s: &str) -> String {
 /// The `message` of a JSON error body, in either llama.cpp's or Anthropic's
 /// or OpenAI's shape, else the start of the raw text.
 pub fn error_message(body: &[u8]) -> String {
-    if let Some(s) = answer::parse::<answer::ErrorBody>(body).and_then(|b| b.text()) {
+    if let Some(s) = answer::parse::<answer::ErrorBody>(body).and_then(|b| b.message()) {
         return short(&s);
     }
     short(&String::from_utf8_lossy(body))

@@ -10,6 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::anthropic::TokenCount;
 use crate::shim::log::{self, RequestRecord};
 use crate::shim::pipeline::*;
 use crate::shim::route::*;
@@ -63,10 +64,11 @@ pub(crate) async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
     }
     rec.stream = false;
     let estimate = |mut rec: RequestRecord, notes: Vec<String>| {
-        let out = json!({"input_tokens": estimate_tokens(&v)});
+        let n = estimate_tokens(&v);
+        let out = json!({ "input_tokens": n });
         rec.status = 200;
         rec.estimated = true;
-        rec.usage.input = out["input_tokens"].as_u64().unwrap_or(0);
+        rec.usage.input = n;
         rec.bytes_out = out.to_string().len();
         finish_record(&route, rec, started, &notes);
         json_response(200, &out)
@@ -84,10 +86,13 @@ pub(crate) async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         Ok(resp) => {
             rec.upstream_status = Some(resp.status().as_u16());
             let bytes = resp.bytes().await.unwrap_or_default();
-            match serde_json::from_slice::<Value>(&bytes) {
-                Ok(out) if out.get("input_tokens").is_some() => {
+            match (
+                TokenCount::parse(&bytes),
+                serde_json::from_slice::<Value>(&bytes),
+            ) {
+                (Some(c), Ok(out)) => {
                     rec.status = 200;
-                    rec.usage.input = out["input_tokens"].as_u64().unwrap_or(0);
+                    rec.usage.input = c.tokens().unwrap_or(0);
                     rec.bytes_out = bytes.len();
                     finish_record(&route, rec, started, &notes);
                     json_response(200, &out)

@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Value, json};
 
+use crate::anthropic::ErrorBody;
 use crate::config::Backend;
 use crate::wire::Note;
 
@@ -22,6 +23,13 @@ pub struct Translated {
     pub body: Value,
     /// E.g. `context_overflow 40123>32768`, `template_error`.
     pub note: Option<String>,
+}
+
+impl Translated {
+    /// The message of its body.
+    pub fn message(&self) -> Option<String> {
+        ErrorBody::of(&self.body).message()
+    }
 }
 
 /// What an overflow message told us.
@@ -77,21 +85,6 @@ pub fn anthropic_error(typ: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": typ, "message": message}})
 }
 
-/// The message and type of an error body in llama.cpp's
-/// (`{"error":{code,message,type}}`), mid-stream llama.cpp's
-/// (`{code,message,type}`), Anthropic's or OpenAI's shape.
-pub fn message_of(body: &Value) -> (Option<String>, Option<String>) {
-    let err = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
-    let msg = err
-        .get("message")
-        .and_then(Value::as_str)
-        .or_else(|| body.get("detail").and_then(Value::as_str))
-        .or_else(|| body.get("error").and_then(Value::as_str))
-        .map(str::to_string);
-    let typ = err.get("type").and_then(Value::as_str).map(str::to_string);
-    (msg, typ)
-}
-
 static LLAMA_OVERFLOW: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
         .expect("regex")
@@ -127,14 +120,10 @@ fn n(c: &regex::Captures, i: usize) -> Option<u64> {
 
 /// Recognise a context overflow in any backend's words.
 pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
-    let (msg, typ) = message_of(body);
-    let msg = msg.unwrap_or_default();
-    let err = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
-    if typ.as_deref() == Some("exceed_context_size_error") {
-        let from_fields = (
-            err.get("n_prompt_tokens").and_then(Value::as_u64),
-            err.get("n_ctx").and_then(Value::as_u64),
-        );
+    let e = ErrorBody::of(body);
+    let msg = e.message().unwrap_or_default();
+    if e.kind() == Some("exceed_context_size_error") {
+        let from_fields = e.counts();
         let from_text = LLAMA_OVERFLOW.captures(&msg).map(|c| (n(&c, 1), n(&c, 2)));
         let (prompt, max) = match (from_fields, from_text) {
             ((Some(p), Some(m)), _) => (Some(p), Some(m)),
@@ -255,8 +244,9 @@ pub fn refuses_thinking(status: u16, body: &Value) -> bool {
     if status != 400 && status != 422 {
         return false;
     }
-    let (msg, _) = message_of(body);
-    let m = msg.unwrap_or_else(|| body.to_string());
+    let m = ErrorBody::of(body)
+        .message()
+        .unwrap_or_else(|| body.to_string());
     m.contains("'thinking'") || m.contains("redacted_thinking") || m.contains("\"thinking\"")
 }
 
@@ -309,8 +299,8 @@ pub fn translate(
     if let Some(o) = overflow(body, window) {
         return overflow_answer(&o);
     }
-    let (msg, _typ) = message_of(body);
-    let msg = msg.unwrap_or_else(|| {
+    let e = ErrorBody::of(body);
+    let msg = e.message().unwrap_or_else(|| {
         crate::fmt::cut(&body.to_string(), 300)
     });
     if is_grammar_error(&msg) {
@@ -341,12 +331,7 @@ pub fn translate(
         };
     }
     // Already Anthropic-shaped (vLLM's /v1/messages): keep it.
-    if body.get("type").and_then(Value::as_str) == Some("error")
-        && body
-            .pointer("/error/type")
-            .and_then(Value::as_str)
-            .is_some()
-    {
+    if e.is_anthropic() {
         return Translated {
             status,
             body: body.clone(),
@@ -385,11 +370,9 @@ pub fn loading(status: u16, body: &Value) -> bool {
     if status != 503 {
         return false;
     }
-    let msg = body
-        .pointer("/error/message")
-        .or_else(|| body.get("error"))
-        .and_then(Value::as_str)
-        .or_else(|| body.as_str())
+    let msg = ErrorBody::of(body)
+        .message()
+        .or_else(|| body.as_str().map(str::to_string))
         .unwrap_or_default();
     msg.contains("Loading model") || msg.contains("process is not ready")
 }

@@ -154,16 +154,16 @@ pub(crate) fn reply_error(
     if rec.path == "/v1/messages"
         && tr.status >= 500
         && rec.runaway.is_none()
-        && let Some(m) = tr.body.pointer("/error/message").and_then(Value::as_str)
+        && let Some(m) = tr.message()
     {
-        route.guard.backend_failed(m);
+        route.guard.backend_failed(&m);
     }
     let mut fatal = false;
     if let Some(n) = tr.note.clone() {
         if errors::is_fatal_note(&n) {
             fatal = true;
-            if let Some(m) = tr.body.pointer("/error/message").and_then(Value::as_str) {
-                route.guard.set_fatal(m);
+            if let Some(m) = tr.message() {
+                route.guard.set_fatal(&m);
             }
         }
         notes.push(n);

@@ -10,8 +10,10 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 
+use crate::anthropic::{Block, Reply};
 use crate::config::{Backend, Thinking};
 use crate::shim::errors::{self, Translated};
 use crate::shim::fold;
@@ -29,75 +31,135 @@ pub async fn relay_messages(route: Arc<Route>, body: Bytes) -> Response {
     messages(route, body).await
 }
 
-/// `POST /v1/messages`.
+/// One `/v1/messages` request on its way: its route, record and notes,
+/// and when it came.
+struct Turn {
+    route: Arc<Route>,
+    rec: RequestRecord,
+    notes: Vec<String>,
+    started: Instant,
+}
+
+/// Why a request ends without the backend's answer.
+enum Failure {
+    /// The answer to send instead.
+    Answer(Translated),
+    /// The backend could not be reached or sent no headers.
+    Unsent(SendError),
+}
+
+impl Turn {
+    /// Answer with `f`, and log it.
+    fn fail(self, f: Failure) -> Response {
+        match f {
+            Failure::Answer(tr) => reply_error(&self.route, tr, self.rec, self.started, self.notes),
+            Failure::Unsent(e) => send_failed(&self.route, e, self.rec, self.started, self.notes),
+        }
+    }
+}
+
+/// `POST /v1/messages`: prepared, sent (and sent again where a retry can
+/// mend the answer), then relayed as a stream or answered whole.
 pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
     let started = Instant::now();
     let ts = log::now_ts();
-    let mut rec = RequestRecord {
+    let rec = RequestRecord {
         ts: ts.clone(),
         path: "/v1/messages".into(),
         bytes_in: body.len(),
         ..Default::default()
     };
-    let mut notes = Vec::new();
-    // A job whose backend failed for good (or whose model is stuck) gets
-    // the same answer again from the shim: Claude Code sends a refused
-    // request twice more, and the backend must not see it.
-    if route.guard.policy.stop_on_fatal
-        && let Some(why) = route.guard.fatal()
-    {
-        return reply_error(&route, errors::fatal_again(&why), rec, started, notes);
-    }
-    let parsed = prepare(&route, &body, &mut rec, &mut notes, true);
-    // Memory: the incoming body is not needed once the outgoing one exists.
-    drop(body);
-    let (mut out, tools_range) = match parsed {
-        Ok(Prepared {
-            stuck: Some(why), ..
-        }) => {
-            // Twice the loop limit: the model will not get out by itself.
-            return reply_error(&route, errors::stuck(&why), rec, started, notes);
-        }
-        Ok(p) => (Bytes::from(p.body), p.tools_range),
-        Err(tr) => return reply_error(&route, tr, rec, started, notes),
+    let mut t = Turn {
+        route,
+        rec,
+        notes: Vec::new(),
+        started,
     };
-    let tools = tools_range.map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
-    route.log.dump_body(&ts, "/v1/messages", &out);
-    let stream = rec.stream;
+    let (mut out, tools) = match outgoing(&mut t, body) {
+        Ok(o) => o,
+        Err(tr) => return t.fail(Failure::Answer(tr)),
+    };
+    t.route.log.dump_body(&ts, "/v1/messages", &out);
+    let stream = t.rec.stream;
     // After a runaway, Claude Code asks the same thing again without
     // streaming: that answer is streamed from the backend all the same,
     // so the guard can stop it early, and put together here.
     let collect = !stream
-        && route.guard.policy.runaway_limit > 0
-        && route.guard.runaways.load(Ordering::Relaxed) > 0;
-    if collect
-        && let Ok(mut v) = serde_json::from_slice::<Value>(&out)
-        && let Some(o) = v.as_object_mut()
-    {
-        o.insert("stream".into(), Value::Bool(true));
-        out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-        notes.push(Note::StreamedUpstream.into());
+        && t.route.guard.policy.runaway_limit > 0
+        && t.route.guard.runaways.load(Ordering::Relaxed) > 0;
+    if collect && let Some(streamed) = with_field(&out, "stream", Value::Bool(true)) {
+        out = Bytes::from(streamed);
+        t.notes.push(Note::StreamedUpstream.into());
     }
+    let resp = match upstream(&mut t, out, stream || collect).await {
+        Ok(r) => r,
+        Err(f) => return t.fail(f),
+    };
+    t.rec.upstream_status = Some(resp.status().as_u16());
+    t.rec.status = resp.status().as_u16();
+    if stream {
+        return relayed(t, resp, tools);
+    }
+    let bytes = if collect {
+        collect_stream(&t.route, resp, t.started, &mut t.rec)
+            .await
+            .map_err(Failure::Answer)
+    } else {
+        resp.bytes().await.map_err(|e| {
+            Failure::Answer(errors::unreachable(
+                &t.route.endpoint.base_url,
+                &format!("the answer broke off: {e}"),
+            ))
+        })
+    };
+    match bytes {
+        Ok(b) => whole(t, b, tools.as_ref()),
+        Err(f) => t.fail(f),
+    }
+}
+
+/// The body to send: the request prepared (folded, its model set), and
+/// the tools it offers for the repair; or the answer that stops it first.
+fn outgoing(t: &mut Turn, body: Bytes) -> Result<(Bytes, Option<repair::LazyTools>), Translated> {
+    // A job whose backend failed for good (or whose model is stuck) gets
+    // the same answer again from the shim: Claude Code sends a refused
+    // request twice more, and the backend must not see it.
+    if t.route.guard.policy.stop_on_fatal
+        && let Some(why) = t.route.guard.fatal()
+    {
+        return Err(errors::fatal_again(&why));
+    }
+    let p = prepare(&t.route, &body, &mut t.rec, &mut t.notes, true)?;
+    // Memory: the incoming body is not needed once the outgoing one exists.
+    drop(body);
+    if let Some(why) = p.stuck {
+        // Twice the loop limit: the model will not get out by itself.
+        return Err(errors::stuck(&why));
+    }
+    let out = Bytes::from(p.body);
+    let tools = p
+        .tools_range
+        .map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
+    Ok((out, tools))
+}
+
+/// Send `out` until the backend answers with success: a loading model is
+/// waited for, and a refusal a retry can mend ([`mended`]) is sent again
+/// mended. Any other error is the answer.
+async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest::Response, Failure> {
+    let route = t.route.clone();
     let mut retried = false;
     let mut loading_since: Option<Instant> = None;
-    let resp = loop {
-        let resp = match send(
-            &route,
-            "/v1/messages",
-            out.clone(),
-            stream || collect,
-            &mut notes,
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(e) => return send_failed(&route, e, rec, started, notes),
-        };
+    loop {
+        let resp = send(&route, "/v1/messages", out.clone(), stream, &mut t.notes)
+            .await
+            .map_err(Failure::Unsent)?;
         if resp.status().is_success() {
             if let Some(since) = loading_since.take() {
-                notes.push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
+                t.notes
+                    .push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
             }
-            break resp;
+            return Ok(resp);
         }
         let (status, err_body, text) = read_error(resp).await;
         // A model being loaded: wait and ask again, within the first-byte
@@ -110,175 +172,191 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
             }
         }
         if let Some(since) = loading_since.take() {
-            notes.push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
+            t.notes
+                .push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
         }
-        rec.upstream_status = Some(status);
-        rec.error = Some(text);
-        // A server that refuses thinking blocks in the history (vLLM before
-        // 0.17): drop them, from now on, and send the request again.
-        if route.guard.policy.thinking == Thinking::Auto
-            && !route.guard.drops_thinking()
-            && errors::refuses_thinking(status, &err_body)
-            && let Ok((again, f)) = fold::fold_raw_with(
-                &out,
-                None,
-                None,
-                fold::Extras {
-                    loops: None,
-                    drop_thinking: true,
-                },
-            )
-            && f.thinking_dropped > 0
-        {
-            route.guard.thinking_refused.store(true, Ordering::Relaxed);
-            notes.push(Note::ThinkingRefused(f.thinking_dropped as u64).into());
-            out = Bytes::from(again);
+        t.rec.upstream_status = Some(status);
+        t.rec.error = Some(text);
+        if let Some(again) = mended(&route, &out, status, &err_body, &mut retried, &mut t.notes) {
+            out = again;
             continue;
         }
-        // vLLM counts prompt + max_tokens: lower max_tokens once if it fits.
-        if !retried
-            && let Some(o) = errors::overflow(&err_body, route.window)
-            && o.only_max_tokens()
-            && let (Some(p), Some(m)) = (o.prompt, o.max)
-            && m - p >= 1024
-            && let Ok(mut again) = serde_json::from_slice::<Value>(&out)
-            && let Some(obj) = again.as_object_mut()
-        {
-            let lowered = m - p;
-            notes.push(
-                Note::MaxTokensRetry {
-                    asked: o.requested_output.unwrap_or(0),
-                    lowered,
-                }
-                .into(),
-            );
-            obj.insert("max_tokens".into(), json!(lowered));
-            out = Bytes::from(serde_json::to_vec(&again).unwrap_or_default());
-            retried = true;
-            continue;
-        }
-        let tr = errors::translate(
+        return Err(Failure::Answer(errors::translate(
             route.backend,
             &route.endpoint.base_url,
             status,
             &err_body,
             route.window,
-        );
-        return reply_error(&route, tr, rec, started, notes);
-    };
-    rec.upstream_status = Some(resp.status().as_u16());
-    rec.status = resp.status().as_u16();
-    if stream {
-        // llama-server sends its headers when the slot starts and nothing
-        // but `:` comments (every 30 s, or none) until the first token: the
-        // prefill's wait is the first-byte budget, not the idle timeout.
-        let mut relay = sse::Relay::new(started, route.backend, route.window)
-            .with_first_wait(route.first_byte_timeout);
-        if let Some(t) = tools {
-            relay = relay.with_repair(t);
-        }
-        if route.guard.policy.runaway_limit > 0 {
-            let r = route.clone();
-            relay = relay.with_runaway(Box::new(move |f: &mut runaway::Found| {
-                r.guard.runaway(f, r.backend == Backend::LlamaCpp)
-            }));
-        }
-        let route2 = route.clone();
-        let on_done: sse::OnDone = Box::new(move |tap: &sse::Tap, report: &repair::Report| {
-            let mut rec = rec;
-            let mut notes = notes;
-            rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
-            rec.usage = tap.usage;
-            rec.stop_reason = tap.stop_reason.clone();
-            if report.calls() > 0 {
-                rec.stop_reason = Some("tool_use".into());
-            }
-            rec.bytes_out = tap.bytes_out;
-            rec.empty = tap.empty();
-            log::note_repair(&mut rec, report);
-            if rec.error.is_none() {
-                rec.error = tap.error.as_deref().map(|e| crate::fmt::cut(e, 500));
-            }
-            notes.extend(tap.translated.iter().cloned());
-            rec.runaway = tap.runaway.clone();
-            if tap.runaway.is_some() {
-                // The model's fault, not the backend's: it answered.
-                route2.guard.backend_answered();
-            } else if tap
-                .translated
-                .iter()
-                .any(|t| Note::parse(t) == Note::StreamCut)
-                && let Some(e) = &tap.error
-            {
-                route2.guard.backend_failed(e);
-            } else if tap.saw_stop {
-                route2.guard.backend_answered();
-            }
-            finish_record(&route2, rec, started, &notes);
-        });
-        let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
-        let mut out = Response::new(Body::from_stream(body));
-        let h = out.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        return out;
+        )));
     }
-    let bytes = if collect {
-        match collect_stream(&route, resp, started, &mut rec).await {
-            Ok(b) => b,
-            Err(tr) => return reply_error(&route, tr, rec, started, notes),
-        }
-    } else {
-        match resp.bytes().await {
-            Ok(b) => b,
-            Err(e) => {
-                let tr = errors::unreachable(
-                    &route.endpoint.base_url,
-                    &format!("the answer broke off: {e}"),
-                );
-                return reply_error(&route, tr, rec, started, notes);
+}
+
+/// The request mended for a refusal that a retry can get past, if this
+/// is one: thinking blocks a server refuses are dropped (from now on),
+/// and `max_tokens` is lowered once when only it pushed the request past
+/// the window.
+fn mended(
+    route: &Route,
+    out: &Bytes,
+    status: u16,
+    err_body: &Value,
+    retried: &mut bool,
+    notes: &mut Vec<String>,
+) -> Option<Bytes> {
+    // A server that refuses thinking blocks in the history (vLLM before
+    // 0.17): drop them, from now on, and send the request again.
+    if route.guard.policy.thinking == Thinking::Auto
+        && !route.guard.drops_thinking()
+        && errors::refuses_thinking(status, err_body)
+        && let Ok((again, f)) = fold::fold_raw_with(
+            out,
+            None,
+            None,
+            fold::Extras {
+                loops: None,
+                drop_thinking: true,
+            },
+        )
+        && f.thinking_dropped > 0
+    {
+        route.guard.thinking_refused.store(true, Ordering::Relaxed);
+        notes.push(Note::ThinkingRefused(f.thinking_dropped as u64).into());
+        return Some(Bytes::from(again));
+    }
+    // vLLM counts prompt + max_tokens: lower max_tokens once if it fits.
+    if !*retried
+        && let Some(o) = errors::overflow(err_body, route.window)
+        && o.only_max_tokens()
+        && let (Some(p), Some(m)) = (o.prompt, o.max)
+        && m - p >= 1024
+        && let Some(again) = with_field(out, "max_tokens", (m - p).into())
+    {
+        notes.push(
+            Note::MaxTokensRetry {
+                asked: o.requested_output.unwrap_or(0),
+                lowered: m - p,
             }
-        }
-    };
-    let mut bytes = bytes;
+            .into(),
+        );
+        *retried = true;
+        return Some(Bytes::from(again));
+    }
+    None
+}
+
+/// `body` (a JSON object) with `key` set to `value`; none when it is not
+/// an object.
+fn with_field(body: &[u8], key: &str, value: Value) -> Option<Vec<u8>> {
+    let mut v = serde_json::from_slice::<Value>(body).ok()?;
+    v.as_object_mut()?.insert(key.into(), value);
+    Some(serde_json::to_vec(&v).unwrap_or_default())
+}
+
+/// A streamed answer, through the relay: the tap fills the record when
+/// the stream ends.
+fn relayed(t: Turn, resp: reqwest::Response, tools: Option<repair::LazyTools>) -> Response {
+    let route = t.route.clone();
+    // llama-server sends its headers when the slot starts and nothing
+    // but `:` comments (every 30 s, or none) until the first token: the
+    // prefill's wait is the first-byte budget, not the idle timeout.
+    let mut relay = sse::Relay::new(t.started, route.backend, route.window)
+        .with_first_wait(route.first_byte_timeout);
+    if let Some(tools) = tools {
+        relay = relay.with_repair(tools);
+    }
+    if route.guard.policy.runaway_limit > 0 {
+        let r = route.clone();
+        relay = relay.with_runaway(Box::new(move |f: &mut runaway::Found| {
+            r.guard.runaway(f, r.backend == Backend::LlamaCpp)
+        }));
+    }
+    let on_done: sse::OnDone =
+        Box::new(move |tap: &sse::Tap, report: &repair::Report| streamed(t, tap, report));
+    let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
+    let mut out = Response::new(Body::from_stream(body));
+    let h = out.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out
+}
+
+/// A relayed stream has ended: its record, from what the tap saw and
+/// the repair did, and the backend's health.
+fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
+    let Turn {
+        route,
+        mut rec,
+        mut notes,
+        started,
+    } = t;
+    rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
+    rec.usage = tap.usage;
+    rec.stop_reason = tap.stop_reason.clone();
+    if report.calls() > 0 {
+        rec.stop_reason = Some("tool_use".into());
+    }
+    rec.bytes_out = tap.bytes_out;
+    rec.empty = tap.empty();
+    log::note_repair(&mut rec, report);
+    if rec.error.is_none() {
+        rec.error = tap.error.as_deref().map(|e| crate::fmt::cut(e, 500));
+    }
+    notes.extend(tap.translated.iter().cloned());
+    rec.runaway = tap.runaway.clone();
+    if tap.runaway.is_some() {
+        // The model's fault, not the backend's: it answered.
+        route.guard.backend_answered();
+    } else if tap
+        .translated
+        .iter()
+        .any(|t| Note::parse(t) == Note::StreamCut)
+        && let Some(e) = &tap.error
+    {
+        route.guard.backend_failed(e);
+    } else if tap.saw_stop {
+        route.guard.backend_answered();
+    }
+    finish_record(&route, rec, started, &notes);
+}
+
+/// A whole answer: its text-form calls repaired, its runaway stopped,
+/// its usage and stop reason logged.
+fn whole(mut t: Turn, mut bytes: Bytes, tools: Option<&repair::LazyTools>) -> Response {
+    let route = t.route.clone();
     if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
-        if let Some(u) = v.get("usage") {
-            sse::usage_from(u, &mut rec.usage);
-        }
-        if let Some(t) = &tools {
-            let report = repair::repair_message(&mut v, t.get());
+        if let Some(tools) = tools {
+            let report = repair::repair_message(&mut v, tools.get());
             if report.calls() > 0 {
                 bytes = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
             }
-            log::note_repair(&mut rec, &report);
+            log::note_repair(&mut t.rec, &report);
         }
-        rec.empty = v
-            .get("content")
-            .and_then(Value::as_array)
-            .is_some_and(|c| c.is_empty());
+        // Read after the repair: it may have turned text into calls.
+        let reply = Reply::deserialize(&v).unwrap_or_default();
+        if let Some(u) = &reply.usage {
+            t.rec.usage.update(u);
+        }
+        t.rec.empty = reply.content.as_ref().is_some_and(Vec::is_empty);
         if route.guard.policy.runaway_limit > 0
-            && let Some(mut found) = runaway_in(&v)
+            && let Some(mut found) = runaway_in(&reply)
         {
             let (typ, message) = route
                 .guard
                 .runaway(&mut found, route.backend == Backend::LlamaCpp);
-            rec.runaway = Some(found);
-            rec.upstream_status = Some(200);
+            t.rec.runaway = Some(found);
+            t.rec.upstream_status = Some(200);
             route.guard.backend_answered();
-            return reply_error(&route, errors::runaway(typ, &message), rec, started, notes);
+            return t.fail(Failure::Answer(errors::runaway(typ, &message)));
         }
-        rec.stop_reason = v
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        t.rec.stop_reason = reply.stop_reason;
     }
-    rec.ttft_ms = Some(started.elapsed().as_millis() as u64);
-    rec.bytes_out = bytes.len();
+    t.rec.ttft_ms = Some(t.started.elapsed().as_millis() as u64);
+    t.rec.bytes_out = bytes.len();
     route.guard.backend_answered();
-    finish_record(&route, rec, started, &notes);
+    finish_record(&route, t.rec, t.started, &t.notes);
     let mut out = Response::new(Body::from(bytes));
     out.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -353,11 +431,10 @@ pub(crate) async fn collect_stream(
 }
 
 /// The runaway in a whole (non-streamed) answer's text and thinking.
-pub(crate) fn runaway_in(v: &Value) -> Option<runaway::Found> {
-    let blocks = v.get("content")?.as_array()?;
-    runaway::scan_blocks(blocks.iter().filter_map(|b| {
-        b.get("text")
-            .or_else(|| b.get("thinking"))
-            .and_then(Value::as_str)
+pub(crate) fn runaway_in(reply: &Reply) -> Option<runaway::Found> {
+    runaway::scan_blocks(reply.blocks().iter().filter_map(|b| match b {
+        Block::Text { text } => text.as_deref(),
+        Block::Thinking { thinking } => thinking.as_deref(),
+        _ => None,
     }))
 }

@@ -26,28 +26,16 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use memchr::memmem;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::errors;
 use super::repair::{self, Emit, LazyTools, StreamRepair};
 use super::runaway;
+use crate::anthropic::{ErrorBody, StreamEvent};
 use crate::config::Backend;
 use crate::wire::Note;
 
 use crate::wire::Usage;
-
-/// Usage from an Anthropic `usage` object.
-pub fn usage_from(u: &Value, into: &mut Usage) {
-    if let Some(v) = u.get("input_tokens").and_then(Value::as_u64) {
-        into.input = v;
-    }
-    if let Some(v) = u.get("cache_read_input_tokens").and_then(Value::as_u64) {
-        into.cache_read = v;
-    }
-    if let Some(v) = u.get("output_tokens").and_then(Value::as_u64) {
-        into.output = v;
-    }
-}
 
 /// What the tap saw.
 #[derive(Debug, Clone, Default)]
@@ -109,88 +97,106 @@ pub fn parse_event(raw: &[u8]) -> (Option<&str>, String) {
 
 /// A Messages response put together from its stream (what the relay
 /// forwarded), or the `(type, message)` of the error event it ended with.
+/// The message's fields, its blocks and its usage are the events' own,
+/// in the order they came.
 pub fn assemble(bytes: &[u8]) -> Result<Value, (String, String)> {
-    let mut msg = serde_json::json!({"type": "message", "role": "assistant", "content": []});
+    let mut msg = Map::new();
+    msg.insert("type".into(), "message".into());
+    msg.insert("role".into(), "assistant".into());
+    msg.insert("content".into(), Value::Array(Vec::new()));
+    let mut content: Vec<Value> = Vec::new();
     let mut json_parts: Vec<String> = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
         let len = boundary(rest).unwrap_or(rest.len());
         let (name, data) = parse_event(&rest[..len]);
         rest = &rest[len..];
-        let Ok(v) = serde_json::from_str::<Value>(&data) else {
+        if serde_json::from_str::<serde::de::IgnoredAny>(&data).is_err() {
             continue;
-        };
-        let name = name
-            .map(str::to_string)
-            .or_else(|| v["type"].as_str().map(str::to_string))
-            .unwrap_or_default();
-        match name.as_str() {
-            "message_start" => {
-                if let Some(m) = v.get("message").and_then(Value::as_object) {
-                    for (k, x) in m {
-                        if k != "content" {
-                            msg[k] = x.clone();
-                        }
+        }
+        match StreamEvent::read(name, &data) {
+            StreamEvent::MessageStart(s) => {
+                for (k, x) in s.message.map(|m| m.raw).unwrap_or_default() {
+                    if k != "content" {
+                        msg.insert(k, x);
                     }
                 }
             }
-            "content_block_start" => {
-                if let Some(content) = msg["content"].as_array_mut() {
-                    content.push(v["content_block"].clone());
-                    json_parts.push(String::new());
-                }
+            StreamEvent::ContentBlockStart(b) => {
+                content.push(b.content_block);
+                json_parts.push(String::new());
             }
-            "content_block_delta" => {
-                let i = v["index"].as_u64().unwrap_or(0) as usize;
-                let d = &v["delta"];
-                if let Some(p) = d["partial_json"].as_str()
+            StreamEvent::ContentBlockDelta(d) => {
+                let i = d.index.unwrap_or(0) as usize;
+                let d = d.delta.unwrap_or_default();
+                if let Some(p) = &d.partial_json
                     && let Some(part) = json_parts.get_mut(i)
                 {
                     part.push_str(p);
                 }
-                if let Some(b) = msg["content"].get_mut(i) {
-                    for key in ["text", "thinking", "signature"] {
-                        if let Some(t) = d[key].as_str() {
-                            let cur = b[key].as_str().unwrap_or("").to_string();
-                            b[key] = Value::String(cur + t);
+                if let Some(b) = object_at(&mut content, i) {
+                    for (key, t) in [
+                        ("text", d.text),
+                        ("thinking", d.thinking),
+                        ("signature", d.signature),
+                    ] {
+                        if let Some(t) = t {
+                            append(b, key, &t);
                         }
                     }
                 }
             }
-            "content_block_stop" => {
-                let i = v["index"].as_u64().unwrap_or(0) as usize;
+            StreamEvent::ContentBlockStop(s) => {
+                let i = s.index.unwrap_or(0) as usize;
                 if let Some(p) = json_parts.get(i).filter(|p| !p.is_empty())
                     && let Ok(input) = serde_json::from_str::<Value>(p)
-                    && let Some(b) = msg["content"].get_mut(i)
+                    && let Some(b) = object_at(&mut content, i)
                 {
-                    b["input"] = input;
+                    b.insert("input".into(), input);
                 }
             }
-            "message_delta" => {
-                if let Some(d) = v.get("delta").and_then(Value::as_object) {
-                    for (k, x) in d {
-                        msg[k] = x.clone();
-                    }
-                }
-                if let Some(u) = v.get("usage").and_then(Value::as_object) {
-                    for (k, x) in u {
-                        msg["usage"][k] = x.clone();
+            StreamEvent::MessageDelta(d) => {
+                msg.extend(d.delta.map(|d| d.raw).unwrap_or_default());
+                if let Some(u) = d.usage {
+                    let usage = msg
+                        .entry("usage")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    match usage {
+                        Value::Object(into) => into.extend(u.raw),
+                        other => *other = Value::Object(u.raw),
                     }
                 }
             }
-            "error" => {
-                let (m, _) = errors::message_of(&v);
-                let typ = v
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("api_error")
-                    .to_string();
-                return Err((typ, m.unwrap_or_else(|| data.clone())));
+            StreamEvent::Error(e) => {
+                // What the relay forwards is in Anthropic's shape.
+                let typ = e.kind().unwrap_or("api_error").to_string();
+                return Err((typ, e.message().unwrap_or_else(|| data.clone())));
             }
             _ => {}
         }
     }
-    Ok(msg)
+    msg.insert("content".into(), Value::Array(content));
+    Ok(Value::Object(msg))
+}
+
+/// The block at `i` to write into: an object (a block sent as `null`
+/// becomes one), else none.
+fn object_at(content: &mut [Value], i: usize) -> Option<&mut Map<String, Value>> {
+    let b = content.get_mut(i)?;
+    if b.is_null() {
+        *b = Value::Object(Map::new());
+    }
+    b.as_object_mut()
+}
+
+/// Append `t` to a block's `key` (a string, or nothing yet).
+fn append(b: &mut Map<String, Value>, key: &str, t: &str) {
+    let cur = match b.get(key) {
+        Some(Value::String(s)) => s.as_str(),
+        _ => "",
+    };
+    let joined = format!("{cur}{t}");
+    b.insert(key.into(), Value::String(joined));
 }
 
 /// An Anthropic `error` event.
@@ -383,10 +389,7 @@ impl Relay {
                 if data.is_empty() {
                     return Emit::Pass;
                 }
-                serde_json::from_str::<Value>(&data)
-                    .ok()
-                    .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
-                    .unwrap_or_default()
+                StreamEvent::name_of(&data)
             }
         };
         let replacement = self.observe(&name, &data, raw);
@@ -465,57 +468,58 @@ impl Relay {
             "content_block_delta" if memmem::find(raw, b"\"text_delta\"").is_some() => {
                 self.tap.text_deltas += 1;
             }
-            "message_start" => {
-                if let Ok(v) = serde_json::from_str::<Value>(data)
-                    && let Some(u) = v.pointer("/message/usage")
-                {
-                    usage_from(u, &mut self.tap.usage);
-                }
-            }
-            "message_delta" => {
-                if let Ok(v) = serde_json::from_str::<Value>(data) {
-                    if let Some(u) = v.get("usage") {
-                        usage_from(u, &mut self.tap.usage);
+            "message_start" | "message_delta" => {
+                match StreamEvent::read(Some(name), data) {
+                    StreamEvent::MessageStart(s) => {
+                        if let Some(u) = s.message.and_then(|m| m.typed.usage) {
+                            self.tap.usage.update(&u);
+                        }
                     }
-                    if let Some(s) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                        self.tap.stop_reason = Some(s.to_string());
+                    StreamEvent::MessageDelta(d) => {
+                        if let Some(u) = d.usage {
+                            self.tap.usage.update(&u.typed);
+                        }
+                        if let Some(s) = d.delta.and_then(|d| d.typed.stop_reason) {
+                            self.tap.stop_reason = Some(s);
+                        }
                     }
+                    _ => {}
                 }
             }
             "message_stop" => self.tap.saw_stop = true,
-            "error" => {
-                self.tap.saw_error = true;
-                let v: Value =
-                    serde_json::from_str(data).unwrap_or(Value::String(data.to_string()));
-                let (msg, _) = errors::message_of(&v);
-                self.tap.error = Some(
-                    msg.clone()
-                        .unwrap_or_else(|| crate::fmt::cut(data, 500)),
-                );
-                if let Some(o) = errors::overflow(&v, self.window) {
-                    let tr = errors::overflow_answer(&o);
-                    if let Some(n) = tr.note {
-                        self.tap.translated.push(n);
-                    }
-                    let m = tr.body["error"]["message"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    return Some(error_event("invalid_request_error", &m));
-                }
-                let anthropic = v.get("type").and_then(Value::as_str) == Some("error")
-                    && v.pointer("/error/type").is_some();
-                if !anthropic {
-                    self.tap.translated.push(Note::StreamErrorReshaped.into());
-                    let m = format!(
-                        "{}: {}",
-                        self.backend.as_str(),
-                        msg.unwrap_or_else(|| data.to_string())
-                    );
-                    return Some(error_event("api_error", &m));
-                }
-            }
+            "error" => return self.error(data),
             _ => {}
+        }
+        None
+    }
+
+    /// An error event: told to the tap; a replacement unless it is in
+    /// Anthropic's shape already (an overflow becomes "prompt is too long").
+    fn error(&mut self, data: &str) -> Option<Bytes> {
+        self.tap.saw_error = true;
+        let v: Value = serde_json::from_str(data).unwrap_or(Value::String(data.to_string()));
+        let e = ErrorBody::of(&v);
+        let msg = e.message();
+        self.tap.error = Some(
+            msg.clone()
+                .unwrap_or_else(|| crate::fmt::cut(data, 500)),
+        );
+        if let Some(o) = errors::overflow(&v, self.window) {
+            let tr = errors::overflow_answer(&o);
+            if let Some(n) = tr.note.clone() {
+                self.tap.translated.push(n);
+            }
+            let m = tr.message().unwrap_or_default();
+            return Some(error_event("invalid_request_error", &m));
+        }
+        if !e.is_anthropic() {
+            self.tap.translated.push(Note::StreamErrorReshaped.into());
+            let m = format!(
+                "{}: {}",
+                self.backend.as_str(),
+                msg.unwrap_or_else(|| data.to_string())
+            );
+            return Some(error_event("api_error", &m));
         }
         None
     }

@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("process", 0),
     ("signals", 0),
+    ("anthropic", 0),
     ("config", 1),
     ("context", 2),
     ("probe", 3),
