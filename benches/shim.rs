@@ -15,7 +15,7 @@
 use localagents_testkit as support;
 
 use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +30,6 @@ use serde_json::json;
 
 use support::stats::{pct, rss_kb};
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const EVENTS: usize = 2000;
 
 /// Smoke limit: the shim's added p50, in multiples of a bare loopback hop
@@ -144,19 +143,11 @@ fn main() {
         tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
         format!("http://{addr}")
     });
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"),
-    )
-    .unwrap();
-    let mut shim = Command::new(BIN)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .args(["shim", "--model", "bench"])
+    let h = support::harness::Harness::new().config(&format!(
+        "endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"
+    ));
+    let mut shim = h
+        .command(["shim", "--model", "bench"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -307,6 +298,7 @@ fn main() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 peak.fetch_max(rss_kb(pid), Ordering::SeqCst);
+                // harness-rules: a pace, not a wait (RSS sampled every 2 ms)
                 std::thread::sleep(Duration::from_millis(2));
             }
         })
