@@ -29,6 +29,7 @@ use std::path::PathBuf;
 pub mod bench;
 pub mod browser;
 pub mod claude;
+pub mod fake_bare;
 pub mod fake_llama;
 pub mod fake_swap;
 pub mod fake_vllm;
