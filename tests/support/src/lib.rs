@@ -151,13 +151,10 @@ pub fn holds_within(limit: std::time::Duration, mut cond: impl FnMut() -> bool) 
 pub fn until_blocking(
     what: &str,
     limit: std::time::Duration,
-    mut cond: impl FnMut() -> bool,
+    cond: impl FnMut() -> bool,
 ) -> std::time::Duration {
     let t = std::time::Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(holds_within(limit, cond), "{what}: not within {limit:?}");
     t.elapsed()
 }
 
