@@ -582,9 +582,8 @@ fn a_prebuilt_binary_of_another_version_is_passed_over() {
     )
     .unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(root.join("plugin/localagents"))
-        .arg("serve")
-        .env_clear()
+    let out = crate::plugin::launcher_env(&root.join("plugin/localagents"), &root)
+        .command(["serve"])
         .env("PATH", "/usr/bin:/bin")
         .env("CLAUDE_PLUGIN_ROOT", &root)
         .output()
@@ -605,9 +604,8 @@ fn a_prebuilt_binary_of_another_version_is_passed_over() {
         format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'localagents {VERSION}'; exit 0; }}\necho ran-it\n"),
     )
     .unwrap();
-    let out = Command::new(root.join("plugin/localagents"))
-        .arg("serve")
-        .env_clear()
+    let out = crate::plugin::launcher_env(&root.join("plugin/localagents"), &root)
+        .command(["serve"])
         .env("PATH", "/usr/bin:/bin")
         .env("CLAUDE_PLUGIN_ROOT", &root)
         .output()

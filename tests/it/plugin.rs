@@ -176,12 +176,12 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     let launcher = Path::new(ROOT).join("plugin/localagents");
     let h = Harness::new();
     let bare_path = "/usr/bin:/bin";
+    // The launcher with nothing in its environment but what each route
+    // gives it.
+    let bare = launcher_env(&launcher, h.home());
     let run = |envs: &[(&str, String)], path: &str, root: &Path| {
-        let mut c = Command::new(&launcher);
-        c.arg("--version")
-            .env_clear()
-            .env("PATH", path)
-            .env("CLAUDE_PLUGIN_ROOT", root);
+        let mut c = bare.command(["--version"]);
+        c.env("PATH", path).env("CLAUDE_PLUGIN_ROOT", root);
         for (k, v) in envs {
             c.env(k, v);
         }
@@ -302,6 +302,18 @@ pub(crate) fn launcher_copy(dest: &Path) {
     }
 }
 
+/// The plugin's launcher (or its bin/ wrapper) at `exe`, run in `cwd`
+/// with an empty environment: the test gives it PATH and the plugin's
+/// variables. (`cwd` outlives the command; the harness's own dir need not.)
+pub(crate) fn launcher_env(exe: &Path, cwd: &Path) -> Harness {
+    Harness::new()
+        .bin(exe)
+        .empty_env()
+        .no_config()
+        .no_state_dir()
+        .cwd(cwd)
+}
+
 /// Run `c` with stdin closed; None if it is still running after `limit`
 /// (then it is killed).
 pub(crate) fn output_within(c: &mut Command, limit: Duration) -> Option<std::process::Output> {
@@ -350,8 +362,8 @@ fn launcher_never_runs_itself_when_the_binary_is_missing() {
         ),
     ];
     let cmd = |exe: &Path, path: &str, args: &[&str], plugin_root: bool| {
-        let mut c = Command::new(exe);
-        c.args(args).env_clear().env("PATH", path);
+        let mut c = launcher_env(exe, &root).command(args);
+        c.env("PATH", path);
         if plugin_root {
             c.env("CLAUDE_PLUGIN_ROOT", &root);
         }

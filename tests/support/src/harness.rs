@@ -19,7 +19,8 @@
 //! so with a method of its own ([`Harness::home_dir`] for a HOME of the
 //! test's, [`Harness::no_config`], [`Harness::no_state_dir`],
 //! [`Harness::bin`] for another executable, [`Harness::bare_env`] for an
-//! environment of nothing but PATH and HOME). Cloning a harness shares its temp
+//! environment of nothing but PATH and HOME, [`Harness::empty_env`] for
+//! nothing at all but what the test passes). Cloning a harness shares its temp
 //! dir, which lives as long as the last clone.
 //!
 //! The policy ([`clean_env`]): the child starts from this process's
@@ -85,14 +86,18 @@ fn policy_command(h: &Harness) -> std::process::Command {
     if h.state_arg {
         c.arg("--state-dir").arg(&h.state);
     }
-    if h.bare {
+    if h.empty {
+        c.env_clear();
+    } else if h.bare {
         c.env_clear();
         c.env("PATH", std::env::var_os("PATH").unwrap_or_default());
         c.env("HOME", &h.home);
     } else {
         clean_env(&mut c, &h.home);
     }
-    let (claude, env, work) = (h.claude.as_deref(), &h.env, &h.work);
+    // An empty environment gets no CLI either.
+    let claude = h.claude.as_deref().filter(|_| !h.empty);
+    let (env, work) = (&h.env, &h.work);
     if let Some(claude) = claude {
         c.env("LOCALAGENTS_CLAUDE", claude);
     }
@@ -118,6 +123,8 @@ pub struct Harness {
     state_arg: bool,
     /// Start from an empty environment ([`Harness::bare_env`]).
     bare: bool,
+    /// Nothing but the test's own variables ([`Harness::empty_env`]).
+    empty: bool,
 }
 
 impl Default for Harness {
@@ -148,6 +155,7 @@ impl Harness {
             env: Vec::new(),
             state_arg: true,
             bare: false,
+            empty: false,
         }
     }
 
@@ -191,6 +199,14 @@ impl Harness {
     /// (what a shell with nothing exported, or a hook, gives the program).
     pub fn bare_env(mut self) -> Self {
         self.bare = true;
+        self
+    }
+
+    /// Start the child from an empty environment and give it nothing but
+    /// what the test passes with [`Harness::env`] (no PATH, no HOME, no
+    /// CLI): the plugin's launcher as a test of its routes starts it.
+    pub fn empty_env(mut self) -> Self {
+        self.empty = true;
         self
     }
 
