@@ -88,14 +88,13 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let claude = std::path::PathBuf::from(server::need("LOCALAGENTS_CLAUDE"));
-        let tmp = tempfile::tempdir().unwrap();
-        let home = tmp.path().join("home");
-        std::fs::create_dir_all(&home).unwrap();
-        let a = tmp.path().join("repo-a");
-        let b = tmp.path().join("elsewhere/repo-b");
+        let tmp = support::harness::Harness::new();
+        let home = tmp.home().to_path_buf();
+        let a = tmp.dir().join("repo-a");
+        let b = tmp.dir().join("elsewhere/repo-b");
         repo(&a);
         repo(&b);
-        let wt = tmp.path().join("state/worktrees/job2");
+        let wt = tmp.dir().join("state/worktrees/job2");
         git(
             &b,
             &[

@@ -11,12 +11,11 @@
 use localagents_testkit as support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::harness::Harness;
 use support::stats::{pct, rss_kb};
-
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
 /// Smoke limit: `serve` cold start to the `tools/list` answer, p50.
 const SMOKE_COLD_START_MS: f64 = 100.0;
@@ -34,7 +33,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let tmp = tempfile::tempdir().expect("tmp");
     let (fake, silent) = rt.block_on(async {
         (
             support::fake_llama::spawn(Default::default()).await,
@@ -42,16 +40,11 @@ fn main() {
         )
     });
     let refused = support::net::refused_addr();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "endpoints:\n  live:\n    base_url: {}\n  refused:\n    base_url: http://{refused}\n  hung:\n    base_url: http://{}\ndefaults:\n  probe_timeout_s: 2.5\n",
-            fake.url(),
-            silent.addr
-        ),
-    )
-    .expect("write config");
+    let h = Harness::new().config(&format!(
+        "endpoints:\n  live:\n    base_url: {}\n  refused:\n    base_url: http://{refused}\n  hung:\n    base_url: http://{}\ndefaults:\n  probe_timeout_s: 2.5\n",
+        fake.url(),
+        silent.addr
+    ));
 
     // 1. status with three endpoints (not in the smoke run: it waits out
     // the 2.5 s probe budget each time).
@@ -59,11 +52,8 @@ fn main() {
     let status_runs = if mode == Mode::Smoke { 0 } else { 5 };
     for _ in 0..status_runs {
         let t = Instant::now();
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(&cfg)
-            .args(["status", "--json"])
-            .env("HOME", tmp.path())
+        let out = h
+            .command(["status", "--json"])
             .output()
             .expect("run status");
         status_s.push(t.elapsed().as_secs_f64());
@@ -87,11 +77,8 @@ fn main() {
     let start_runs = if smoke { 10 } else { 30 };
     for i in 0..start_runs {
         let t = Instant::now();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("serve")
-            .env("HOME", tmp.path())
+        let mut child = h
+            .command(["serve"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -121,6 +108,7 @@ fn main() {
         start_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         assert!(line.contains("list_models"));
         if i < 5 && !smoke {
+            // harness-rules: a pause, not a wait (the process settles before its RSS is read)
             std::thread::sleep(Duration::from_millis(500));
             rss_init.push(rss_kb(child.id()));
         }
@@ -137,6 +125,7 @@ fn main() {
                     break;
                 }
             }
+            // harness-rules: a pause, not a wait (the process settles before its RSS is read)
             std::thread::sleep(Duration::from_millis(500));
             rss_after_list = rss_kb(child.id());
         }

@@ -13,12 +13,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
+use support::harness::Harness;
 use support::stats::{pct, rss_kb};
-
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
 /// A tool's answer, read as JSON (the harness's call, its error flag
 /// dropped: the bench reads the fields it needs).
@@ -73,17 +72,16 @@ async fn async_main() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let work = tmp.path().join("work");
-    let state = tmp.path().join("state");
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url())).unwrap();
+    let h = Harness::new()
+        .config(&format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url()))
+        .claude(&claude);
+    let (home, work, state) = (
+        h.home().to_path_buf(),
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
+    );
 
-    let transport = serve_transport(&cfg, &state, &home, &claude, &work);
+    let transport = serve_transport(&h);
     let serve_pid = transport.id().unwrap();
     let client = ().serve(transport).await.unwrap();
 
@@ -118,23 +116,11 @@ async fn async_main() {
         let v = call(&client, "run_agent", json!({"task": format!("Job {i}: wait."), "model": "gemma3-270m", "allowed_tools": ["Bash"]})).await;
         ids.push(v["id"].as_str().unwrap().to_string());
     }
-    let t = Instant::now();
-    loop {
-        let mut busy = 0;
-        for id in &ids {
-            let rec: Value = serde_json::from_slice(
-                &std::fs::read(state.join("jobs").join(id).join("job.json")).unwrap(),
-            )
-            .unwrap();
-            if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
-                busy += 1;
-            }
-        }
-        if busy == 4 || t.elapsed() > Duration::from_secs(60) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::until("4 jobs at their tool call", Duration::from_secs(60), || {
+        ids.iter()
+            .all(|id| record(&state, id)["tool_calls"].as_u64().unwrap_or(0) >= 1)
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss4 = rss_kb(serve_pid);
     for id in &ids {
@@ -175,25 +161,18 @@ async fn async_main() {
         let v = work.join(format!("v{i}"));
         std::fs::create_dir_all(&v).unwrap();
         let t = Instant::now();
-        let out = tokio::process::Command::new(BIN)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .args([
-                "run",
-                "--model",
-                "gemma3-270m",
-                "--max-turns",
-                "4",
-                "Create o.txt.",
-            ])
-            .env("HOME", &home)
-            .env("LOCALAGENTS_CLAUDE", &claude)
-            .current_dir(&v)
-            .output()
-            .await
-            .unwrap();
+        let out = tokio::process::Command::from(h.command([
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--max-turns",
+            "4",
+            "Create o.txt.",
+        ]))
+        .current_dir(&v)
+        .output()
+        .await
+        .unwrap();
         via.push(t.elapsed().as_secs_f64());
         assert!(
             out.status.success(),
@@ -217,26 +196,18 @@ async fn async_main() {
             .success();
         own.push(t.elapsed().as_secs_f64() * 1000.0);
         assert!(ok);
-        let out = tokio::process::Command::new(BIN)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .args([
-                "run",
-                "--model",
-                "gemma3-270m",
-                "--json",
-                "--accept",
-                "sleep 0.2",
-                "Say done.",
-            ])
-            .env("HOME", &home)
-            .env("LOCALAGENTS_CLAUDE", &claude)
-            .current_dir(&work)
-            .output()
-            .await
-            .unwrap();
+        let out = tokio::process::Command::from(h.command([
+            "run",
+            "--model",
+            "gemma3-270m",
+            "--json",
+            "--accept",
+            "sleep 0.2",
+            "Say done.",
+        ]))
+        .output()
+        .await
+        .unwrap();
         let rec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(rec["acceptance"]["passed"], true, "{rec}");
         acc.push(rec["acceptance"]["elapsed_s"].as_f64().unwrap() * 1000.0);
@@ -247,7 +218,7 @@ async fn async_main() {
     // second one queued behind it; the first is cancelled. From its
     // `finished` (its lease goes after that) to the queued job's `started`
     // (admitted) and to its first request, from the records, 6 runs.
-    let (mut admit_ms, mut first_ms) = queue_admission(&claude, &home, &work).await;
+    let (mut admit_ms, mut first_ms) = queue_admission(&h).await;
     let (a50, f50) = (pct(&mut admit_ms, 0.5), pct(&mut first_ms, 0.5));
 
     println!("| figure | value | target |");
@@ -286,25 +257,10 @@ async fn async_main() {
     );
 }
 
-/// `localagents serve` with `cfg` and `state`, as the MCP client's transport.
-fn serve_transport(
-    cfg: &Path,
-    state: &Path,
-    home: &Path,
-    claude: &Path,
-    work: &Path,
-) -> TokioChildProcess {
-    let cmd = tokio::process::Command::new(BIN).configure(|c| {
-        c.arg("--config")
-            .arg(cfg)
-            .arg("--state-dir")
-            .arg(state)
-            .arg("serve")
-            .env("HOME", home)
-            .env("LOCALAGENTS_CLAUDE", claude)
-            .current_dir(work);
-    });
-    TokioChildProcess::new(cmd).unwrap()
+/// `localagents serve` in `h`, as the MCP client's transport (whose pid
+/// the bench reads the memory of).
+fn serve_transport(h: &Harness) -> TokioChildProcess {
+    TokioChildProcess::new(tokio::process::Command::from(h.command(["serve"]))).unwrap()
 }
 
 fn record(state: &Path, id: &str) -> Value {
@@ -319,19 +275,15 @@ fn millis(ts: &Value) -> i64 {
 }
 
 async fn until_record(state: &Path, id: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let t = Instant::now();
-    loop {
-        let r = record(state, id);
-        if cond(&r) {
-            return r;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "job {id}: {r}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::until(&format!("job {id}"), Duration::from_secs(60), || {
+        cond(&record(state, id))
+    })
+    .await;
+    record(state, id)
 }
 
 /// Step 5: (admitted − slot freed, first request − slot freed) in ms.
-async fn queue_admission(claude: &Path, home: &Path, work: &Path) -> (Vec<f64>, Vec<f64>) {
+async fn queue_admission(main: &Harness) -> (Vec<f64>, Vec<f64>) {
     let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: 131072,
@@ -346,12 +298,14 @@ async fn queue_admission(claude: &Path, home: &Path, work: &Path) -> (Vec<f64>, 
         )],
         "done",
     ));
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, format!("endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url())).unwrap();
-    let client = ().serve(serve_transport(&cfg, &state, home, claude, work)).await.unwrap();
+    // A state and config of its own; the main run's HOME, project and CLI.
+    let h = Harness::new()
+        .home_dir(main.home())
+        .cwd(main.work())
+        .claude(support::claude::binary())
+        .config(&format!("endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n  prewarm: false\n", fake.url()));
+    let state = h.state_dir().to_path_buf();
+    let client = ().serve(serve_transport(&h)).await.unwrap();
     let start = |task: String| {
         let client = &client;
         async move {

@@ -34,7 +34,6 @@ use serde_json::{Value, json};
 use support::harness::{Harness, Served};
 use support::stats::pct;
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const FILES: usize = 60_000;
 
 fn check_args() -> bool {
@@ -127,6 +126,7 @@ async fn pinger(s: &Served, stop: Arc<AtomicBool>) -> Vec<f64> {
             .await
             .expect("ping");
         out.push(t.elapsed().as_secs_f64() * 1000.0);
+        // harness-rules: a pace, not a wait (the bench pings every 25 ms)
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     out
@@ -238,9 +238,9 @@ async fn async_main(markdown: bool) {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = Harness::new();
     // A checked-out copy for in-tree jobs and the git comparisons.
-    let tree = tmp.path().join("tree");
+    let tree = tmp.dir().join("tree");
     let r = repo.clone();
     let t = tree.clone();
     tokio::task::spawn_blocking(move || {
@@ -269,7 +269,7 @@ async fn async_main(markdown: bool) {
     .filter(|_| live)
     {
         let mut cells = Vec::new();
-        for bin in [before.clone(), Some(PathBuf::from(BIN))] {
+        for bin in [before.clone(), Some(support::bin())] {
             let Some(bin) = bin else {
                 cells.push("not measured (LOCALAGENTS_BEFORE_BIN unset)".to_string());
                 continue;
@@ -283,7 +283,7 @@ async fn async_main(markdown: bool) {
             // the checked-out tree (in-tree jobs).
             let cwd = if worktree {
                 let copy = tmp
-                    .path()
+                    .dir()
                     .join(format!("copy-{}", rows.len() * 2 + cells.len()));
                 let (r, c) = (repo.clone(), copy.clone());
                 tokio::task::spawn_blocking(move || support::git::clone_no_checkout(&r, &c))
@@ -300,7 +300,7 @@ async fn async_main(markdown: bool) {
     }
 
     // 2. Our git against the git CLI on the same tree.
-    let wts = tmp.path().join("wts");
+    let wts = tmp.dir().join("wts");
     let mut n = 0;
     // A checkout of 60,000 files takes long: 3 runs, no warm-up.
     let ours_checkout = median_of(

@@ -15,21 +15,20 @@
 
 use localagents_testkit as support;
 
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::json;
+use support::harness::Harness;
 use support::stats::pct;
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const JOBS: usize = 1000;
 const RUNS: usize = 30;
 const SESSIONS: usize = 100;
 
 fn main() {
     let _ = support::bench::mode("ledger", false);
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
+    let h = Harness::new().config("endpoints:\n  box:\n    base_url: http://127.0.0.1:9\n");
+    let state = h.state_dir().to_path_buf();
     let now = chrono::Utc::now();
     for i in 0..JOBS {
         let t = now - chrono::Duration::minutes(i as i64 * 5);
@@ -68,16 +67,10 @@ fn main() {
     }
     std::fs::create_dir_all(state.join("complete")).unwrap();
     std::fs::write(state.join("complete/completions.jsonl"), lines).unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        "endpoints:\n  box:\n    base_url: http://127.0.0.1:9\n",
-    )
-    .unwrap();
 
     // The sessions' transcripts: per job a run_agent call and its result,
     // and ten turns of other work.
-    let projects = tmp.path().join("claude").join("projects").join("-home-u-p");
+    let projects = h.dir().join("claude").join("projects").join("-home-u-p");
     std::fs::create_dir_all(&projects).unwrap();
     let mut bytes = 0;
     for sn in 0..SESSIONS {
@@ -120,7 +113,7 @@ fn main() {
         bytes += t.len();
         std::fs::write(projects.join(format!("session-{sn}.jsonl")), t).unwrap();
     }
-    let projects = tmp.path().join("claude").join("projects");
+    let projects = h.dir().join("claude").join("projects");
 
     let config = localagents::config::Config::builtin();
     let mut inproc = Vec::new();
@@ -137,12 +130,8 @@ fn main() {
         inproc.push(t.elapsed().as_secs_f64() * 1000.0);
         jobs = s.jobs;
         let t = Instant::now();
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["savings", "--since", "all", "--json"])
+        let out = h
+            .command(["savings", "--since", "all", "--json"])
             .output()
             .unwrap();
         cmd.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -163,7 +152,7 @@ fn main() {
         found = s.orchestration.jobs;
     }
     assert_eq!(found as usize, JOBS, "every job's session found");
-    let (job_page, savings_page, overview) = pages(&cfg, &state, tmp.path());
+    let (job_page, savings_page, overview) = pages(&h);
     println!("| `savings` over {JOBS} jobs + {JOBS} completions | p50 ms | p90 ms | target |");
     println!("|---|---|---|---|");
     println!(
@@ -208,11 +197,8 @@ fn main() {
 
 /// Start `localagents ui` over the bench's state (the transcripts under
 /// `root/claude`), add a job with 200 requests, and time its pages.
-fn pages(
-    cfg: &std::path::Path,
-    state: &std::path::Path,
-    root: &std::path::Path,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+fn pages(h: &Harness) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (state, root) = (h.state_dir(), h.dir());
     use std::io::{BufRead, Read, Write};
     let now = chrono::Utc::now();
     let id = format!("{}-{:08x}", now.format("%Y%m%d-%H%M%S"), 0xfeed_u32);
@@ -253,12 +239,8 @@ fn pages(
     std::fs::write(dir.join("transcript.txt"), transcript).unwrap();
     std::fs::write(dir.join("task.txt"), "x".repeat(2000)).unwrap();
 
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(cfg)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["ui", "--port", "0"])
+    let mut child = h
+        .command(["ui", "--port", "0"])
         .env("CLAUDE_CONFIG_DIR", root.join("claude"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

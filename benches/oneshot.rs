@@ -44,8 +44,8 @@ fn ctx_for(url: &str, dir: &std::path::Path) -> Context {
 
 async fn overhead() {
     let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts::default()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let ctx = ctx_for(fake.url(), tmp.path());
+    let tmp = support::harness::Harness::new();
+    let ctx = ctx_for(fake.url(), tmp.dir());
     let client = localagents::probe::http_client().clone();
     let served = support::fake_llama::LlamaOpts::default().alias;
     let body = json!({"model": served, "max_tokens": 64, "stream": false,
@@ -99,8 +99,8 @@ async fn overhead() {
 async fn throughput(slots: u32, items: usize) -> (f64, f64) {
     let ctxsize = (4096 * slots).to_string();
     let srv = server::start(&["-c", &ctxsize, "--parallel", &slots.to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let m = Manager::new(ctx_for(&srv.url, tmp.path()));
+    let tmp = support::harness::Harness::new();
+    let m = Manager::new(ctx_for(&srv.url, tmp.dir()));
     let args = BatchArgs {
         items: (0..items)
             .map(|i| Ask {
@@ -115,7 +115,7 @@ async fn throughput(slots: u32, items: usize) -> (f64, f64) {
             max_tokens: Some(48),
             temperature: Some(0.0),
         },
-        base: tmp.path().to_path_buf(),
+        base: tmp.dir().to_path_buf(),
     };
     let rec = api::start_batch(&m, args, &Caller::User).await.unwrap();
     let (rec, still) = m.wait(rec.id(), Duration::from_secs(110)).await.unwrap();

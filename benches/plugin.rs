@@ -17,14 +17,13 @@
 use localagents_testkit as support;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use serde_json::json;
 
+use support::harness::Harness;
 use support::stats::pct;
-
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 
 /// Smoke limit: the prompt hook's run time, p50.
 const SMOKE_HOOK_MS: f64 = 50.0;
@@ -55,25 +54,30 @@ fn session_start_ms(
     let data = state.join("plugin-data");
     if via == Via::Launcher {
         std::fs::create_dir_all(data.join("bin")).unwrap();
-        let _ = std::os::unix::fs::symlink(BIN, data.join("bin/localagents"));
+        let _ = std::os::unix::fs::symlink(support::bin(), data.join("bin/localagents"));
     }
+    // The config and state reach the hook through the environment, as the
+    // plugin passes them on.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let h = match via {
+        Via::Binary => Harness::new().no_config().no_state_dir(),
+        // What Claude Code gives the launcher: nothing but the plugin's
+        // variables and a bare PATH.
+        Via::Launcher => Harness::new()
+            .bin(format!("{root}/plugin/localagents"))
+            .bare_env()
+            .no_config()
+            .no_state_dir()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CLAUDE_PLUGIN_ROOT", root)
+            .env("CLAUDE_PLUGIN_DATA", &data),
+    };
     let run = || {
         let t = Instant::now();
-        let mut c = match via {
-            Via::Binary => {
-                let mut c = Command::new(BIN);
-                c.env_remove("CLAUDE_PLUGIN_DATA");
-                c
-            }
-            Via::Launcher => {
-                let root = env!("CARGO_MANIFEST_DIR");
-                let mut c = Command::new(format!("{root}/plugin/localagents"));
-                c.env_clear()
-                    .env("PATH", "/usr/bin:/bin")
-                    .env("CLAUDE_PLUGIN_ROOT", root)
-                    .env("CLAUDE_PLUGIN_DATA", &data);
-                c
-            }
+        let mut c = h.cmd();
+        match via {
+            Via::Binary => c.env_remove("CLAUDE_PLUGIN_DATA"),
+            Via::Launcher => c.env_remove("HOME").env_remove("LOCALAGENTS_CLAUDE"),
         };
         let o = c
             .env("LOCALAGENTS_STATE_DIR", state)
@@ -110,10 +114,10 @@ fn mode() -> Mode {
 
 fn main() {
     let mode = mode();
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    let proj = tmp.path().join("proj");
-    let other = tmp.path().join("other");
+    let tmp = Harness::new().no_config();
+    let state = tmp.state_dir().to_path_buf();
+    let proj = tmp.dir().join("proj");
+    let other = tmp.dir().join("other");
     std::fs::create_dir_all(&proj).unwrap();
     std::fs::create_dir_all(&other).unwrap();
     for i in 0..200u32 {
@@ -148,10 +152,8 @@ fn main() {
     let runs = if mode == Mode::Smoke { 20 } else { 100 };
     for _ in 0..runs {
         let t = Instant::now();
-        let mut c = Command::new(BIN)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["hook", "prompt-submit"])
+        let mut c = tmp
+            .command(["hook", "prompt-submit"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -174,7 +176,7 @@ fn main() {
         .build()
         .expect("runtime");
     let fake = rt.block_on(support::fake_llama::spawn(Default::default()));
-    let cfg = tmp.path().join("models.yaml");
+    let cfg = tmp.dir().join("models.yaml");
     std::fs::write(
         &cfg,
         format!(
@@ -185,7 +187,7 @@ fn main() {
     .unwrap();
     let ss_runs = if mode == Mode::Smoke { 20 } else { 50 };
     let mut fresh = session_start_ms(
-        &tmp.path().join("ss-fresh"),
+        &tmp.dir().join("ss-fresh"),
         &cfg,
         ss_runs,
         true,
@@ -207,7 +209,7 @@ fn main() {
         vec![0.0]
     } else {
         session_start_ms(
-            &tmp.path().join("ss-cold"),
+            &tmp.dir().join("ss-cold"),
             &cfg,
             ss_runs,
             false,
@@ -219,7 +221,7 @@ fn main() {
         vec![0.0]
     } else {
         session_start_ms(
-            &tmp.path().join("ss-launcher"),
+            &tmp.dir().join("ss-launcher"),
             &cfg,
             ss_runs,
             true,
@@ -244,19 +246,12 @@ fn main() {
     }
 
     // Plugin install from a clean directory holding only the plugin files.
-    let plug = tmp.path().join("plugin");
+    let plug = tmp.dir().join("plugin");
     localagents::setup::write_plugin_files(&plug).unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let claude = support::claude::binary();
+    let home = tmp.home().to_path_buf();
     let cl = |args: &[&str]| {
-        Command::new(&claude)
+        support::plugin_install::claude_cmd(&home)
             .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("DISABLE_AUTOUPDATER", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .output()
             .unwrap()
     };
@@ -304,7 +299,7 @@ fn main() {
     // GitHub's) + `install` with no cargo on PATH, then the first
     // `tools/list` through the launcher. Fresh HOME each run.
     let npm_runs = 3;
-    let packs = tmp.path().join("npm-packs");
+    let packs = tmp.dir().join("npm-packs");
     let packed = support::plugin_install::pack(&packs, &support::plugin_install::pack_bin());
     let size = std::fs::metadata(&packed.platform).unwrap().len();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -41,13 +41,13 @@ async fn main() {
     };
     let a = support::fake_llama::spawn(opts.clone()).await;
     let b = support::fake_llama::spawn(opts).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::harness::Harness::new();
     let router = support::vllm_router::Router::start(
         std::path::Path::new(&bin),
         &[a.url(), b.url()],
         "consistent_hash",
         &["--log-level", "warning"],
-        dir.path(),
+        dir.dir(),
     );
     let client = localagents::probe::http_client();
     let body = json!({"model": "gemma3-270m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});

@@ -15,22 +15,17 @@
 use localagents_testkit as support;
 
 use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::body::Bytes;
 use futures::StreamExt;
 use serde_json::json;
 
 use support::stats::{pct, rss_kb};
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const EVENTS: usize = 2000;
 
 /// Smoke limit: the shim's added p50, in multiples of a bare loopback hop
@@ -46,47 +41,6 @@ fn mode() -> Mode {
 thread_local! {
     /// (KB, ms per call) of the in-process fold_raw measurement.
     static FOLD_MS: std::cell::Cell<(usize, f64)> = const { std::cell::Cell::new((0, 0.0)) };
-}
-
-#[derive(Default)]
-struct Fake {
-    /// Milliseconds to hold each non-streaming answer (for the memory run).
-    delay_ms: AtomicU64,
-}
-
-async fn messages(State(f): State<Arc<Fake>>, body: Bytes) -> Response {
-    let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    if req["stream"] == true {
-        let head = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":0}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string();
-        let mut events: Vec<Result<Bytes, std::io::Error>> = vec![Ok(Bytes::from(head))];
-        for i in 0..EVENTS - 5 {
-            events.push(Ok(Bytes::from(format!(
-                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"tok{i} \"}}}}\n\n"
-            ))));
-        }
-        events.push(Ok(Bytes::from_static(b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1995}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")));
-        // Like llama-server: each event is written and flushed on its own
-        // (the task yields between events, so hyper flushes each one).
-        let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
-            let next = it.next()?;
-            tokio::task::yield_now().await;
-            Some((next, it))
-        });
-        return (
-            [("content-type", "text/event-stream")],
-            Body::from_stream(stream),
-        )
-            .into_response();
-    }
-    let d = f.delay_ms.load(Ordering::SeqCst);
-    if d > 0 {
-        tokio::time::sleep(Duration::from_millis(d)).await;
-    }
-    axum::Json(json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "bench", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": 50000, "output_tokens": 1}})).into_response()
-}
-
-async fn models() -> Response {
-    axum::Json(json!({"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx": 262144}}]})).into_response()
 }
 
 fn body_of(stream: bool, pairs: usize) -> Vec<u8> {
@@ -133,30 +87,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let fake = Arc::new(Fake::default());
-    let fake_url = rt.block_on(async {
-        let app = Router::new()
-            .route("/v1/messages", post(messages))
-            .route("/v1/models", get(models))
-            .with_state(fake.clone());
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-        format!("http://{addr}")
-    });
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"),
-    )
-    .unwrap();
-    let mut shim = Command::new(BIN)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .args(["shim", "--model", "bench"])
+    let fake = rt.block_on(support::fake_bare::spawn(EVENTS));
+    let fake_url = fake.url.clone();
+    let h = support::harness::Harness::new().config(&format!(
+        "endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"
+    ));
+    let mut shim = h
+        .command(["shim", "--model", "bench"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -307,6 +244,7 @@ fn main() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 peak.fetch_max(rss_kb(pid), Ordering::SeqCst);
+                // harness-rules: a pace, not a wait (RSS sampled every 2 ms)
                 std::thread::sleep(Duration::from_millis(2));
             }
         })

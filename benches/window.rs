@@ -20,8 +20,6 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
-
 const WINDOWS: &[u64] = &[
     8192, 12288, 16384, 20480, 24576, 26624, 28672, 30720, 32768, 49152,
 ];
@@ -87,44 +85,25 @@ async fn one(w: u64, claude: &Path) -> Outcome {
     })
     .await;
     fake.set_script(script());
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
-    );
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    project(&work);
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = support::harness::Harness::new()
+        .config(&format!(
             "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  max_turns: 12\n  timeout_s: 180\n",
             fake.url()
-        ),
-    )
-    .unwrap();
+        ))
+        .claude(claude);
+    let work = h.work().to_path_buf();
+    project(&work);
     let t = Instant::now();
-    let out = tokio::process::Command::new(BIN)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(&state)
-        .args([
-            "run",
-            "--model",
-            "gemma3-270m",
-            "--json",
-            "Make add_7 wrap instead of saturate and add a test for it.",
-        ])
-        .env("HOME", &home)
-        .env("LOCALAGENTS_CLAUDE", claude)
-        .current_dir(&work)
-        .output()
-        .await
-        .unwrap();
+    let out = tokio::process::Command::from(h.command([
+        "run",
+        "--model",
+        "gemma3-270m",
+        "--json",
+        "Make add_7 wrap instead of saturate and add a test for it.",
+    ]))
+    .output()
+    .await
+    .unwrap();
     let secs = t.elapsed().as_secs_f64();
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     let dir = rec["log_dir"].as_str().map(std::path::PathBuf::from);

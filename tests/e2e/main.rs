@@ -13,6 +13,7 @@ use localagents_testkit as support;
 
 use server::{need, start as start_server, start_router};
 use support::git::repo;
+use support::harness::Harness;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,11 +24,9 @@ use localagents::shim::log::RequestLog;
 use localagents::shim::{Route, Shim};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
-
+/// A test's harness on a real server, and its dirs.
 struct Dirs {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
+    h: Harness,
     work: PathBuf,
     state: PathBuf,
     cfg: PathBuf,
@@ -35,24 +34,16 @@ struct Dirs {
 
 /// A config for `url`; output capped so the tiny model stops quickly.
 fn dirs(url: &str, extra_endpoint: &str) -> Dirs {
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
+    let h = Harness::new()
+        .config(&format!("endpoints:\n  real:\n    base_url: {url}\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n{extra_endpoint}defaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n"))
+        .claude(need("LOCALAGENTS_CLAUDE"));
+    let (work, state, cfg) = (
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
+        h.config_path().to_path_buf(),
     );
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  real:\n    base_url: {url}\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n{extra_endpoint}defaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n"),
-    )
-    .unwrap();
     Dirs {
-        _tmp: tmp,
-        home,
+        h,
         work,
         state,
         cfg,
@@ -66,16 +57,8 @@ fn localagents(d: &Dirs, args: &[&str]) -> std::process::Output {
 /// `localagents` with extra environment for the child only: no test changes
 /// its own process's environment.
 fn localagents_env(d: &Dirs, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(&d.cfg)
-        .arg("--state-dir")
-        .arg(&d.state)
-        .args(args)
-        .env("HOME", &d.home)
-        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
+    d.h.command(args)
         .envs(env.iter().copied())
-        .current_dir(&d.work)
         .output()
         .unwrap()
 }
@@ -199,14 +182,12 @@ async fn captured_body() -> Value {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work) = (tmp.path().join("home"), tmp.path().join("work"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
+    let h = Harness::new();
+    let (home, work) = (h.home(), h.work());
     let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
     let cmd = support::claude::command(
-        &home,
-        &work,
+        home,
+        work,
         &env,
         &["--model", "gemma3-270m", "--max-turns", "1"],
         "Say hello.",
@@ -246,14 +227,14 @@ async fn t3_why_the_shim_exists_500_direct_200_through_it() {
         "{text}"
     );
 
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = Harness::new();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
         .register(support::route::llama(
             &url,
             "gemma3-270m",
             32768,
-            tmp.path(),
+            tmp.dir(),
             false,
         ))
         .unwrap();
@@ -424,12 +405,8 @@ fn t6_the_next_job_in_another_tree_starts_from_the_cache() {
     repo(&a);
     repo(&b);
     let run = |cwd: &Path| -> (Value, Vec<Value>) {
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(&d.cfg)
-            .arg("--state-dir")
-            .arg(&d.state)
-            .args([
+        let out =
+            d.h.command([
                 "run",
                 "--model",
                 "gemma3-270m",
@@ -439,8 +416,6 @@ fn t6_the_next_job_in_another_tree_starts_from_the_cache() {
                 "--json",
                 "Say hello.",
             ])
-            .env("HOME", &d.home)
-            .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
             .current_dir(cwd)
             .output()
             .unwrap();
@@ -505,7 +480,7 @@ fn t6_the_next_job_in_another_tree_starts_from_the_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t7_a_hundred_requests_through_the_shim_all_answer() {
     let url = need("LOCALAGENTS_E2E_URL");
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = Harness::new();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
         .register(Route {
@@ -526,7 +501,7 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
             backend: Backend::LlamaCpp,
             served_id: "gemma3-270m".into(),
             window: Some(32768),
-            log: RequestLog::new(tmp.path(), false),
+            log: RequestLog::new(tmp.dir(), false),
             idle_timeout: Duration::from_secs(300),
             first_byte_timeout: Duration::from_secs(300),
             guard: Default::default(),
@@ -538,7 +513,9 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
     let mut statuses = Vec::new();
     for i in 0..100 {
         if i % 25 == 24 {
-            // Longer than llama-server's keep-alive timeout (5 s).
+            // Longer than llama-server's keep-alive timeout (5 s): a pause
+            // the test is about, not a wait for a condition.
+            // harness-rules: a pause, not a wait
             tokio::time::sleep(Duration::from_secs(6)).await;
         }
         let stream = i % 2 == 0;
@@ -553,7 +530,7 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
         statuses.push(r.status().as_u16());
         let _ = r.bytes().await;
     }
-    let log: Vec<Value> = std::fs::read_to_string(tmp.path().join("requests.jsonl"))
+    let log: Vec<Value> = std::fs::read_to_string(tmp.dir().join("requests.jsonl"))
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -630,10 +607,10 @@ fn t8_a_fix_round_resumes_the_session_on_the_real_server() {
 /// load it; a sleeping server shows `sleeping`, and probing does not wake it.
 #[test]
 fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
-    let models = tempfile::tempdir().unwrap();
+    let models = Harness::new();
     let gguf = need("LOCALAGENTS_E2E_MODEL");
-    std::os::unix::fs::symlink(&gguf, models.path().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
-    let router = start_router(models.path(), &["-c", "32768", "--parallel", "1"]);
+    std::os::unix::fs::symlink(&gguf, models.dir().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let router = start_router(models.dir(), &["-c", "32768", "--parallel", "1"]);
     let d = dirs(&router.url, "");
     let out = localagents(&d, &["status", "--json"]);
     let st: Value = serde_json::from_slice(&out.stdout)
@@ -677,14 +654,9 @@ fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
         )
         .unwrap()
     };
-    let t = Instant::now();
-    while props(&sleepy.url)["is_sleeping"] != true {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the server never fell asleep"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    support::until_blocking("the server falls asleep", Duration::from_secs(60), || {
+        props(&sleepy.url)["is_sleeping"] == true
+    });
     let d = dirs(&sleepy.url, "");
     let out = localagents(&d, &["status", "--json"]);
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -715,10 +687,10 @@ fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
 /// then runs with the instance's real window; afterwards it is loaded.
 #[test]
 fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
-    let models = tempfile::tempdir().unwrap();
+    let models = Harness::new();
     let gguf = need("LOCALAGENTS_E2E_MODEL");
-    std::os::unix::fs::symlink(&gguf, models.path().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
-    let router = start_router(models.path(), &["-c", "32768", "--parallel", "1"]);
+    std::os::unix::fs::symlink(&gguf, models.dir().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let router = start_router(models.dir(), &["-c", "32768", "--parallel", "1"]);
     let d = dirs(&router.url, "");
     // A wrapper around the real CLI records the window the session is told.
     let seen = d.state.parent().unwrap().join("max_context.txt");
@@ -816,19 +788,11 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    let t = Instant::now();
-    loop {
+    support::until_blocking("the model unloads", Duration::from_secs(30), || {
         let st: Value =
             serde_json::from_slice(&localagents(&d, &["status", "--json"]).stdout).unwrap();
-        if st["endpoints"][0]["models"][0]["state"] == "unloaded" {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "never unloaded: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        st["endpoints"][0]["models"][0]["state"] == "unloaded"
+    });
     let out = localagents(&d, &["bringup", "gemma-3-270m"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -938,14 +902,14 @@ async fn t12_thinking_blocks_in_the_history_answer_200() {
     body["stream"] = json!(false);
     body["max_tokens"] = json!(1);
     body["temperature"] = json!(0);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = Harness::new();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
         .register(support::route::llama(
             &url,
             "gemma3-270m",
             32768,
-            tmp.path(),
+            tmp.dir(),
             true,
         ))
         .unwrap();
@@ -959,12 +923,12 @@ async fn t12_thinking_blocks_in_the_history_answer_200() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(status, 200, "{v}");
     // The thinking block went to the server as it came.
-    let full = std::fs::read_to_string(tmp.path().join("requests_full.jsonl")).unwrap();
+    let full = std::fs::read_to_string(tmp.dir().join("requests_full.jsonl")).unwrap();
     assert!(
         full.contains("The user greets me; I answer briefly."),
         "kept"
     );
-    let log = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap();
+    let log = std::fs::read_to_string(tmp.dir().join("requests.jsonl")).unwrap();
     assert!(!log.contains("thinking_dropped"), "{log}");
 }
 
@@ -1155,10 +1119,10 @@ async fn route_to(
 /// figures from its own request log.
 async fn interleaved(url: &str, turns: usize) -> [localagents::jobs::JobMetrics; 2] {
     let shim = Shim::start(0).await.unwrap();
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let dirs = [Harness::new(), Harness::new()];
     let regs = [
-        route_to(&shim, url, "a", dirs[0].path()).await,
-        route_to(&shim, url, "b", dirs[1].path()).await,
+        route_to(&shim, url, "a", dirs[0].dir()).await,
+        route_to(&shim, url, "b", dirs[1].dir()).await,
     ];
     // The shared prefix: what every delegate's system and tools are.
     let system: String = (0..300)
@@ -1197,8 +1161,8 @@ async fn interleaved(url: &str, turns: usize) -> [localagents::jobs::JobMetrics;
         }
     }
     [
-        localagents::jobs::metrics::from_log(dirs[0].path()),
-        localagents::jobs::metrics::from_log(dirs[1].path()),
+        localagents::jobs::metrics::from_log(dirs[0].dir()),
+        localagents::jobs::metrics::from_log(dirs[1].dir()),
     ]
 }
 
@@ -1248,23 +1212,15 @@ async fn t15_two_sessions_share_a_slot_at_the_default_similarity() {
 /// A job's first `/v1/messages` line and its record: `localagents run
 /// BRIEF` in `d`'s tree (off the runtime's threads: it blocks).
 async fn first_request(d: &Dirs, brief: &str) -> (Value, Value) {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--config")
-        .arg(&d.cfg)
-        .arg("--state-dir")
-        .arg(&d.state)
-        .args([
-            "run",
-            "--model",
-            "gemma3-270m",
-            "--max-turns",
-            "1",
-            "--json",
-            brief,
-        ])
-        .env("HOME", &d.home)
-        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
-        .current_dir(&d.work);
+    let mut cmd = d.h.command([
+        "run",
+        "--model",
+        "gemma3-270m",
+        "--max-turns",
+        "1",
+        "--json",
+        brief,
+    ]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
@@ -1293,14 +1249,7 @@ async fn prewarmed(args: &[&str], brief: &str) -> (Vec<Value>, Value, Value) {
     let srv = start_server(args);
     let d = dirs(&srv.url, "");
     repo(&d.work);
-    let served = support::harness::Harness::new()
-        .config_file(&d.cfg)
-        .state_at(&d.state)
-        .home_dir(&d.home)
-        .cwd(&d.work)
-        .claude(need("LOCALAGENTS_CLAUDE"))
-        .serve()
-        .await;
+    let served = d.h.clone().serve().await;
     let slots: usize = scrape_slots(&srv.url);
     let log = d.state.join("prewarm").join("real").join("requests.jsonl");
     let lines = || -> Vec<Value> {
@@ -1424,27 +1373,20 @@ fn start_named_job(d: &Dirs, name: &str, turns: usize) -> std::process::Child {
     let brief: String = std::iter::once(format!("Task {name}: run each command you are given. "))
         .chain((0..60).map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)))
         .collect();
-    Command::new(BIN)
-        .arg("--config")
-        .arg(&d.cfg)
-        .arg("--state-dir")
-        .arg(&d.state)
-        .args([
-            "run",
-            "--model",
-            "gemma3-270m",
-            "--max-turns",
-            &(turns + 2).to_string(),
-            "--json",
-            &brief,
-        ])
-        .env("HOME", &d.home)
-        .env("LOCALAGENTS_CLAUDE", need("LOCALAGENTS_CLAUDE"))
-        .current_dir(&cwd)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    d.h.command([
+        "run",
+        "--model",
+        "gemma3-270m",
+        "--max-turns",
+        &(turns + 2).to_string(),
+        "--json",
+        &brief,
+    ])
+    .current_dir(&cwd)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
 }
 
 /// Two real jobs (the real Claude Code CLI, `localagents run` twice, started
@@ -1613,15 +1555,11 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
         );
     }
     // The server stopped: no slot is still generating for the job.
-    let mut idle = false;
-    for _ in 0..300 {
-        if processing_slots(&srv.url) == 0 {
-            idle = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(idle, "the slot is idle once the job has ended");
+    support::until_blocking(
+        "the slot is idle once the job has ended",
+        Duration::from_secs(30),
+        || processing_slots(&srv.url) == 0,
+    );
     // Its log: a task cancelled for each cut answer.
     let log = std::fs::read_to_string(std::env::temp_dir().join(format!("llama-e2e-{port}.log")))
         .unwrap();

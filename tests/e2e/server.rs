@@ -2,7 +2,7 @@
 //! the model and strict template that scripts/e2e-real.sh provisioned.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An environment variable the e2e script sets.
 pub fn need(var: &str) -> String {
@@ -90,22 +90,17 @@ fn launch_with(extra: &[&str], strict: bool) -> Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
     };
-    let started = Instant::now();
-    loop {
-        let ok = Command::new("curl")
-            .args(["-fsS", &format!("{}/health", server.url)])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            return server;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "llama-server {extra:?} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    crate::support::until_blocking(
+        &format!("llama-server {extra:?} starts"),
+        Duration::from_secs(90),
+        || {
+            Command::new("curl")
+                .args(["-fsS", &format!("{}/health", server.url)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
+    server
 }

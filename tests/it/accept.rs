@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::jobs::strict_fake_opts;
 use crate::support::harness::Harness;
-use crate::support::harness::{call, env_for, serve};
+use crate::support::harness::{call, serve};
 use crate::support::{claude, fake_llama, job_processes, script, wait_job_gone};
 
 /// The acceptance command of the fix-round test: it passes only when
@@ -47,7 +47,7 @@ fn wrong_then_right() -> script::Script {
 async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(wrong_then_right());
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let t = Instant::now();
     let (err, v) = call(
@@ -67,12 +67,12 @@ async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
         "{v}"
     );
     assert_eq!(
-        std::fs::read_to_string(e.work.join("impl.txt")).unwrap(),
+        std::fs::read_to_string(e.work().join("impl.txt")).unwrap(),
         "right\n"
     );
     let id = v["id"].as_str().unwrap();
     let rec: Value = serde_json::from_slice(
-        &std::fs::read(e.state.join("jobs").join(id).join("job.json")).unwrap(),
+        &std::fs::read(e.state_dir().join("jobs").join(id).join("job.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(rec["acceptance"]["rounds"], 2, "{rec}");
@@ -98,8 +98,8 @@ async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
         text.contains("do not weaken, skip or delete tests"),
         "{text}"
     );
-    let log =
-        std::fs::read_to_string(e.state.join("jobs").join(id).join("acceptance.txt")).unwrap();
+    let log = std::fs::read_to_string(e.state_dir().join("jobs").join(id).join("acceptance.txt"))
+        .unwrap();
     assert!(
         log.contains("== round 1") && log.contains("== round 2"),
         "{log}"
@@ -107,7 +107,7 @@ async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
     // Figures: the whole job to the second pass; the prompt of the resumed
     // turn against the job's first request (the fake counts bytes / 4).
     let reqs: Vec<Value> =
-        std::fs::read_to_string(e.state.join("jobs").join(id).join("requests.jsonl"))
+        std::fs::read_to_string(e.state_dir().join("jobs").join(id).join("requests.jsonl"))
             .unwrap()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -127,12 +127,8 @@ async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
 async fn a_command_that_never_passes_fails_the_job_after_all_rounds() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::text("All done, tests pass."));
-    let e = env_for(fake.url());
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let e = Harness::with_fake(fake.url());
+    let out = tokio::process::Command::from(e.cmd())
         .args([
             "run",
             "--model",
@@ -144,9 +140,6 @@ async fn a_command_that_never_passes_fails_the_job_after_all_rounds() {
             "1",
             "Make the tests pass.",
         ])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
         .output()
         .await
         .unwrap();
@@ -185,7 +178,7 @@ async fn a_command_that_never_passes_fails_the_job_after_all_rounds() {
 async fn cancel_during_acceptance_stops_the_command() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::text("done"));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -195,17 +188,16 @@ async fn cancel_during_acceptance_stops_the_command() {
     .await;
     assert!(!err, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let t = Instant::now();
-    while !job_processes(&id)
-        .iter()
-        .any(|(_, c)| c.contains("tail -f /dev/null"))
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the acceptance command never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::until(
+        "the acceptance command starts",
+        Duration::from_secs(30),
+        || {
+            job_processes(&id)
+                .iter()
+                .any(|(_, c)| c.contains("tail -f /dev/null"))
+        },
+    )
+    .await;
     let (_, v) = call(&c, "cancel_job", json!({"job_id": id})).await;
     assert_eq!(v["status"], "cancelled", "{v}");
     let gone = wait_job_gone(&id, Duration::from_secs(5));
@@ -243,13 +235,10 @@ async fn a_waiting_call_with_a_progress_token_gets_progress() {
         ],
         "done",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let seen = Progress::default();
-    let h = Harness::new()
-        .config_file(&e.cfg)
-        .state_at(&e.state)
-        .home_dir(&e.home)
-        .cwd(&e.work)
+    let h = e
+        .clone()
         .claude(claude::binary())
         .serve_with(seen.clone())
         .await;

@@ -79,11 +79,9 @@ async fn numbers_too_big_for_a_duration_or_a_date_are_sentences() {
 
 #[test]
 fn a_closed_stdout_is_not_an_error() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(tmp.path())
-        .args(["jobs"])
+    let mut child = Harness::new()
+        .no_config()
+        .command(["jobs"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

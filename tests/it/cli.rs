@@ -1,32 +1,15 @@
 //! The binary's exit codes and output, as a person or script sees them.
 #![allow(clippy::disallowed_methods)] // signals a supervisor or a job on purpose
 
-use std::process::Command;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_localagents"));
-    c.env_remove("LOCALAGENTS_CONFIG")
-        .env_remove("XDG_CONFIG_HOME");
-    c
-}
+use crate::support::harness::Harness;
 
 #[test]
 fn status_exits_0_when_down_and_2_on_config_error() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
     let addr = crate::support::net::refused_addr();
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  gone:\n    base_url: http://{addr}\n"),
-    )
-    .unwrap();
-    let out = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .arg("status")
-        .env("HOME", tmp.path())
-        .output()
-        .unwrap();
+    let h = Harness::new().config(&format!(
+        "endpoints:\n  gone:\n    base_url: http://{addr}\n"
+    ));
+    let out = h.command(["status"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
@@ -38,14 +21,8 @@ fn status_exits_0_when_down_and_2_on_config_error() {
         "no colour when stdout is not a terminal"
     );
 
-    std::fs::write(&cfg, "endpoints: [\n").unwrap();
-    let out = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["status", "--json"])
-        .env("HOME", tmp.path())
-        .output()
-        .unwrap();
+    std::fs::write(h.config_path(), "endpoints: [\n").unwrap();
+    let out = h.command(["status", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8(out.stderr).unwrap();
@@ -57,16 +34,12 @@ fn status_exits_0_when_down_and_2_on_config_error() {
 
 #[test]
 fn config_path_lists_user_then_project_with_sidecars() {
-    let tmp = tempfile::tempdir().unwrap();
-    let proj = tmp.path().join("proj");
+    // No --config: the program lists what it would discover.
+    let h = Harness::new().no_config();
+    let proj = h.dir().join("proj");
     std::fs::create_dir_all(&proj).unwrap();
     std::fs::write(proj.join("models.yaml"), "models: {}\n").unwrap();
-    let out = bin()
-        .args(["config", "path"])
-        .env("HOME", tmp.path())
-        .current_dir(&proj)
-        .output()
-        .unwrap();
+    let out = h.cwd(&proj).command(["config", "path"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -95,8 +68,8 @@ fn config_path_lists_user_then_project_with_sidecars() {
 
 #[test]
 fn bringup_runs_the_command_on_request_and_waits_until_served() {
-    let tmp = tempfile::tempdir().unwrap();
-    let srv = tmp.path().join("srv");
+    let h = Harness::new();
+    let srv = h.dir().join("srv");
     std::fs::create_dir_all(srv.join("v1")).unwrap();
     std::fs::write(
         srv.join("v1/models"),
@@ -108,26 +81,11 @@ fn bringup_runs_the_command_on_request_and_waits_until_served() {
         .local_addr()
         .unwrap()
         .port();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = h.config(&format!(
             "endpoints:\n  box:\n    base_url: http://127.0.0.1:{port}\n    backend: other\nmodels:\n  tiny:\n    served_name: tiny-model\n    host: this box\n    notes: a static file server\n    bring_up: cd {} && exec python3 -m http.server {port} --bind 127.0.0.1\n  broken:\n    bring_up: echo boom-from-bring-up; exit 3\n  manual:\n    host: gpu-server\n    notes: start it with --reasoning on\n",
-            srv.display()
-        ),
-    )
-    .unwrap();
-    let run = |args: &[&str]| {
-        bin()
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .args(args)
-            .env("HOME", tmp.path())
-            .output()
-            .unwrap()
-    };
+        srv.display()
+    ));
+    let run = |args: &[&str]| h.command(args).output().unwrap();
     // Without --run: what it takes.
     let o = run(&["bringup", "tiny"]);
     let t = String::from_utf8_lossy(&o.stdout);
@@ -165,7 +123,7 @@ fn bringup_runs_the_command_on_request_and_waits_until_served() {
         .unwrap();
     // SAFETY: the group this test's bring_up started.
     unsafe { libc::killpg(pid, libc::SIGKILL) };
-    let logs: Vec<_> = std::fs::read_dir(tmp.path().join("state/bringup"))
+    let logs: Vec<_> = std::fs::read_dir(h.state_dir().join("bringup"))
         .unwrap()
         .collect();
     assert!(!logs.is_empty());
@@ -180,25 +138,14 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
     let refused = crate::support::net::refused_addr();
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = Harness::new()
+        .config(&format!(
             "endpoints:\n  box:\n    base_url: {}\n  gone:\n    base_url: http://{refused}\n",
             fake.url()
-        ),
-    )
-    .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .arg("doctor")
-        .env("HOME", tmp.path())
-        .env("LOCALAGENTS_CLAUDE", crate::support::claude::binary())
+        ))
+        .claude(crate::support::claude::binary());
+    let out = tokio::process::Command::from(h.command(["doctor"]))
         .output()
         .await
         .unwrap();

@@ -3,6 +3,7 @@
 use std::fs;
 use std::path::Path;
 
+use crate::support::harness::Harness;
 use localagents::config::{self, ConfigError, Discovery};
 
 fn write(path: &Path, text: &str) {
@@ -349,25 +350,18 @@ fn concurrent_sidecar_updates_keep_every_update() {
 /// its own process, keep all 12 projects in the user sidecar.
 #[test]
 fn concurrent_trust_processes_keep_every_project() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let dirs: Vec<_> = (0..12)
-        .map(|i| tmp.path().join(format!("proj{i}")))
-        .collect();
+    // The program finds its user config under HOME: no --config.
+    let h = Harness::new().no_config();
+    let home = h.home().to_path_buf();
+    let dirs: Vec<_> = (0..12).map(|i| h.dir().join(format!("proj{i}"))).collect();
     for d in &dirs {
         fs::create_dir_all(d).unwrap();
     }
-    fs::create_dir_all(&home).unwrap();
     let children: Vec<_> = dirs
         .iter()
         .map(|d| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-                .arg("trust")
+            h.command(["trust"])
                 .arg(d)
-                .env("HOME", &home)
-                .env_remove("XDG_CONFIG_HOME")
-                .env_remove("LOCALAGENTS_CONFIG")
-                .current_dir(tmp.path())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -455,27 +449,18 @@ fn a_deeply_nested_or_huge_project_file_is_refused_before_it_is_parsed() {
 /// SessionStart hook says it in one line and exits 0.
 #[test]
 fn status_and_the_session_start_hook_refuse_an_80_kb_nested_project_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, proj, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("proj"),
-        tmp.path().join("state"),
-    );
-    fs::create_dir_all(&home).unwrap();
+    // No --config: the program finds the project's file from its cwd.
+    let h = Harness::new().no_config();
+    let proj = h.dir().join("proj");
+    let h = h.cwd(&proj);
     write(
         &proj.join("models.yaml"),
         &format!("a: {}{}\n", "[".repeat(40_000), "]".repeat(40_000)),
     );
     let run = |args: &[&str], stdin: &str| {
         use std::io::Write;
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-            .arg("--state-dir")
-            .arg(&state)
-            .args(args)
-            .env("HOME", &home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("LOCALAGENTS_CONFIG")
-            .current_dir(&proj)
+        let mut c = h
+            .command(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::jobs::strict_fake_opts;
 use crate::support::fake_llama;
-use crate::support::harness::{Env, call, env_for, localagents, localagents_json, serve};
+use crate::support::harness::{Harness, call, localagents, localagents_json, serve};
 use crate::support::script::{self, Reply};
 
 /// The task a request belongs to, from its brief's tag.
@@ -75,7 +75,7 @@ fn competent() -> script::Script {
     })
 }
 
-async fn eval_json(e: &Env, args: &[&str]) -> Value {
+async fn eval_json(e: &Harness, args: &[&str]) -> Value {
     let mut all = vec!["eval", "--model", "gemma-3-270m", "--json"];
     all.extend_from_slice(args);
     localagents_json(e, &all).await
@@ -85,8 +85,8 @@ async fn eval_json(e: &Env, args: &[&str]) -> Value {
 async fn a_competent_model_passes_the_quick_suite_and_list_models_shows_it() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(competent());
-    let e = env_for(fake.url());
-    let doctor = |e: &Env| {
+    let e = Harness::with_fake(fake.url());
+    let doctor = |e: &Harness| {
         let e = e.clone();
         async move {
             let out = localagents(&e, &["doctor"]).await;
@@ -123,9 +123,9 @@ async fn a_competent_model_passes_the_quick_suite_and_list_models_shows_it() {
     // The eval never touched the user's tree: its repositories and the
     // jobs' worktrees are gone.
     let job = r["tasks"][0]["job"].as_str().unwrap();
-    assert!(!e.state.join("worktrees").join(job).exists());
+    assert!(!e.state_dir().join("worktrees").join(job).exists());
     assert_eq!(
-        std::fs::read_dir(&e.work).unwrap().count(),
+        std::fs::read_dir(e.work()).unwrap().count(),
         0,
         "the work dir is untouched"
     );
@@ -151,14 +151,17 @@ async fn a_competent_model_passes_the_quick_suite_and_list_models_shows_it() {
     // Another model file behind the same id: the result is stale (once
     // the probe cache, 1 s, has let the change through).
     *fake.state.model_path.lock().unwrap() = Some("/models/gemma3-270m-Q8_0.gguf".into());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let v = loop {
-        let (_, v) = call(&c, "list_models", json!({})).await;
-        if !v["evals"][0]["stale"].is_null() || std::time::Instant::now() > deadline {
-            break v;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    };
+    let client = &c;
+    crate::support::until_async(
+        "the eval goes stale",
+        Duration::from_secs(20),
+        || async move {
+            let (_, v) = call(client, "list_models", json!({})).await;
+            !v["evals"][0]["stale"].is_null()
+        },
+    )
+    .await;
+    let (_, v) = call(&c, "list_models", json!({})).await;
     let line = &v["evals"][0];
     assert_eq!(
         line["stale"], "stale: another model file is served now",
@@ -187,7 +190,7 @@ async fn a_model_that_only_talks_fails_every_task_and_a_looping_one_names_the_lo
     fake.set_script(script::text(
         "I would change the code like this, but I will not.",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let r = eval_json(&e, &[]).await;
     assert_eq!(r["passed"], 0, "{r}");
     assert_eq!(r["probe"]["tool_call"], "text");
@@ -196,7 +199,7 @@ async fn a_model_that_only_talks_fails_every_task_and_a_looping_one_names_the_lo
         assert_eq!(t["text_only"], true, "{t}");
         let why = t["failure"].as_str().unwrap();
         let rec = std::fs::read_to_string(
-            e.state
+            e.state_dir()
                 .join("jobs")
                 .join(t["job"].as_str().unwrap())
                 .join("job.json"),
@@ -212,8 +215,12 @@ async fn a_model_that_only_talks_fails_every_task_and_a_looping_one_names_the_lo
     }
 
     // Room for the loop guard's six calls (the test config has 6 turns).
-    let cfg = std::fs::read_to_string(&e.cfg).unwrap();
-    std::fs::write(&e.cfg, cfg.replace("max_turns: 6", "max_turns: 12")).unwrap();
+    let cfg = std::fs::read_to_string(e.config_path()).unwrap();
+    std::fs::write(
+        e.config_path(),
+        cfg.replace("max_turns: 6", "max_turns: 12"),
+    )
+    .unwrap();
     fake.set_script(Arc::new(|req: &Value| {
         if req["tools"].to_string().contains("get_weather") {
             return Reply::Text("It is sunny.".into());
@@ -249,15 +256,15 @@ async fn a_signal_cancels_the_running_task_and_stores_nothing(name: &str, sig: i
             input: json!({"command": "tail -f /dev/null", "description": "Wait"}),
         }
     }));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let mut eval =
-        tokio::process::Command::from(e.command(&["eval", "--model", "gemma-3-270m", "--json"]));
+        tokio::process::Command::from(e.command(["eval", "--model", "gemma-3-270m", "--json"]));
     eval.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let child = eval.spawn().unwrap();
     // Wait for the condition: a job whose delegate runs the long command.
-    let jobs = e.state.join("jobs");
+    let jobs = e.state_dir().join("jobs");
     let mut id = String::new();
     crate::support::until(
         &format!("{name}: a job reaches the long command"),
@@ -283,8 +290,11 @@ async fn a_signal_cancels_the_running_task_and_stores_nothing(name: &str, sig: i
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["cancelled"], "cancelled during task off_by_one", "{r}");
     assert!(
-        !e.state.join("eval").exists()
-            || std::fs::read_dir(e.state.join("eval")).unwrap().count() == 0,
+        !e.state_dir().join("eval").exists()
+            || std::fs::read_dir(e.state_dir().join("eval"))
+                .unwrap()
+                .count()
+                == 0,
         "nothing stored"
     );
 }

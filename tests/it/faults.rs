@@ -10,12 +10,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::jobs::strict_fake_opts;
-use crate::support::harness::{Env, env_for, hook_line, localagents, localagents_json};
+use crate::support::harness::{Harness, hook_line, localagents, localagents_json};
 use crate::support::script::{self, Reply};
 use crate::support::{fake_llama, fake_vllm};
 
 /// `localagents run --json ARGS…`: the job record.
-async fn run_json(e: &Env, args: &[&str]) -> Value {
+async fn run_json(e: &Harness, args: &[&str]) -> Value {
     let mut all = vec!["run", "--model", "gemma-3-270m", "--json"];
     all.extend_from_slice(args);
     localagents_json(e, &all).await
@@ -45,8 +45,8 @@ fn read_then_text_edit(path: &str, edit: String) -> script::Script {
     })
 }
 
-fn calc_py(e: &Env) -> std::path::PathBuf {
-    let p = e.work.join("calc.py");
+fn calc_py(e: &Harness) -> std::path::PathBuf {
+    let p = e.work().join("calc.py");
     std::fs::write(&p, "def last(n):\n    return n - 1\n").unwrap();
     p
 }
@@ -54,7 +54,7 @@ fn calc_py(e: &Env) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_written_as_qwen3_coder_xml_still_edits_the_file() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let file = calc_py(&e);
     // The Qwen3-Coder XML form, as in vLLM's qwen3coder parser tests
     // (tests/tool_parsers/test_qwen3coder_tool_parser.py), for Edit.
@@ -105,8 +105,8 @@ async fn an_edit_written_as_qwen3_coder_xml_still_edits_the_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hermes_json_write_streamed_is_repaired() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
-    let target = e.work.join("notes.txt");
+    let e = Harness::with_fake(fake.url());
+    let target = e.work().join("notes.txt");
     // The Hermes form of vLLM's hermes parser tests
     // (tests/tool_parsers/test_hermes_tool_parser.py, between_tags), for Write.
     let text = format!(
@@ -134,7 +134,7 @@ async fn a_hermes_json_write_streamed_is_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_of_a_tool_not_offered_and_prose_about_markers_stay_text() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let prose =
         "To call a tool, a Qwen model writes <tool_call> and then JSON; I did not need one.";
     let cases = [
@@ -173,7 +173,7 @@ async fn a_model_that_only_talks_is_said_in_the_summary_and_the_hook_line() {
     fake.set_script(script::text(
         "I reviewed the code and it looks correct; nothing needs to change.",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let rec = run_json(&e, &["Add a --json flag to the CLI."]).await;
     assert_eq!(rec["status"], "succeeded", "{rec}");
     assert_eq!(
@@ -203,7 +203,7 @@ async fn the_same_call_three_times_gets_a_note_and_six_times_stops_the_job() {
         name: "Bash".into(),
         input: json!({"command": "echo same-result", "description": "Run it"}),
     }));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let rec = run_json(&e, &["--max-turns", "12", "Make the tests pass."]).await;
     assert_eq!(rec["status"], "failed", "{rec}");
     let err = rec["error"].as_str().unwrap();
@@ -269,7 +269,7 @@ async fn a_grammar_the_server_cannot_build_ends_the_job_at_the_first_request() {
         status: 400,
         body: json!({"error": {"code": 400, "message": "Failed to initialize samplers: failed to parse grammar", "type": "invalid_request_error"}}),
     }));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let rec = run_json(&e, &["Do the task."]).await;
     assert_eq!(rec["status"], "failed", "{rec}");
     let err = rec["error"].as_str().unwrap();
@@ -299,8 +299,8 @@ async fn a_grammar_the_server_cannot_build_ends_the_job_at_the_first_request() {
 async fn thinking_in_the_history_is_kept_for_llama_cpp_and_dropped_when_a_server_refuses_it() {
     // llama.cpp: the thinking block goes back to the server as it came.
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
-    let target = e.work.join("t.txt");
+    let e = Harness::with_fake(fake.url());
+    let target = e.work().join("t.txt");
     let think = |path: std::path::PathBuf| -> script::Script {
         Arc::new(move |req: &Value| {
             if script::tool_results(req) == 0 {
@@ -332,11 +332,11 @@ async fn thinking_in_the_history_is_kept_for_llama_cpp_and_dropped_when_a_server
         refuse_thinking: true,
     })
     .await;
-    let e2 = env_for(vllm.url());
-    vllm.set_script(think(e2.work.join("v.txt")));
+    let e2 = Harness::with_fake(vllm.url());
+    vllm.set_script(think(e2.work().join("v.txt")));
     std::fs::write(
-        &e2.cfg,
-        std::fs::read_to_string(&e2.cfg)
+        e2.config_path(),
+        std::fs::read_to_string(e2.config_path())
             .unwrap()
             .replace("backend: llama.cpp", "backend: vllm"),
     )
@@ -372,14 +372,14 @@ async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
     fake.set_script(script::text(
         "<tool_call>\n{\"name\": \"Write\", \"arguments\": {\"file_path\": \"/w/a.txt\", \"content\": \"a\"}}\n</tool_call>",
     ));
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let shim = Shim::start(0).await.unwrap();
     let reg = shim
         .register(crate::support::route::llama(
             fake.url(),
             "gemma3-270m",
             131072,
-            tmp.path(),
+            h.dir(),
             false,
         ))
         .unwrap();
@@ -412,7 +412,7 @@ async fn a_hermes_call_is_repaired_streamed_and_not_through_the_shim() {
     }
     // A streamed request's line is written when its relay ends, on the
     // server's side: wait for it.
-    let log_path = tmp.path().join("requests.jsonl");
+    let log_path = h.dir().join("requests.jsonl");
     let count = || {
         std::fs::read_to_string(&log_path)
             .unwrap_or_default()
@@ -466,12 +466,12 @@ async fn a_failing_backend_ends_the_job_early_with_the_reason() {
     for (what, reply, fail_s, timeout_s, expect) in cases {
         let fake = fake_llama::spawn(strict_fake_opts()).await;
         fake.set_script(Arc::new(move |_: &Value| reply.clone()));
-        let e = env_for(fake.url());
-        let mut cfg = std::fs::read_to_string(&e.cfg).unwrap();
+        let e = Harness::with_fake(fake.url());
+        let mut cfg = std::fs::read_to_string(e.config_path()).unwrap();
         cfg.push_str(&format!(
             "  backend_fail_s: {fail_s}\n  first_byte_timeout_s: 2\n  stream_idle_timeout_s: 2\n"
         ));
-        std::fs::write(&e.cfg, cfg).unwrap();
+        std::fs::write(e.config_path(), cfg).unwrap();
         let t = std::time::Instant::now();
         let out = crate::support::harness::localagents(
             &e,
@@ -536,7 +536,7 @@ async fn a_runaway_answer_is_cut_off_its_request_closed_and_the_job_fails_with_t
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     let text = gemma_runaway();
     fake.set_script(Arc::new(move |_: &Value| Reply::Runaway(text.clone())));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let rec = run_json(&e, &["Fix the failing test in calc.py."]).await;
     assert_eq!(rec["status"], "failed", "{rec}");
     let fix = rec["error"].as_str().unwrap_or_default().to_string();
@@ -636,8 +636,8 @@ async fn a_runaway_answer_is_cut_off_its_request_closed_and_the_job_fails_with_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_csv_a_quoted_marker_and_a_long_answer_are_not_runaways() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
-    let csv_path = e.work.join("zeros.csv");
+    let e = Harness::with_fake(fake.url());
+    let csv_path = e.work().join("zeros.csv");
     let csv = format!("a,b,c\n{}", "0,0,0,0,0,0,0,0\n".repeat(300));
     fake.set_script(script::write_then_report(csv_path.to_str().unwrap(), &csv));
     let rec = run_json(&e, &["Write zeros.csv with 300 rows of zeros."]).await;

@@ -20,16 +20,21 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::plugin::{claude_cmd, clean_checkout, output_within};
-use crate::support::{claude, fake_llama, net, script};
+use crate::support::harness::Harness;
+use crate::support::{claude, fake_llama, net, script, until_blocking};
 
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
+/// The localagents binary under test, as the plugin's launcher is told of
+/// it (`LOCALAGENTS_BIN`) or a stand-in cargo installs it.
+fn bin() -> String {
+    crate::support::bin().display().to_string()
+}
 const BARE_PATH: &str = "/usr/bin:/bin";
 
 /// The plugin installed with `claude plugin marketplace add` + `install`
 /// from a clean copy (the files git knows, no `target/`), and a fake
 /// Anthropic API for the sessions.
 struct Installed {
-    _tmp: tempfile::TempDir,
+    _h: Harness,
     dir: PathBuf,
     home: PathBuf,
     work: PathBuf,
@@ -72,8 +77,8 @@ async fn installed() -> Installed {
     })
     .await;
     top.set_script(script::text("ok"));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().canonicalize().unwrap();
+    let h = Harness::new();
+    let dir = h.dir().canonicalize().unwrap();
     let (home, work, checkout) = (dir.join("home"), dir.join("work"), dir.join("checkout"));
     for d in [&home, &work] {
         std::fs::create_dir_all(d).unwrap();
@@ -116,7 +121,7 @@ async fn installed() -> Installed {
     )
     .unwrap();
     Installed {
-        _tmp: tmp,
+        _h: h,
         dir,
         home,
         work,
@@ -242,6 +247,7 @@ impl StandIn {
         let dir = under.join("standin");
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.display();
+        let bin = bin();
         let script = format!(
             r#"#!/bin/sh
 echo "$*" >>"{d}/calls"
@@ -252,7 +258,7 @@ while [ ! -e "{d}/release" ] && [ "$n" -lt 600 ]; do sleep 0.1; n=$((n + 1)); do
 root=
 while [ $# -gt 0 ]; do [ "$1" = --root ] && root=$2; shift; done
 code=$(cat "{d}/exit_code" 2>/dev/null || echo 0)
-if [ "$code" = 0 ]; then mkdir -p "$root/bin" && cp "{BIN}" "$root/bin/localagents"; else echo "error: could not compile (stand-in)" >&2; fi
+if [ "$code" = 0 ]; then mkdir -p "$root/bin" && cp "{bin}" "$root/bin/localagents"; else echo "error: could not compile (stand-in)" >&2; fi
 exit "$code"
 "#
         );
@@ -314,14 +320,6 @@ fn nothing_left_running(tmp: &Path) {
     assert!(left.is_empty(), "the launcher left these running: {left:?}");
 }
 
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_session_builds_the_binary_once_and_the_next_says_still_building() {
     let p = installed().await;
@@ -336,7 +334,7 @@ async fn the_first_session_builds_the_binary_once_and_the_next_says_still_buildi
             && line.contains("/mcp"),
         "{line}"
     );
-    wait_for(
+    until_blocking(
         "the stand-in cargo to start",
         Duration::from_secs(10),
         || !cargo.calls().is_empty(),
@@ -398,7 +396,7 @@ async fn the_first_session_builds_the_binary_once_and_the_next_says_still_buildi
     // 3. The build ends: the binary lands where the launcher looks.
     cargo.release();
     let built = data.join("bin/localagents");
-    wait_for("the build to finish", Duration::from_secs(10), || {
+    until_blocking("the build to finish", Duration::from_secs(10), || {
         std::fs::read_to_string(data.join("build.status")).is_ok_and(|s| s.trim() == "0")
             && !data.join("build.lock").exists()
     });
@@ -446,7 +444,7 @@ async fn a_failed_build_names_its_log_and_is_not_retried() {
     let s1 = p.session(&cargo.path(), &[]).await;
     assert!(s1.shown[0].contains("building"), "{:?}", s1.shown);
     let data = p.data_dir();
-    wait_for("the build to fail", Duration::from_secs(10), || {
+    until_blocking("the build to fail", Duration::from_secs(10), || {
         data.join("build.status").is_file()
     });
     let s2 = p.session(&cargo.path(), &[]).await;
@@ -489,27 +487,33 @@ async fn without_cargo_the_line_names_the_install_steps() {
 }
 
 /// The launcher as Claude Code runs a hook: hook JSON on stdin, the plugin
-/// env, PATH as given.
+/// env, PATH as given, HOME the data dir's parent, nothing else.
 fn launcher_hook(root: &Path, data: &Path, path: &str, which: &str) -> Command {
-    let mut c = Command::new(root.join("plugin/localagents"));
-    c.args(["hook", which])
-        .env_clear()
+    let home = data.parent().unwrap();
+    let mut c = Harness::new()
+        .bin(root.join("plugin/localagents"))
+        .bare_env()
+        .no_config()
+        .no_state_dir()
+        .home_dir(home)
+        .cwd(home)
         .env("PATH", path)
-        .env("HOME", data.parent().unwrap())
         .env("CLAUDE_PLUGIN_ROOT", root)
-        .env("CLAUDE_PLUGIN_DATA", data);
+        .env("CLAUDE_PLUGIN_DATA", data)
+        .command(["hook", which]);
+    c.env_remove("LOCALAGENTS_CLAUDE");
     c
 }
 
 #[test]
 fn the_prompt_hook_costs_nothing_without_the_binary() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("checkout");
+    let h = Harness::new();
+    let root = h.dir().join("checkout");
     clean_checkout(&root);
-    let data = tmp.path().join("data");
-    let cargo = StandIn::new(tmp.path());
+    let data = h.dir().join("data");
+    let cargo = StandIn::new(h.dir());
     cargo.release();
-    let input = json!({"session_id": "s", "cwd": tmp.path(), "hook_event_name": "UserPromptSubmit", "prompt": "hi"}).to_string();
+    let input = json!({"session_id": "s", "cwd": h.dir(), "hook_event_name": "UserPromptSubmit", "prompt": "hi"}).to_string();
     for path in [cargo.path(), BARE_PATH.to_string()] {
         let t = Instant::now();
         let mut child = launcher_hook(&root, &data, &path, "prompt-submit")
@@ -522,12 +526,11 @@ fn the_prompt_hook_costs_nothing_without_the_binary() {
             use std::io::Write;
             let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
         }
-        while child.try_wait().unwrap().is_none() {
-            if t.elapsed() > Duration::from_secs(1) {
-                let _ = child.kill();
-                panic!("the prompt hook did not finish within 1 s (PATH={path})");
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        if !crate::support::holds_within(Duration::from_secs(1), || {
+            child.try_wait().unwrap().is_some()
+        }) {
+            let _ = child.kill();
+            panic!("the prompt hook did not finish within 1 s (PATH={path})");
         }
         let took = t.elapsed();
         let o = child.wait_with_output().unwrap();
@@ -537,24 +540,19 @@ fn the_prompt_hook_costs_nothing_without_the_binary() {
     }
     // It never starts a build, even with cargo on PATH: nothing it started
     // is left running (a build would be, or would have called cargo).
-    nothing_left_running(tmp.path());
+    nothing_left_running(h.dir());
     assert!(cargo.calls().is_empty(), "{:?}", cargo.calls());
     assert!(!data.join("build.lock").exists());
 }
 
 #[test]
 fn the_launcher_never_starts_a_build_without_plugin_data() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("checkout");
+    let h = Harness::new();
+    let root = h.dir().join("checkout");
     clean_checkout(&root);
-    let cargo = StandIn::new(tmp.path());
+    let cargo = StandIn::new(h.dir());
     cargo.release();
-    let mut c = launcher_hook(
-        &root,
-        &tmp.path().join("data"),
-        &cargo.path(),
-        "session-start",
-    );
+    let mut c = launcher_hook(&root, &h.dir().join("data"), &cargo.path(), "session-start");
     c.env_remove("CLAUDE_PLUGIN_DATA");
     let o = output_within(&mut c, Duration::from_secs(2)).expect("finishes");
     assert_eq!(o.status.code(), Some(0), "{o:?}");
@@ -569,15 +567,15 @@ fn the_launcher_never_starts_a_build_without_plugin_data() {
             )),
         "{line}"
     );
-    nothing_left_running(tmp.path());
+    nothing_left_running(h.dir());
     assert!(cargo.calls().is_empty(), "{:?}", cargo.calls());
 }
 
 #[test]
 fn the_launcher_finds_cargo_where_rustup_puts_it() {
     // A desktop-launched Claude Code may lack ~/.cargo/bin on its PATH.
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().canonicalize().unwrap();
+    let h = Harness::new();
+    let home = h.dir().canonicalize().unwrap();
     let root = home.join("checkout");
     clean_checkout(&root);
     let cargo = StandIn::new(&home);
@@ -595,7 +593,7 @@ fn the_launcher_finds_cargo_where_rustup_puts_it() {
         String::from_utf8_lossy(&o.stdout).contains("building the localagents binary"),
         "{o:?}"
     );
-    wait_for("the build", Duration::from_secs(10), || {
+    until_blocking("the build", Duration::from_secs(10), || {
         data.join("bin/localagents").is_file() && !data.join("build.lock").exists()
     });
     assert_eq!(
@@ -619,7 +617,7 @@ async fn with_the_binary_no_endpoint_is_said_once_a_day() {
     )
     .unwrap();
     let env = [
-        ("LOCALAGENTS_BIN", BIN.to_string()),
+        ("LOCALAGENTS_BIN", bin()),
         ("LOCALAGENTS_CONFIG", down.display().to_string()),
     ];
     let s1 = p.session(BARE_PATH, &env).await;
@@ -635,7 +633,7 @@ async fn with_the_binary_no_endpoint_is_said_once_a_day() {
     );
     // With the endpoint up (a fresh state dir): nothing to say.
     let up_env = [
-        ("LOCALAGENTS_BIN", BIN.to_string()),
+        ("LOCALAGENTS_BIN", bin()),
         (
             "LOCALAGENTS_STATE_DIR",
             p.dir.join("state-up").display().to_string(),
@@ -646,15 +644,10 @@ async fn with_the_binary_no_endpoint_is_said_once_a_day() {
 }
 
 /// The hook binary itself: output, cache, and a hung endpoint.
-fn session_start(state: &Path, cfg: &Path) -> (std::process::Output, Duration) {
+fn session_start(h: &Harness, state: &Path) -> (std::process::Output, Duration) {
     let t = Instant::now();
     let o = output_within(
-        Command::new(BIN)
-            .arg("--state-dir")
-            .arg(state)
-            .arg("--config")
-            .arg(cfg)
-            .args(["hook", "session-start"]),
+        &mut h.clone().state_at(state).command(["hook", "session-start"]),
         Duration::from_secs(10),
     )
     .expect("the hook finishes");
@@ -665,9 +658,9 @@ fn session_start(state: &Path, cfg: &Path) -> (std::process::Output, Duration) {
 async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
     let silent = net::silent_listener().await;
     let up = fake_llama::spawn(fake_llama::LlamaOpts::default()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    let state = tmp.path().join("state");
+    let h = Harness::new();
+    let cfg = h.config_path().to_path_buf();
+    let state = h.state_dir().to_path_buf();
     // Only the hung endpoint: it gives up within its budget and says so.
     std::fs::write(
         &cfg,
@@ -677,7 +670,7 @@ async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
         ),
     )
     .unwrap();
-    let (o, took) = tokio::task::block_in_place(|| session_start(&state, &cfg));
+    let (o, took) = tokio::task::block_in_place(|| session_start(&h, &state));
     assert_eq!(o.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -695,8 +688,8 @@ async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
         ),
     )
     .unwrap();
-    let state2 = tmp.path().join("state2");
-    let (o, took) = tokio::task::block_in_place(|| session_start(&state2, &cfg));
+    let state2 = h.dir().join("state2");
+    let (o, took) = tokio::task::block_in_place(|| session_start(&h, &state2));
     assert_eq!(o.status.code(), Some(0));
     assert!(
         o.stdout.is_empty(),
@@ -706,8 +699,8 @@ async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
     assert!(took < Duration::from_millis(1000), "{took:?}");
     // A config that does not load is named, once.
     std::fs::write(&cfg, "endpoints: [unclosed\n").unwrap();
-    let state3 = tmp.path().join("state3");
-    let (o, _) = tokio::task::block_in_place(|| session_start(&state3, &cfg));
+    let state3 = h.dir().join("state3");
+    let (o, _) = tokio::task::block_in_place(|| session_start(&h, &state3));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
         v["systemMessage"]
@@ -716,7 +709,7 @@ async fn the_session_start_hook_never_waits_long_for_a_hung_endpoint() {
             .contains("the config does not load"),
         "{v}"
     );
-    let (o, _) = tokio::task::block_in_place(|| session_start(&state3, &cfg));
+    let (o, _) = tokio::task::block_in_place(|| session_start(&h, &state3));
     assert!(
         o.stdout.is_empty(),
         "{}",
@@ -750,6 +743,7 @@ async fn an_interactive_session_shows_the_line_on_screen() {
         .args(["--model", "top-model"])
         .env_clear()
         .env("PATH", BARE_PATH)
+        // harness-rules: Claude Code's own session (the plugin starts localagents)
         .env("HOME", &p.home)
         .env("TERM", "xterm-256color")
         .env("ANTHROPIC_BASE_URL", p.top.url())

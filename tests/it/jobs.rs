@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::harness::{
-    Env, call, env_for, localagents, localagents_json, serve, serve_from,
-};
-use crate::support::{claude, fake_llama, job_processes, script, until, wait_job_gone};
+use crate::support::harness::{Harness, call, localagents, localagents_json, serve, serve_from};
+use crate::support::{fake_llama, job_processes, script, until, wait_job_gone};
 
 pub(crate) fn git_init(dir: &Path) {
     for args in [
@@ -80,8 +78,8 @@ async fn run_agent_end_to_end_in_the_tree() {
         "notes/hello.txt",
         "hello from the local model\n",
     ));
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -99,7 +97,7 @@ async fn run_agent_end_to_end_in_the_tree() {
     );
     let id = v["id"].as_str().unwrap().to_string();
     assert_eq!(
-        std::fs::read_to_string(e.work.join("notes/hello.txt")).unwrap(),
+        std::fs::read_to_string(e.work().join("notes/hello.txt")).unwrap(),
         "hello from the local model\n"
     );
     assert!(
@@ -110,7 +108,7 @@ async fn run_agent_end_to_end_in_the_tree() {
         v["files_changed"].to_string().contains("notes/hello.txt"),
         "{v}"
     );
-    let dir = e.state.join("jobs").join(&id);
+    let dir = e.state_dir().join("jobs").join(&id);
     let transcript = std::fs::read_to_string(dir.join("transcript.txt")).unwrap();
     assert!(
         transcript.contains("[tool] Write notes/hello.txt"),
@@ -163,16 +161,9 @@ async fn run_agent_end_to_end_in_the_tree() {
 async fn localagents_run_from_a_shell() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::write_then_report("cli.txt", "from run\n"));
-    let e = env_for(fake.url());
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let e = Harness::with_fake(fake.url());
+    let out = tokio::process::Command::from(e.cmd())
         .args(["run", "--model", "gemma-3-270m", "--json", "Create cli.txt"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
         .output()
         .await
         .unwrap();
@@ -185,7 +176,7 @@ async fn localagents_run_from_a_shell() {
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rec["status"], "succeeded");
     assert_eq!(
-        std::fs::read_to_string(e.work.join("cli.txt")).unwrap(),
+        std::fs::read_to_string(e.work().join("cli.txt")).unwrap(),
         "from run\n"
     );
     // Outside a git repo files_changed is empty, files_touched is not.
@@ -196,15 +187,8 @@ async fn localagents_run_from_a_shell() {
         status: 500,
         body: fake_llama::jinja_error(),
     }));
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let out = tokio::process::Command::from(e.cmd())
         .args(["run", "--model", "gemma-3-270m", "Create cli2.txt"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
         .output()
         .await
         .unwrap();
@@ -220,10 +204,10 @@ async fn localagents_run_from_a_shell() {
 async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::write_then_report("wt.txt", "in the worktree\n"));
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     let c = serve(&e, None).await;
-    let (err, v) = call(&c, "run_agent", json!({"task": "Create wt.txt.", "model": "gemma-3-270m", "isolation": "worktree", "cwd": e.work.join("sub"), "wait_s": 60})).await;
+    let (err, v) = call(&c, "run_agent", json!({"task": "Create wt.txt.", "model": "gemma-3-270m", "isolation": "worktree", "cwd": e.work().join("sub"), "wait_s": 60})).await;
     assert!(!err, "{v}");
     assert_eq!(v["status"], "succeeded", "{v}");
     let id = v["id"].as_str().unwrap().to_string();
@@ -244,12 +228,12 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
         "the job kept its offset inside the repo"
     );
     assert!(
-        !e.work.join("sub/wt.txt").exists(),
+        !e.work().join("sub/wt.txt").exists(),
         "the user's tree is untouched"
     );
     let branches = Command::new("git")
         .args(["branch", "--list", &branch])
-        .current_dir(&e.work)
+        .current_dir(e.work())
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&branches.stdout).contains(&branch));
@@ -266,10 +250,10 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
     assert_eq!(v["status"], "succeeded", "{v}");
     let id2 = v["id"].as_str().unwrap();
     assert_eq!(v["worktree"]["kept"], false, "{v}");
-    assert!(!e.state.join("worktrees").join(id2).exists());
+    assert!(!e.state_dir().join("worktrees").join(id2).exists());
     let branches = Command::new("git")
         .args(["branch", "--list", "local-agent/*"])
-        .current_dir(&e.work)
+        .current_dir(e.work())
         .output()
         .unwrap();
     let b = String::from_utf8_lossy(&branches.stdout);
@@ -342,7 +326,7 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
         "{cl}"
     );
     assert!(wt.exists());
-    crate::support::git::git(&e.work, &["merge", "-q", "--ff-only", &branch]);
+    crate::support::git::git(e.work(), &["merge", "-q", "--ff-only", &branch]);
     let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id, "dry_run": false})).await;
     assert_eq!(cl["kept"], json!([]), "{cl}");
     assert!(
@@ -363,7 +347,7 @@ async fn worktree_job_is_kept_with_diff_and_unchanged_one_is_removed() {
     let (_, v) = call(&c, "run_agent", json!({"task": "Create wt3.txt.", "model": "gemma-3-270m", "isolation": "worktree", "wait_s": 60})).await;
     assert_eq!(v["worktree"]["kept"], true, "{v}");
     let id3 = v["id"].as_str().unwrap().to_string();
-    let wt3 = e.state.join("worktrees").join(&id3);
+    let wt3 = e.state_dir().join("worktrees").join(&id3);
     let (_, cl) = call(&c, "cleanup_jobs", json!({"job_id": id3, "dry_run": false})).await;
     assert_eq!(cl["kept"][0]["job_id"], id3.as_str(), "{cl}");
     assert!(wt3.join("wt3.txt").is_file());
@@ -391,7 +375,7 @@ async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
         )],
         "done",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -401,18 +385,15 @@ async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
     .await;
     assert!(!err, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let job = e.state.join("jobs").join(&id).join("job.json");
+    let job = e.state_dir().join("jobs").join(&id).join("job.json");
     // Wait for the Bash call to start.
-    let started = Instant::now();
     let mut pgid = 0;
-    while started.elapsed() < Duration::from_secs(30) {
+    until("the job's tool call", Duration::from_secs(30), || {
         let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
-        if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
-            pgid = rec["pid"].as_i64().unwrap() as i32;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        pgid = rec["pid"].as_i64().unwrap_or(0) as i32;
+        rec["tool_calls"].as_u64().unwrap_or(0) >= 1
+    })
+    .await;
     assert!(pgid > 0, "the job never reached its tool call");
     assert!(group_alive(pgid));
     let t = Instant::now();
@@ -437,7 +418,7 @@ async fn cancel_stops_the_process_group_and_timeout_ends_the_job() {
     assert!(v["error"].as_str().unwrap().contains("timed out after 3 s"));
     let rec: Value = serde_json::from_slice(
         &std::fs::read(
-            e.state
+            e.state_dir()
                 .join("jobs")
                 .join(v["id"].as_str().unwrap())
                 .join("job.json"),
@@ -461,50 +442,41 @@ async fn a_restarted_server_reports_the_job_lost_and_lists_old_jobs() {
         )],
         "done",
     ));
-    let e = env_for(fake.url());
-    let mut server = Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let e = Harness::with_fake(fake.url());
+    let mut server = e
+        .cmd()
         .args(["run", "--model", "gemma-3-270m", "Sleep a long time"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     // Wait for its job to be running, then kill the owner hard.
-    let started = Instant::now();
     let (mut id, mut pgid) = (String::new(), 0);
-    while started.elapsed() < Duration::from_secs(30) {
-        if let Some(Ok(ent)) = std::fs::read_dir(e.state.join("jobs"))
+    until("the job's tool call", Duration::from_secs(30), || {
+        let Some(Ok(ent)) = std::fs::read_dir(e.state_dir().join("jobs"))
             .ok()
             .and_then(|mut d| d.next())
-        {
-            let rec: Value = serde_json::from_slice(
-                &std::fs::read(ent.path().join("job.json")).unwrap_or_default(),
-            )
-            .unwrap_or_default();
-            if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
-                id = rec["id"].as_str().unwrap().to_string();
-                pgid = rec["pid"].as_i64().unwrap() as i32;
-                break;
-            }
+        else {
+            return false;
+        };
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(ent.path().join("job.json")).unwrap_or_default())
+                .unwrap_or_default();
+        if rec["tool_calls"].as_u64().unwrap_or(0) < 1 {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(!id.is_empty(), "the job never started");
+        id = rec["id"].as_str().unwrap().to_string();
+        pgid = rec["pid"].as_i64().unwrap() as i32;
+        true
+    })
+    .await;
     // The tool call is recorded just before Claude Code starts the command.
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10)
-        && !job_processes(&id)
+    until("the scripted Bash command", Duration::from_secs(10), || {
+        job_processes(&id)
             .iter()
             .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     assert!(
         job_processes(&id)
             .iter()
@@ -539,7 +511,7 @@ async fn serve_with_a_waiting_job(
     what: &str,
 ) -> (
     fake_llama::FakeLlama,
-    Env,
+    Harness,
     rmcp::service::RunningService<rmcp::RoleClient, ()>,
     String,
     PathBuf,
@@ -553,7 +525,7 @@ async fn serve_with_a_waiting_job(
         )],
         "done",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -563,20 +535,19 @@ async fn serve_with_a_waiting_job(
     .await;
     assert!(!err, "{what}: {v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let job = e.state.join("jobs").join(&id).join("job.json");
-    let t = Instant::now();
-    let mut owner = 0;
-    while t.elapsed() < Duration::from_secs(30) {
-        if job_processes(&id)
-            .iter()
-            .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
-        {
-            let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
-            owner = rec["owner_pid"].as_i64().unwrap() as i32;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let job = e.state_dir().join("jobs").join(&id).join("job.json");
+    until(
+        &format!("{what}: the Bash command"),
+        Duration::from_secs(30),
+        || {
+            job_processes(&id)
+                .iter()
+                .any(|(_, cmd)| cmd.contains("tail -f /dev/null"))
+        },
+    )
+    .await;
+    let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+    let owner = rec["owner_pid"].as_i64().unwrap() as i32;
     assert!(owner > 0, "{what}: the Bash command never started");
     (fake, e, c, id, job, owner)
 }
@@ -618,15 +589,13 @@ async fn a_signal_to_serve_cancels_its_jobs_and_exits_with_stdin_open() {
         let (_fake, _e, c, id, job, owner) = serve_with_a_waiting_job(name).await;
         // SAFETY: the `localagents serve` this test started (its record says so).
         unsafe { libc::kill(owner, sig) };
-        let t = Instant::now();
-        while !ended(owner) && t.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(
-            ended(owner),
-            "{name}: serve still runs 5 s after the signal"
-        );
-        eprintln!("{name} -> serve exited in {:?}", t.elapsed());
+        let took = until(
+            &format!("{name}: serve exits after the signal"),
+            Duration::from_secs(5),
+            || ended(owner),
+        )
+        .await;
+        eprintln!("{name} -> serve exited in {took:?}");
         let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
         assert_eq!(rec["status"], "cancelled", "{name}: {rec}");
         if let Err(left) = wait_job_gone(&id, Duration::from_secs(5)) {
@@ -653,7 +622,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
         };
         script::write_then_report(name, "x\n")(req)
     }));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let (_, a) = call(
         &c,
@@ -674,9 +643,9 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
         (Some("succeeded"), Some("succeeded")),
         "{a}\n{b}"
     );
-    assert!(e.work.join("alpha.txt").is_file() && e.work.join("beta.txt").is_file());
+    assert!(e.work().join("alpha.txt").is_file() && e.work().join("beta.txt").is_file());
     let record = |j: &Value| -> Value {
-        let dir = e.state.join("jobs").join(j["id"].as_str().unwrap());
+        let dir = e.state_dir().join("jobs").join(j["id"].as_str().unwrap());
         serde_json::from_slice(&std::fs::read(dir.join("job.json")).unwrap()).unwrap()
     };
     let (ra, rb) = (record(&a), record(&b));
@@ -727,7 +696,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
             "{word}: {rec}"
         );
         assert!(served_in > 0);
-        let dir = e.state.join("jobs").join(rec["id"].as_str().unwrap());
+        let dir = e.state_dir().join("jobs").join(rec["id"].as_str().unwrap());
         let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
         let other = if word == "ALPHA" { "BETA" } else { "ALPHA" };
         assert!(!events.contains(other), "logs are separate");
@@ -752,7 +721,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_answers() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -834,8 +803,8 @@ async fn a_signal_to_run_mid_job(name: &str, sig: i32, code: i32) {
         )],
         "done",
     ));
-    let e = env_for(fake.url());
-    let mut run = tokio::process::Command::from(e.command(&[
+    let e = Harness::with_fake(fake.url());
+    let mut run = tokio::process::Command::from(e.command([
         "run",
         "--model",
         "gemma-3-270m",
@@ -846,7 +815,7 @@ async fn a_signal_to_run_mid_job(name: &str, sig: i32, code: i32) {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let child = run.spawn().unwrap();
-    let jobs = e.state.join("jobs");
+    let jobs = e.state_dir().join("jobs");
     let mut id = String::new();
     until(
         &format!("{name}: the job's Bash step sleeps"),
@@ -935,7 +904,7 @@ async fn server_shutdown_stops_the_delegates() {
         )],
         "done",
     ));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let running_job = |state: &Path| -> Option<(String, i32)> {
         let ent = std::fs::read_dir(state.join("jobs"))
             .ok()?
@@ -952,14 +921,11 @@ async fn server_shutdown_stops_the_delegates() {
         Some((rec["id"].as_str()?.to_string(), rec["pid"].as_i64()? as i32))
     };
     let wait_running = |state: PathBuf| async move {
-        let t = Instant::now();
-        loop {
-            if let Some(j) = running_job(&state) {
-                return j;
-            }
-            assert!(t.elapsed() < Duration::from_secs(30), "no running job");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until("a running job", Duration::from_secs(30), || {
+            running_job(&state).is_some()
+        })
+        .await;
+        running_job(&state).expect("a running job")
     };
 
     // The MCP server stops its jobs when the client goes away.
@@ -971,29 +937,27 @@ async fn server_shutdown_stops_the_delegates() {
     )
     .await;
     assert!(!err, "{v}");
-    let (id, pgid) = wait_running(e.state.clone()).await;
+    let (id, pgid) = wait_running(e.state_dir().to_path_buf()).await;
     assert_eq!(id, v["id"].as_str().unwrap());
     c.cancel().await.unwrap();
-    let t = Instant::now();
-    while group_alive(pgid) && t.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(!group_alive(pgid), "shutdown stopped the delegate's group");
+    until(
+        "shutdown stopped the delegate's group",
+        Duration::from_secs(10),
+        || !group_alive(pgid),
+    )
+    .await;
     let left = wait_job_gone(&id, Duration::from_secs(5));
     assert!(left.is_ok(), "shutdown left processes of the job: {left:?}");
-    let t = Instant::now();
     let mut status = Value::Null;
-    while t.elapsed() < Duration::from_secs(10) {
+    until("the job's record ends", Duration::from_secs(10), || {
         let rec: Value = serde_json::from_slice(
-            &std::fs::read(e.state.join("jobs").join(&id).join("job.json")).unwrap(),
+            &std::fs::read(e.state_dir().join("jobs").join(&id).join("job.json")).unwrap(),
         )
         .unwrap();
         status = rec["status"].clone();
-        if status != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        status != "running"
+    })
+    .await;
     assert_eq!(status, "cancelled");
 }
 
@@ -1004,11 +968,11 @@ async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
     // still start, as the running version.
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::text("done"));
-    let e = env_for(fake.url());
-    git_init(&e.work);
-    let copy = e.home.join("bin/localagents");
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
+    let copy = e.home().join("bin/localagents");
     std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_localagents"), &copy).unwrap();
+    std::fs::copy(crate::support::bin(), &copy).unwrap();
     let c = serve_from(&e, &copy, None).await;
     std::fs::remove_file(&copy).unwrap();
     let (err, v) = call(
@@ -1028,9 +992,9 @@ async fn a_job_starts_after_the_binary_is_replaced_under_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_limit_is_honoured_and_the_tools_cap_says_where_it_stops() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     for n in 0..250u32 {
-        crate::support::write_job_record(&e.state, &format!("20261201-000000-{n:08x}"));
+        crate::support::write_job_record(e.state_dir(), &format!("20261201-000000-{n:08x}"));
     }
     let v = localagents_json(&e, &["jobs", "--json", "--limit", "1000"]).await;
     assert_eq!(v["count"], 250, "every job listed");
@@ -1084,8 +1048,8 @@ fn user_texts(bodies: &[Value]) -> Vec<String> {
 async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::text("done"));
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     let c = serve(&e, None).await;
     let mut task = String::from("Reply with the word done. The notes below need nothing.\n");
     let mut i = 0;
@@ -1109,7 +1073,9 @@ async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused
     );
 
     let sent = fake.bodies().len();
-    let jobs = std::fs::read_dir(e.state.join("jobs")).unwrap().count();
+    let jobs = std::fs::read_dir(e.state_dir().join("jobs"))
+        .unwrap()
+        .count();
     let big = "x".repeat(1024 * 1024 + 1);
     let (err, v) = call(
         &c,
@@ -1125,7 +1091,9 @@ async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused
     );
     assert_eq!(fake.bodies().len(), sent, "nothing was sent");
     assert_eq!(
-        std::fs::read_dir(e.state.join("jobs")).unwrap().count(),
+        std::fs::read_dir(e.state_dir().join("jobs"))
+            .unwrap()
+            .count(),
         jobs,
         "no job was made"
     );
@@ -1138,11 +1106,11 @@ async fn a_200_kb_brief_reaches_the_delegate_whole_and_one_over_1_mib_is_refused
 /// listed twice.
 #[tokio::test]
 async fn unreadable_records_are_listed_with_their_path_and_never_twice() {
-    let e = env_for("http://127.0.0.1:9");
-    let jobs = e.state.join("jobs");
+    let e = Harness::with_fake("http://127.0.0.1:9");
+    let jobs = e.state_dir().join("jobs");
     let good = ["20261201-000000-00000001", "20261201-000000-00000002"];
     for id in good {
-        crate::support::write_job_record(&e.state, id);
+        crate::support::write_job_record(e.state_dir(), id);
     }
     let garbled = "20261201-000000-00000003";
     std::fs::create_dir_all(jobs.join(garbled)).unwrap();
@@ -1229,10 +1197,10 @@ async fn a_full_state_disk_fails_the_job_and_run_returns_with_the_reason() {
         return;
     }
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(&e.state)
+        .arg(e.state_dir())
         .status();
     if !matches!(mounted, Ok(s) if s.success()) {
         // Not root (GitHub's runners): said where scripts/test.sh lists skips.
@@ -1244,13 +1212,13 @@ async fn a_full_state_disk_fails_the_job_and_run_returns_with_the_reason() {
         );
         return;
     }
-    let _tmpfs = Tmpfs(e.state.clone());
+    let _tmpfs = Tmpfs(e.state_dir().to_path_buf());
     // Fill the volume when the delegate's first request arrives (the job
     // is running, its record written), and keep it full: a page freed by
     // a removed file is taken again, so every write after this fails.
     let filled: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>> = Default::default();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (state, at, halt) = (e.state.clone(), filled.clone(), stop.clone());
+    let (state, at, halt) = (e.state_dir().to_path_buf(), filled.clone(), stop.clone());
     fake.set_script(std::sync::Arc::new(move |_| {
         let mut at = at.lock().unwrap();
         if at.is_none() {
@@ -1282,15 +1250,8 @@ async fn a_full_state_disk_fails_the_job_and_run_returns_with_the_reason() {
         }
         script::Reply::Text("done".into())
     }));
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let run = tokio::process::Command::from(e.cmd())
         .args(["run", "--model", "gemma-3-270m", "Say done"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&e.work)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)

@@ -172,8 +172,8 @@ async fn serve_answers_while_three_worktree_jobs_check_out_a_large_tree() {
 async fn a_job_in_its_checkout_says_so_and_cancel_leaves_no_worktree_or_branch() {
     // The checkout waits for `gate` at its start: the calls below land
     // during it however fast the machine is.
-    let gate_dir = tempfile::tempdir().unwrap();
-    let gate = gate_dir.path().join("go");
+    let gate_dir = Harness::new();
+    let gate = gate_dir.dir().join("go");
     let (fake, s, repo) = serve_on_large_tree_with(script::text("done"), Some(&gate)).await;
 
     let (err, text) = s

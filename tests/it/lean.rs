@@ -2,65 +2,27 @@
 //! `localagents run`, against the fake llama.cpp server in strict mode.
 //! What the fake receives is what a real backend would: the folded bodies.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::Value;
 
 use crate::support::git::repo;
-use crate::support::{claude, fake_llama, script};
+use crate::support::harness::Harness;
+use crate::support::{fake_llama, script};
 
-struct Env {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    home: PathBuf,
-    state: PathBuf,
-    cfg: PathBuf,
-}
-
-/// A config on the fake with `defaults` given as YAML lines (indented by 2).
-fn env_for(fake_url: &str, defaults: &str) -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let home = root.join("home");
-    let state = root.join("state");
-    for d in [&home, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = root.join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\ndefaults:\n  max_turns: 4\n{defaults}"
-        ),
-    )
-    .unwrap();
-    Env {
-        _tmp: tmp,
-        root,
-        home,
-        state,
-        cfg,
-    }
+/// A harness whose config is on the fake, with `defaults` given as YAML
+/// lines (indented by 2).
+fn lean_env(fake_url: &str, defaults: &str) -> Harness {
+    Harness::new().config(&format!(
+        "endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\ndefaults:\n  max_turns: 4\n{defaults}"
+    ))
 }
 
 /// `localagents run --json` in `cwd`; the record it prints, and the exit code.
-async fn run(e: &Env, cwd: &Path, extra: &[&str], task: &str) -> (Option<i32>, Value) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["run", "--model", "gemma-3-270m", "--json"])
-        .args(extra)
-        .arg(task)
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .env_remove("XDG_CONFIG_HOME")
-        .current_dir(cwd)
-        .output()
-        .await
-        .unwrap();
+async fn run(e: &Harness, cwd: &Path, extra: &[&str], task: &str) -> (Option<i32>, Value) {
+    let mut c = e.command(["run", "--model", "gemma-3-270m", "--json"]);
+    c.args(extra).arg(task).current_dir(cwd);
+    let out = tokio::process::Command::from(c).output().await.unwrap();
     let rec = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
             "run printed no record: {}\n{}",
@@ -108,9 +70,9 @@ fn system_text(body: &Value) -> String {
 async fn first_request_is_lean_and_its_prefix_is_the_same_in_every_tree() {
     let fake = fake_llama::spawn(strict()).await;
     fake.set_script(script::text("Nothing to do."));
-    let e = env_for(fake.url(), "  setting_sources: [project, local]\n");
-    let a = e.root.join("repo-a");
-    let b = e.root.join("other/repo-b");
+    let e = lean_env(fake.url(), "  setting_sources: [project, local]\n");
+    let a = e.dir().join("repo-a");
+    let b = e.dir().join("other/repo-b");
     repo(&a);
     repo(&b);
     std::fs::create_dir_all(b.join("deep/dir")).unwrap();
@@ -171,10 +133,8 @@ async fn first_request_is_lean_and_its_prefix_is_the_same_in_every_tree() {
     assert!(ft["prompt_tokens"].as_u64().unwrap() > 1000, "{rec}");
     assert!(ft["ms"].is_u64(), "{rec}");
     // The summary line, as `job show` prints it.
-    let out = Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["job", "show", rec["id"].as_str().unwrap()])
+    let out = e
+        .command(["job", "show", rec["id"].as_str().unwrap()])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -190,10 +150,10 @@ async fn a_projects_mcp_server_does_not_start_in_a_delegate() {
     fake.set_script(script::text("Nothing to do."));
     // Claude Code reads a project's .mcp.json with the project setting
     // source, which is the default.
-    let e = env_for(fake.url(), "  setting_sources: [project, local]\n");
-    let work = e.root.join("repo");
+    let e = lean_env(fake.url(), "  setting_sources: [project, local]\n");
+    let work = e.dir().join("repo");
     repo(&work);
-    let marker = e.root.join("marker");
+    let marker = e.dir().join("marker");
     std::fs::write(
         work.join(".mcp.json"),
         format!(
@@ -218,11 +178,11 @@ async fn a_projects_mcp_server_does_not_start_in_a_delegate() {
 async fn an_unknown_allowed_tool_fails_the_job_at_start() {
     let fake = fake_llama::spawn(strict()).await;
     fake.set_script(script::text("Nothing to do."));
-    let e = env_for(
+    let e = lean_env(
         fake.url(),
         "  setting_sources: []\n  allowed_tools: [Read, Grpe]\n",
     );
-    let work = e.root.join("w");
+    let work = e.dir().join("w");
     std::fs::create_dir_all(&work).unwrap();
     let (code, rec) = run(&e, &work, &[], "Look around.").await;
     assert_eq!(code, Some(1), "{rec}");
@@ -238,9 +198,9 @@ async fn an_unknown_allowed_tool_fails_the_job_at_start() {
 async fn mcp_config_gives_delegates_servers_on_purpose() {
     let fake = fake_llama::spawn(strict()).await;
     fake.set_script(script::text("Nothing to do."));
-    let tmp = tempfile::tempdir().unwrap();
-    let marker = tmp.path().join("marker");
-    let mcp = tmp.path().join("mcp.json");
+    let e = Harness::new();
+    let marker = e.dir().join("marker");
+    let mcp = e.dir().join("mcp.json");
     std::fs::write(
         &mcp,
         format!(
@@ -249,11 +209,12 @@ async fn mcp_config_gives_delegates_servers_on_purpose() {
         ),
     )
     .unwrap();
-    let e = env_for(
+    let e = e.config(&format!(
+        "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  max_turns: 4\n  setting_sources: []\n  mcp_config: {}\n",
         fake.url(),
-        &format!("  setting_sources: []\n  mcp_config: {}\n", mcp.display()),
-    );
-    let work = e.root.join("w");
+        mcp.display()
+    ));
+    let work = e.dir().join("w");
     std::fs::create_dir_all(&work).unwrap();
     let (code, rec) = run(&e, &work, &[], "Look around.").await;
     assert_eq!(code, Some(0), "{rec}");
@@ -261,18 +222,9 @@ async fn mcp_config_gives_delegates_servers_on_purpose() {
 
     // A missing file is a sentence, before anything starts.
     std::fs::remove_file(&mcp).unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .args(["run", "--model", "gemma-3-270m", "Look around."])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(&work)
-        .output()
-        .await
-        .unwrap();
+    let mut c = e.command(["run", "--model", "gemma-3-270m", "Look around."]);
+    c.current_dir(&work);
+    let out = tokio::process::Command::from(c).output().await.unwrap();
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -5,13 +5,13 @@
 use serde_json::{Value, json};
 
 use crate::jobs::strict_fake_opts;
-use crate::support::harness::{Env, env_for, localagents};
+use crate::support::harness::{Harness, localagents};
 use crate::support::{fake_llama, script};
 
 /// Sum of a job's `/v1/messages` usage in its requests.jsonl.
-fn logged(e: &Env, id: &str) -> [u64; 3] {
-    let text =
-        std::fs::read_to_string(e.state.join("jobs").join(id).join("requests.jsonl")).unwrap();
+fn logged(e: &Harness, id: &str) -> [u64; 3] {
+    let text = std::fs::read_to_string(e.state_dir().join("jobs").join(id).join("requests.jsonl"))
+        .unwrap();
     let mut s = [0u64; 3];
     for l in text.lines() {
         let v: Value = serde_json::from_str(l).unwrap();
@@ -28,11 +28,11 @@ fn logged(e: &Env, id: &str) -> [u64; 3] {
 async fn savings_add_up_the_request_logs_at_the_configured_prices() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::write_then_report("a.txt", "a\n"));
-    let e = env_for(fake.url());
-    let mut cfg = std::fs::read_to_string(&e.cfg).unwrap();
+    let e = Harness::with_fake(fake.url());
+    let mut cfg = std::fs::read_to_string(e.config_path()).unwrap();
     cfg = cfg.replace("defaults:\n", "defaults:\n  reference_model: my-ref\n");
     cfg.push_str("prices:\n  my-ref:\n    input: 4\n    output: 20\n    cache_read: 0.5\n");
-    std::fs::write(&e.cfg, cfg).unwrap();
+    std::fs::write(e.config_path(), cfg).unwrap();
 
     let mut ids = Vec::new();
     for task in ["Create a.txt", "Create a.txt again"] {
@@ -86,7 +86,7 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
 
     // Each job carries its own figure; the hook line says it.
     let rec: Value = serde_json::from_slice(
-        &std::fs::read(e.state.join("jobs").join(&ids[1]).join("job.json")).unwrap(),
+        &std::fs::read(e.state_dir().join("jobs").join(&ids[1]).join("job.json")).unwrap(),
     )
     .unwrap();
     let own = (sums[1][0] as f64 * 4.0 + sums[1][1] as f64 * 0.5 + sums[1][2] as f64 * 20.0) / 1e6;

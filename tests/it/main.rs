@@ -13,6 +13,7 @@ mod eval;
 mod faults;
 mod first_contact;
 mod fold_prop;
+mod harness_rules;
 mod jobs;
 mod large_tree;
 mod layering;

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::first_contact::mcp_status;
+use crate::support::harness::Harness;
 use crate::support::plugin_install::{
     PLATFORMS, check, endpoint_config, installed_platforms, lock, market, npm_cache_add, pack,
     pack_bin, pack_with, path_without, platform, text,
@@ -25,11 +26,9 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Wait until the launcher's npm install in the plugin data dir `data`
 /// has ended: its lock is gone and its status written (120 s at most).
 fn npm_ended(data: &Path) {
-    let t = Instant::now();
-    while data.join("npm.lock").exists() || !data.join("npm.status").exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "npm within 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::support::until_blocking("npm", Duration::from_secs(120), || {
+        !data.join("npm.lock").exists() && data.join("npm.status").exists()
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,14 +364,16 @@ fn a_global_install_gives_a_working_localagents() {
         .unwrap();
     check(&o, "npm install -g");
     let exe = prefix.join("bin/localagents");
-    let v = Command::new(&exe).arg("--version").output().unwrap();
+    // The installed command, as a shell with nothing of ours runs it.
+    let installed = Harness::new().bin(&exe).no_config().no_state_dir();
+    let v = installed.command(["--version"]).output().unwrap();
     check(&v, "localagents --version");
     assert_eq!(
         String::from_utf8_lossy(&v.stdout).trim(),
         format!("localagents {VERSION}")
     );
     // The exit status comes through.
-    let bad = Command::new(&exe).arg("--no-such-flag").output().unwrap();
+    let bad = installed.command(["--no-such-flag"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
     let mods = prefix.join("lib/node_modules/@localagents");
     let mut got: Vec<String> = std::fs::read_dir(&mods)
@@ -581,9 +582,8 @@ fn a_prebuilt_binary_of_another_version_is_passed_over() {
     )
     .unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(root.join("plugin/localagents"))
-        .arg("serve")
-        .env_clear()
+    let out = crate::plugin::launcher_env(&root.join("plugin/localagents"), &root)
+        .command(["serve"])
         .env("PATH", "/usr/bin:/bin")
         .env("CLAUDE_PLUGIN_ROOT", &root)
         .output()
@@ -604,9 +604,8 @@ fn a_prebuilt_binary_of_another_version_is_passed_over() {
         format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'localagents {VERSION}'; exit 0; }}\necho ran-it\n"),
     )
     .unwrap();
-    let out = Command::new(root.join("plugin/localagents"))
-        .arg("serve")
-        .env_clear()
+    let out = crate::plugin::launcher_env(&root.join("plugin/localagents"), &root)
+        .command(["serve"])
         .env("PATH", "/usr/bin:/bin")
         .env("CLAUDE_PLUGIN_ROOT", &root)
         .output()

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::jobs::{git_init, strict_fake_opts};
 use crate::support::fake_llama;
-use crate::support::harness::{call, env_for, localagents, serve};
+use crate::support::harness::{Harness, call, localagents, serve};
 use crate::support::script::{self, Reply};
 
 fn small() -> fake_llama::LlamaOpts {
@@ -38,8 +38,8 @@ async fn complete_answers_once_with_usage_and_refuses_a_prompt_that_cannot_fit()
     fake.set_script(Arc::new(|req| {
         Reply::Text(format!("echo: {}", prompt_of(req)))
     }));
-    let e = env_for(fake.url());
-    std::fs::write(e.work.join("notes.txt"), "the file body\n").unwrap();
+    let e = Harness::with_fake(fake.url());
+    std::fs::write(e.work().join("notes.txt"), "the file body\n").unwrap();
     let out = localagents(
         &e,
         &[
@@ -75,9 +75,9 @@ async fn complete_answers_once_with_usage_and_refuses_a_prompt_that_cannot_fit()
         "{body}"
     );
     // Logged under <state>/complete/.
-    let log = std::fs::read_to_string(e.state.join("complete/requests.jsonl")).unwrap();
+    let log = std::fs::read_to_string(e.state_dir().join("complete/requests.jsonl")).unwrap();
     assert_eq!(log.lines().count(), 1, "{log}");
-    let done = std::fs::read_to_string(e.state.join("complete/completions.jsonl")).unwrap();
+    let done = std::fs::read_to_string(e.state_dir().join("complete/completions.jsonl")).unwrap();
     assert!(done.contains("echo: Summarise it."), "{done}");
 
     // Too big for 4,096 per slot: a sentence with both numbers, nothing sent.
@@ -110,9 +110,9 @@ async fn a_batch_uses_every_endpoint_of_the_model_and_a_failing_item_fails_alone
     let b = fake_llama::spawn(small()).await;
     a.set_script(fail_on_three.clone());
     b.set_script(fail_on_three);
-    let e = env_for(a.url());
+    let e = Harness::with_fake(a.url());
     std::fs::write(
-        &e.cfg,
+        e.config_path(),
         format!(
             "endpoints:\n  one:\n    base_url: {}\n    backend: llama.cpp\n  two:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  prewarm: false\n",
             a.url(),
@@ -123,7 +123,7 @@ async fn a_batch_uses_every_endpoint_of_the_model_and_a_failing_item_fails_alone
     let lines: String = (1..=8)
         .map(|i| format!("{{\"prompt\": \"item {i}\"}}\n"))
         .collect();
-    let file = e.work.join("items.jsonl");
+    let file = e.work().join("items.jsonl");
     std::fs::write(&file, lines).unwrap();
     let out = localagents(
         &e,
@@ -161,7 +161,7 @@ async fn a_batch_uses_every_endpoint_of_the_model_and_a_failing_item_fails_alone
     // The batch is a job: its record and requests are there.
     let id = v["job_id"].as_str().unwrap();
     let rec: Value = serde_json::from_slice(
-        &std::fs::read(e.state.join("jobs").join(id).join("job.json")).unwrap(),
+        &std::fs::read(e.state_dir().join("jobs").join(id).join("job.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(rec["kind"], "batch");
@@ -189,7 +189,7 @@ async fn a_200_that_is_not_the_apis_json_is_an_error_not_an_empty_answer() {
         content_type: "text/html",
         body: "<html><body>Please log in to the proxy</body></html>".into(),
     }));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let want = format!(
         "the backend at {} answered 200 with a body that is not the API's JSON: \"<html><body>Please log in",
         fake.url()
@@ -206,7 +206,7 @@ async fn a_200_that_is_not_the_apis_json_is_an_error_not_an_empty_answer() {
     assert!(out.stdout.is_empty(), "no answer printed");
 
     std::fs::write(
-        e.work.join("items.jsonl"),
+        e.work().join("items.jsonl"),
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     )
     .unwrap();
@@ -233,10 +233,10 @@ async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
     fake.set_script(Arc::new(|req| {
         Reply::Text(format!("re: {}", prompt_of(req)))
     }));
-    let e = env_for(fake.url());
-    std::fs::write(e.work.join("a.txt"), "alpha\n").unwrap();
-    std::fs::write(e.work.join("big.txt"), vec![b'x'; 300 * 1024]).unwrap();
-    let outside = e.home.join("secret.txt");
+    let e = Harness::with_fake(fake.url());
+    std::fs::write(e.work().join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(e.work().join("big.txt"), vec![b'x'; 300 * 1024]).unwrap();
+    let outside = e.home().join("secret.txt");
     std::fs::write(&outside, "key\n").unwrap();
     let c = serve(&e, None).await;
 
@@ -335,8 +335,8 @@ async fn the_tools_answer_through_mcp_with_errors_as_sentences() {
 async fn local_review_returns_the_parsed_verdict_and_keeps_unparsed_answers() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     fake.set_script(script::write_then_report("wt.txt", "in the worktree\n"));
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     let c = serve(&e, None).await;
     let (err, v) = call(
         &c,
@@ -375,7 +375,7 @@ async fn local_review_returns_the_parsed_verdict_and_keeps_unparsed_answers() {
 /// `localagents ARGS` in `e`, sent `sig` once its request reached `fake`
 /// (which never answers it): how it ended.
 async fn stopped_mid_request(
-    e: &crate::support::harness::Env,
+    e: &Harness,
     fake: &fake_llama::FakeLlama,
     args: &[&str],
     sig: i32,
@@ -407,10 +407,10 @@ async fn stopped_mid_request(
 async fn complete_review_and_batch_end_cleanly_on_each_signal() {
     let fake = fake_llama::spawn(small()).await;
     fake.set_script(Arc::new(|_| Reply::Hang));
-    let e = env_for(fake.url());
-    std::fs::write(e.work.join("items.jsonl"), "{\"prompt\": \"one\"}\n").unwrap();
+    let e = Harness::with_fake(fake.url());
+    std::fs::write(e.work().join("items.jsonl"), "{\"prompt\": \"one\"}\n").unwrap();
     std::fs::write(
-        e.work.join("change.diff"),
+        e.work().join("change.diff"),
         "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n",
     )
     .unwrap();
@@ -440,7 +440,7 @@ async fn complete_review_and_batch_end_cleanly_on_each_signal() {
             .and_then(|v| v["job_id"].as_str().map(str::to_string));
         let status = id.as_ref().map(|id| {
             let rec: Value = serde_json::from_slice(
-                &std::fs::read(e.state.join("jobs").join(id).join("job.json")).unwrap(),
+                &std::fs::read(e.state_dir().join("jobs").join(id).join("job.json")).unwrap(),
             )
             .unwrap();
             rec["status"].clone()

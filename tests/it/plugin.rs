@@ -9,18 +9,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 pub(crate) use crate::support::plugin_install::{claude_cmd, clean_checkout};
 use crate::support::script::{self, Reply};
 use crate::support::{claude, fake_llama};
 
+/// The localagents binary under test, for a launcher to find.
+fn bin() -> PathBuf {
+    crate::support::bin()
+}
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const BIN: &str = env!("CARGO_BIN_EXE_localagents");
 const TOOL: &str = "mcp__plugin_localagents_localagents__";
 
 #[test]
 fn plugin_validates_strictly_and_versions_match() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = claude_cmd(tmp.path())
+    let h = Harness::new();
+    let out = claude_cmd(h.home())
         .args(["plugin", "validate", ROOT, "--strict"])
         .output()
         .unwrap();
@@ -76,20 +81,19 @@ fn the_binary_embeds_every_plugin_file() {
 
 #[test]
 fn setup_writes_config_and_registers_the_plugin_idempotently() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = || {
-        Command::new(BIN)
-            .arg("setup")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", tmp.path())
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .env("DISABLE_AUTOUPDATER", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .current_dir(tmp.path())
-            .output()
-            .unwrap()
-    };
+    // `localagents setup` as a person runs it: a shell with little
+    // exported, no --config or --state-dir, in HOME.
+    let h = Harness::new();
+    let setup = h
+        .clone()
+        .bare_env()
+        .no_config()
+        .no_state_dir()
+        .claude(claude::binary())
+        .cwd(h.home())
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    let run = || setup.command(["setup"]).output().unwrap();
     let t = Instant::now();
     let o = run();
     let took = t.elapsed();
@@ -100,9 +104,9 @@ fn setup_writes_config_and_registers_the_plugin_idempotently() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(text.contains("wrote a starter"), "{text}");
-    assert!(tmp.path().join(".config/localagents/models.yaml").is_file());
+    assert!(h.home().join(".config/localagents/models.yaml").is_file());
     assert!(
-        tmp.path()
+        h.home()
             .join(".local/share/localagents/plugin/plugin/localagents")
             .is_file()
     );
@@ -110,7 +114,7 @@ fn setup_writes_config_and_registers_the_plugin_idempotently() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("left as is"), "{text}");
-    let list = claude_cmd(tmp.path())
+    let list = claude_cmd(h.home())
         .args(["plugin", "list", "--json"])
         .output()
         .unwrap();
@@ -121,10 +125,10 @@ fn setup_writes_config_and_registers_the_plugin_idempotently() {
 
 #[test]
 fn marketplace_add_then_install_enables_the_plugin() {
-    let tmp = tempfile::tempdir().unwrap();
-    let checkout = tmp.path().join("checkout");
+    let h = Harness::new();
+    let checkout = h.home().join("checkout");
     clean_checkout(&checkout);
-    let add = claude_cmd(tmp.path())
+    let add = claude_cmd(h.home())
         .args(["plugin", "marketplace", "add"])
         .arg(&checkout)
         .output()
@@ -136,7 +140,7 @@ fn marketplace_add_then_install_enables_the_plugin() {
         String::from_utf8_lossy(&add.stderr)
     );
     let t = Instant::now();
-    let inst = claude_cmd(tmp.path())
+    let inst = claude_cmd(h.home())
         .args(["plugin", "install", "localagents@localagents"])
         .output()
         .unwrap();
@@ -147,7 +151,7 @@ fn marketplace_add_then_install_enables_the_plugin() {
         String::from_utf8_lossy(&inst.stdout),
         String::from_utf8_lossy(&inst.stderr)
     );
-    let list = claude_cmd(tmp.path())
+    let list = claude_cmd(h.home())
         .args(["plugin", "list", "--json"])
         .output()
         .unwrap();
@@ -170,28 +174,32 @@ fn marketplace_add_then_install_enables_the_plugin() {
 #[test]
 fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     let launcher = Path::new(ROOT).join("plugin/localagents");
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let bare_path = "/usr/bin:/bin";
+    // The launcher with nothing in its environment but what each route
+    // gives it.
+    let bare = launcher_env(&launcher, h.home());
     let run = |envs: &[(&str, String)], path: &str, root: &Path| {
-        let mut c = Command::new(&launcher);
-        c.arg("--version")
-            .env_clear()
-            .env("PATH", path)
-            .env("CLAUDE_PLUGIN_ROOT", root);
+        let mut c = bare.command(["--version"]);
+        c.env("PATH", path).env("CLAUDE_PLUGIN_ROOT", root);
         for (k, v) in envs {
             c.env(k, v);
         }
         c.output().unwrap()
     };
-    let empty_root = tmp.path().join("root");
+    let empty_root = h.home().join("root");
     std::fs::create_dir_all(&empty_root).unwrap();
     // 1. $LOCALAGENTS_BIN
-    let o = run(&[("LOCALAGENTS_BIN", BIN.into())], bare_path, &empty_root);
+    let o = run(
+        &[("LOCALAGENTS_BIN", bin().display().to_string())],
+        bare_path,
+        &empty_root,
+    );
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("localagents "));
     // 1b. The prebuilt binary npm put into the plugin: the package's own
     // file is run; a link out of the package, or a launcher copy, is not.
     // Its --version must be the plugin's (plugin.json).
-    let npm_root = tmp.path().join("npm-root");
+    let npm_root = h.home().join("npm-root");
     let pkg_bin = npm_root.join(format!(
         "node_modules/@localagents/cli-{}/bin",
         crate::support::plugin_install::platform()
@@ -203,7 +211,7 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
         npm_root.join(".claude-plugin/plugin.json"),
     )
     .unwrap();
-    std::os::unix::fs::symlink(BIN, pkg_bin.join("localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), pkg_bin.join("localagents")).unwrap();
     let o = run(&[], bare_path, &npm_root);
     assert!(
         !o.status.success(),
@@ -218,8 +226,8 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     let o = run(&[], bare_path, &npm_root);
     assert!(!o.status.success(), "a launcher copy is never run");
     std::fs::remove_file(pkg_bin.join("localagents")).unwrap();
-    if std::fs::hard_link(BIN, pkg_bin.join("localagents")).is_err() {
-        std::fs::copy(BIN, pkg_bin.join("localagents")).unwrap();
+    if std::fs::hard_link(bin(), pkg_bin.join("localagents")).is_err() {
+        std::fs::copy(bin(), pkg_bin.join("localagents")).unwrap();
     }
     let o = run(&[], bare_path, &npm_root);
     assert!(
@@ -228,9 +236,9 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
         String::from_utf8_lossy(&o.stderr)
     );
     // 2. PATH
-    let pathdir = tmp.path().join("pathbin");
+    let pathdir = h.home().join("pathbin");
     std::fs::create_dir_all(&pathdir).unwrap();
-    std::os::unix::fs::symlink(BIN, pathdir.join("localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), pathdir.join("localagents")).unwrap();
     let o = run(
         &[],
         &format!("{}:{bare_path}", pathdir.display()),
@@ -238,9 +246,9 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // 3. ${CLAUDE_PLUGIN_DATA}/bin
-    let data = tmp.path().join("data");
+    let data = h.home().join("data");
     std::fs::create_dir_all(data.join("bin")).unwrap();
-    std::os::unix::fs::symlink(BIN, data.join("bin/localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), data.join("bin/localagents")).unwrap();
     let o = run(
         &[("CLAUDE_PLUGIN_DATA", data.display().to_string())],
         bare_path,
@@ -248,9 +256,9 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // 3b. ~/.cargo/bin (cargo install's default root)
-    let home = tmp.path().join("home");
+    let home = h.home().join("home");
     std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
-    std::os::unix::fs::symlink(BIN, home.join(".cargo/bin/localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), home.join(".cargo/bin/localagents")).unwrap();
     let o = run(
         &[("HOME", home.display().to_string())],
         bare_path,
@@ -258,9 +266,9 @@ fn launcher_finds_the_binary_by_each_route_and_explains_when_none() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // 4. ${CLAUDE_PLUGIN_ROOT}/target/release
-    let built_root = tmp.path().join("built");
+    let built_root = h.home().join("built");
     std::fs::create_dir_all(built_root.join("target/release")).unwrap();
-    std::os::unix::fs::symlink(BIN, built_root.join("target/release/localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), built_root.join("target/release/localagents")).unwrap();
     let o = run(&[], bare_path, &built_root);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // None: non-zero, the install hint on stderr, nothing on stdout.
@@ -294,6 +302,18 @@ pub(crate) fn launcher_copy(dest: &Path) {
     }
 }
 
+/// The plugin's launcher (or its bin/ wrapper) at `exe`, run in `cwd`
+/// with an empty environment: the test gives it PATH and the plugin's
+/// variables. (`cwd` outlives the command; the harness's own dir need not.)
+pub(crate) fn launcher_env(exe: &Path, cwd: &Path) -> Harness {
+    Harness::new()
+        .bin(exe)
+        .empty_env()
+        .no_config()
+        .no_state_dir()
+        .cwd(cwd)
+}
+
 /// Run `c` with stdin closed; None if it is still running after `limit`
 /// (then it is killed).
 pub(crate) fn output_within(c: &mut Command, limit: Duration) -> Option<std::process::Output> {
@@ -303,14 +323,10 @@ pub(crate) fn output_within(c: &mut Command, limit: Duration) -> Option<std::pro
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !crate::support::holds_within(limit, || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
     }
     Some(child.wait_with_output().unwrap())
 }
@@ -324,15 +340,15 @@ fn launcher_never_runs_itself_when_the_binary_is_missing() {
         !Path::new("/usr/bin/localagents").exists() && !Path::new("/bin/localagents").exists(),
         "this test needs a PATH without a localagents binary"
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("plugin-root");
+    let h = Harness::new();
+    let root = h.home().join("plugin-root");
     launcher_copy(&root);
     // A second copy of the plugin (another version, or the same plugin
     // loaded twice) whose bin/ is on PATH too, and a symlink to the bin/
     // wrapper from elsewhere on PATH.
-    let other = tmp.path().join("other-root");
+    let other = h.home().join("other-root");
     launcher_copy(&other);
-    let linkdir = tmp.path().join("links");
+    let linkdir = h.home().join("links");
     std::fs::create_dir_all(&linkdir).unwrap();
     std::os::unix::fs::symlink(root.join("bin/localagents"), linkdir.join("localagents")).unwrap();
     let bin_dir = root.join("bin");
@@ -346,8 +362,8 @@ fn launcher_never_runs_itself_when_the_binary_is_missing() {
         ),
     ];
     let cmd = |exe: &Path, path: &str, args: &[&str], plugin_root: bool| {
-        let mut c = Command::new(exe);
-        c.args(args).env_clear().env("PATH", path);
+        let mut c = launcher_env(exe, &root).command(args);
+        c.env("PATH", path);
         if plugin_root {
             c.env("CLAUDE_PLUGIN_ROOT", &root);
         }
@@ -394,9 +410,9 @@ fn launcher_never_runs_itself_when_the_binary_is_missing() {
         assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{o:?}");
     }
     // Skipping its own bin/ still finds a real binary later on PATH.
-    let real_dir = tmp.path().join("real");
+    let real_dir = h.home().join("real");
     std::fs::create_dir_all(&real_dir).unwrap();
-    std::os::unix::fs::symlink(BIN, real_dir.join("localagents")).unwrap();
+    std::os::unix::fs::symlink(bin(), real_dir.join("localagents")).unwrap();
     let path = format!(
         "{}:{}:{}:/usr/bin:/bin",
         bin_dir.display(),
@@ -440,11 +456,9 @@ fn fake_finished_job(state: &Path, cwd: &Path, n: u32, finished_ago_s: i64) -> S
     id
 }
 
-fn hook(state: &Path, stdin: &str) -> (Option<i32>, String) {
-    let mut c = Command::new(BIN)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["hook", "prompt-submit"])
+fn hook(h: &Harness, stdin: &str) -> (Option<i32>, String) {
+    let mut c = h
+        .command(["hook", "prompt-submit"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -460,10 +474,10 @@ fn hook(state: &Path, stdin: &str) -> (Option<i32>, String) {
 
 #[test]
 fn hook_reports_each_finished_job_once_per_session() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    let proj = tmp.path().join("proj");
-    let other = tmp.path().join("other");
+    let h = Harness::new().no_config();
+    let state = h.state_dir().to_path_buf();
+    let proj = h.dir().join("proj");
+    let other = h.dir().join("other");
     std::fs::create_dir_all(&proj).unwrap();
     std::fs::create_dir_all(&other).unwrap();
     let proj = proj.canonicalize().unwrap();
@@ -471,7 +485,7 @@ fn hook_reports_each_finished_job_once_per_session() {
     fake_finished_job(&state, &other.canonicalize().unwrap(), 2, 30);
     fake_finished_job(&state, &proj, 3, 3 * 24 * 3600); // long ago
     let input = json!({"session_id": "11111111-2222-3333-4444-555555555555", "cwd": proj, "hook_event_name": "UserPromptSubmit", "prompt": "hi"}).to_string();
-    let (code, out) = hook(&state, &input);
+    let (code, out) = hook(&h, &input);
     assert_eq!(code, Some(0));
     let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(v["hookSpecificOutput"]["hookEventName"], "UserPromptSubmit");
@@ -484,7 +498,7 @@ fn hook_reports_each_finished_job_once_per_session() {
             "localagents job {id} (qwen3.8-27b) finished: succeeded in 3m12s, 4 files changed in worktree branch local-agent/{id}, 6 tokens local; review with job_status or job_diff."
         )
     );
-    let (code, out) = hook(&state, &input);
+    let (code, out) = hook(&h, &input);
     assert_eq!(
         (code, out.as_str()),
         (Some(0), ""),
@@ -492,17 +506,17 @@ fn hook_reports_each_finished_job_once_per_session() {
     );
     // Another session hears about it too.
     let other_session = input.replace("11111111", "99999999");
-    assert!(hook(&state, &other_session).1.contains(&id));
+    assert!(hook(&h, &other_session).1.contains(&id));
     // Bad input: exit 0, no output.
     for bad in ["", "not json", "{\"cwd\": 5}", "\u{0}\u{1}"] {
-        assert_eq!(hook(&state, bad), (Some(0), String::new()), "{bad:?}");
+        assert_eq!(hook(&h, bad), (Some(0), String::new()), "{bad:?}");
     }
 }
 
 /// A top-level "Claude" played by a fake, and the localagents plugin loaded
 /// with --plugin-dir, its MCP server pointed at a local fake llama.cpp.
 struct Session {
-    _tmp: tempfile::TempDir,
+    _h: Harness,
     home: PathBuf,
     work: PathBuf,
     state: PathBuf,
@@ -524,20 +538,17 @@ async fn session() -> Session {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
+    // Claude Code starts the plugin's `localagents serve` itself, with
+    // the harness's dirs and config passed on through its environment.
+    let h = Harness::new().config(&format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n", local.url()));
+    let (home, state, cfg) = (
+        h.home().to_path_buf(),
+        h.state_dir().to_path_buf(),
+        h.config_path().to_path_buf(),
     );
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(&cfg, format!("endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  setting_sources: []\n", local.url())).unwrap();
-    let work = work.canonicalize().unwrap();
+    let work = h.work().canonicalize().unwrap();
     Session {
-        _tmp: tmp,
+        _h: h,
         home,
         work,
         state,
@@ -551,7 +562,7 @@ impl Session {
     fn claude(&self, prompt: &str, extra: &[&str]) -> tokio::process::Command {
         let env: Vec<(String, String)> = vec![
             ("ANTHROPIC_BASE_URL".into(), self.top.url().to_string()),
-            ("LOCALAGENTS_BIN".into(), BIN.into()),
+            ("LOCALAGENTS_BIN".into(), bin().display().to_string()),
             ("LOCALAGENTS_CONFIG".into(), self.cfg.display().to_string()),
             (
                 "LOCALAGENTS_STATE_DIR".into(),

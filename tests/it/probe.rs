@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use localagents::config::{Backend, Endpoint};
 use localagents::probe::{self, FailureKind};
 
+use crate::support::harness::Harness;
 use crate::support::{fake_llama, fake_vllm, net};
 
 fn ep(name: &str, url: &str, backend: Option<Backend>) -> Endpoint {
@@ -182,25 +183,13 @@ async fn api_key_missing_then_given() {
 
     // With the key in the environment: set on a child `localagents status`,
     // so the test process's environment is never changed.
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = Harness::new()
+        .config(&format!(
             "endpoints:\n  k:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_PROBE_KEY\n",
             fake.url()
-        ),
-    )
-    .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .args(["status", "--json"])
-        .env("HOME", tmp.path())
-        .env("LOCALAGENTS_TEST_PROBE_KEY", "sekrit-123")
-        .current_dir(tmp.path())
+        ))
+        .env("LOCALAGENTS_TEST_PROBE_KEY", "sekrit-123");
+    let out = tokio::process::Command::from(h.command(["status", "--json"]))
         .output()
         .await
         .unwrap();

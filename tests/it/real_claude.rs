@@ -3,14 +3,15 @@
 
 use std::io::BufRead;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use localagents::shim::fold;
 use serde_json::Value;
 
+use crate::support::harness::Harness;
 use crate::support::script;
-use crate::support::{claude, fake_llama};
+use crate::support::{claude, fake_llama, until};
 
 /// A running `localagents shim` process; killed on drop.
 struct ShimProc {
@@ -27,13 +28,9 @@ impl Drop for ShimProc {
     }
 }
 
-fn start_shim(cfg: &Path, state: &Path, model: &str) -> ShimProc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(cfg)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["shim", "--model", model])
+fn start_shim(h: &Harness, model: &str) -> ShimProc {
+    let mut child = h
+        .command(["shim", "--model", model])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -83,20 +80,20 @@ fn requests_log(state: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A harness and its home, work and state dirs.
 fn dirs() -> (
-    tempfile::TempDir,
+    Harness,
     std::path::PathBuf,
     std::path::PathBuf,
     std::path::PathBuf,
 ) {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let work = tmp.path().join("work");
-    let state = tmp.path().join("state");
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    (tmp, home, work, state)
+    let h = Harness::new();
+    let (home, work, state) = (
+        h.home().to_path_buf(),
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
+    );
+    (h, home, work, state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,9 +109,9 @@ async fn session_succeeds_through_the_shim_and_fails_straight_at_a_strict_templa
         "hello.txt",
         "hi from the delegate\n",
     ));
-    let (tmp, home, work, state) = dirs();
-    let cfg = config_for(tmp.path(), fake.url());
-    let shim = start_shim(&cfg, &state, "gemma-3-270m");
+    let (h, home, work, state) = dirs();
+    let cfg = config_for(h.dir(), fake.url());
+    let shim = start_shim(&h.clone().config_file(&cfg), "gemma-3-270m");
 
     let cmd = claude::command(
         &home,
@@ -189,7 +186,7 @@ async fn session_succeeds_through_the_shim_and_fails_straight_at_a_strict_templa
         ..Default::default()
     })
     .await;
-    let work2 = tmp.path().join("work2");
+    let work2 = h.dir().join("work2");
     std::fs::create_dir_all(&work2).unwrap();
     let mut cmd = claude::command(
         &home,
@@ -208,10 +205,12 @@ async fn session_succeeds_through_the_shim_and_fails_straight_at_a_strict_templa
         "Create hello.txt.",
     );
     let mut child = cmd.spawn().unwrap();
-    let started = Instant::now();
-    while direct.statuses().is_empty() && started.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        "a request straight at the strict fake",
+        Duration::from_secs(60),
+        || !direct.statuses().is_empty(),
+    )
+    .await;
     let _ = child.kill().await;
     assert_eq!(
         direct.statuses().first(),
@@ -254,7 +253,7 @@ async fn real_request_bodies_fold_append_only() {
         ],
         "done",
     ));
-    let (_tmp, home, work, _state) = dirs();
+    let (_h, home, work, _state) = dirs();
     let cmd = claude::command(
         &home,
         &work,
@@ -354,9 +353,9 @@ async fn overflow_reaches_the_real_cli_as_prompt_is_too_long() {
         ..Default::default()
     })
     .await;
-    let (tmp, home, work, state) = dirs();
-    let cfg = config_for(tmp.path(), fake.url());
-    let shim = start_shim(&cfg, &state, "gemma3-270m");
+    let (h, home, work, state) = dirs();
+    let cfg = config_for(h.dir(), fake.url());
+    let shim = start_shim(&h.clone().config_file(&cfg), "gemma3-270m");
     let cmd = claude::command(
         &home,
         &work,
@@ -397,8 +396,9 @@ async fn overflow_reaches_the_real_cli_as_prompt_is_too_long() {
 
 #[test]
 fn print_settings_needs_a_fixed_url() {
-    let out = Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .args(["shim", "--print-settings"])
+    let out = Harness::new()
+        .no_config()
+        .command(["shim", "--print-settings"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -413,12 +413,11 @@ async fn print_settings_and_no_token_mode() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = config_for(tmp.path(), fake.url());
-    let out = Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .args([
+    let h = Harness::new();
+    let cfg = config_for(h.dir(), fake.url());
+    let out = h
+        .config_file(&cfg)
+        .command([
             "shim",
             "--model",
             "gemma3",

@@ -14,13 +14,13 @@
 //!   named as down with the fix.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::jobs::git_init;
 use crate::support::fake_llama::{self, FakeLlama, LlamaOpts};
-use crate::support::harness::{Env, call, env_with, serve};
+use crate::support::harness::{Harness, call, serve};
 use crate::support::script;
 use crate::support::vllm_router::{self, Router};
 
@@ -37,11 +37,11 @@ fn fake_opts(n_ctx: u64, slots: u64) -> LlamaOpts {
 
 /// Every job reads the same three files, one a turn, then reports: four
 /// requests a job.
-fn reading_script(fake: &FakeLlama, e: &Env) {
+fn reading_script(fake: &FakeLlama, e: &Harness) {
     let read = |f: &str| {
         (
             "Read",
-            json!({"file_path": e.work.join(f).to_string_lossy()}),
+            json!({"file_path": e.work().join(f).to_string_lossy()}),
         )
     };
     fake.set_script(script::tools_then_text(
@@ -59,19 +59,19 @@ fn config(router: &str, session_header: Option<&str>) -> String {
     )
 }
 
-fn project(e: &Env) {
-    git_init(&e.work);
+fn project(e: &Harness) {
+    git_init(e.work());
     for (f, text) in [
         ("a.txt", "alpha\n"),
         ("b.txt", "beta\n"),
         ("c.txt", "gamma\n"),
     ] {
-        std::fs::write(e.work.join(f), text).unwrap();
+        std::fs::write(e.work().join(f), text).unwrap();
     }
 }
 
-fn record(e: &Env, id: &str) -> Value {
-    let path = e.state.join("jobs").join(id).join("job.json");
+fn record(e: &Harness, id: &str) -> Value {
+    let path = e.state_dir().join("jobs").join(id).join("job.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
@@ -79,7 +79,7 @@ type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
 
 /// Start jobs `from..from + n` at once, each with its own task (`Job
 /// <k>:`), and wait for all.
-async fn run_jobs(c: &Client, e: &Env, from: usize, n: usize) -> Vec<Value> {
+async fn run_jobs(c: &Client, e: &Harness, from: usize, n: usize) -> Vec<Value> {
     let mut ids = Vec::new();
     for i in from..from + n {
         let (err, v) = call(
@@ -91,20 +91,13 @@ async fn run_jobs(c: &Client, e: &Env, from: usize, n: usize) -> Vec<Value> {
         assert!(!err, "{v}");
         ids.push(v["id"].as_str().unwrap().to_string());
     }
-    let t = Instant::now();
     for id in &ids {
-        loop {
-            let r = record(e, id);
-            if !matches!(r["status"].as_str(), Some("running" | "queued")) {
-                assert_eq!(r["status"], "succeeded", "{r:#}");
-                break;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(600),
-                "job {id} never ended: {r:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        crate::support::until(&format!("job {id} ends"), Duration::from_secs(600), || {
+            !matches!(record(e, id)["status"].as_str(), Some("running" | "queued"))
+        })
+        .await;
+        let r = record(e, id);
+        assert_eq!(r["status"], "succeeded", "{r:#}");
     }
     ids.iter().map(|id| record(e, id)).collect()
 }
@@ -134,24 +127,18 @@ struct Stage {
     a: FakeLlama,
     b: FakeLlama,
     router: Router,
-    e: Env,
+    e: Harness,
     c: Client,
-    _dir: tempfile::TempDir,
+    _dir: Harness,
 }
 
 async fn stage(test: &str, session_header: Option<&str>) -> Option<Stage> {
     let bin = vllm_router::router_or_skip(test)?;
     let a = fake_llama::spawn(fake_opts(65536, 8)).await;
     let b = fake_llama::spawn(fake_opts(65536, 8)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let router = Router::start(
-        &bin,
-        &[a.url(), b.url()],
-        "consistent_hash",
-        &[],
-        dir.path(),
-    );
-    let e = env_with(&config(&router.url, session_header));
+    let dir = Harness::new();
+    let router = Router::start(&bin, &[a.url(), b.url()], "consistent_hash", &[], dir.dir());
+    let e = Harness::new().config(&config(&router.url, session_header));
     project(&e);
     reading_script(&a, &e);
     reading_script(&b, &e);
@@ -317,9 +304,9 @@ async fn the_registry_sees_every_replica_through_the_router() {
     let a = fake_llama::spawn(fake_opts(65536, 2)).await;
     let b = fake_llama::spawn(fake_opts(32768, 4)).await;
     let (a_url, b_url) = (a.url().to_string(), b.url().to_string());
-    let dir = tempfile::tempdir().unwrap();
-    let router = Router::start(&bin, &[&a_url, &b_url], "consistent_hash", &[], dir.path());
-    let e = env_with(&config(&router.url, None));
+    let dir = Harness::new();
+    let router = Router::start(&bin, &[&a_url, &b_url], "consistent_hash", &[], dir.dir());
+    let e = Harness::new().config(&config(&router.url, None));
 
     let st = crate::support::harness::localagents_json(&e, &["status", "--json"]).await;
     let ep = &st["endpoints"][0];
@@ -383,7 +370,7 @@ async fn the_registry_sees_every_replica_through_the_router() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declared_router_that_lists_no_workers_is_down_with_the_fix() {
     let a = fake_llama::spawn(fake_opts(65536, 2)).await;
-    let e = env_with(&format!(
+    let e = Harness::new().config(&format!(
         "endpoints:\n  gpus:\n    base_url: {}\n    backend: vllm-router\n",
         a.url()
     ));

@@ -10,10 +10,11 @@ use localagents::shim::log::RequestLog;
 use localagents::shim::{Registration, Route, Shim};
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 use crate::support::script::{self, Reply};
-use crate::support::{fake_llama, fake_vllm, net};
+use crate::support::{fake_llama, fake_vllm, net, until};
 
-fn endpoint(url: &str, key_env: Option<&str>) -> Endpoint {
+fn endpoint(url: &str) -> Endpoint {
     Endpoint {
         name: "fake".into(),
         base_url: url.into(),
@@ -21,37 +22,78 @@ fn endpoint(url: &str, key_env: Option<&str>) -> Endpoint {
         host: None,
         notes: None,
         env: IndexMap::new(),
-        api_key_env: key_env.map(str::to_string),
+        api_key_env: None,
         allow_insecure_key: false,
         session_header: None,
         vllm_router: false,
     }
 }
 
-async fn shim_for(
-    url: &str,
+/// An in-process shim with one route to the backend at a URL, built up
+/// from what most tests want (llama.cpp, serving `gemma3-270m` with a
+/// 32768-token window; no API key: a key reaches a shim through the
+/// environment of `localagents shim`, which a test runs through its
+/// [`Harness`]) by what a test changes; it logs into
+/// the directory [`ShimFor::start`] is given.
+struct ShimFor<'a> {
+    url: &'a str,
     backend: Backend,
-    served: &str,
+    served: &'a str,
     window: Option<u64>,
-    dir: &Path,
-    key_env: Option<&str>,
-) -> (Shim, Registration) {
-    let shim = Shim::start(0).await.unwrap();
-    let reg = shim
-        .register(Route {
-            label: "test".into(),
-            session: None,
-            endpoint: endpoint(url, key_env),
-            backend,
-            served_id: served.into(),
-            window,
-            log: RequestLog::new(dir, true),
-            idle_timeout: Duration::from_secs(10),
-            first_byte_timeout: Duration::from_secs(300),
-            guard: Default::default(),
-        })
-        .unwrap();
-    (shim, reg)
+}
+
+impl<'a> ShimFor<'a> {
+    fn new(url: &'a str) -> Self {
+        ShimFor {
+            url,
+            backend: Backend::LlamaCpp,
+            served: "gemma3-270m",
+            window: Some(32768),
+        }
+    }
+
+    fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The model id the backend serves.
+    fn served(mut self, served: &'a str) -> Self {
+        self.served = served;
+        self
+    }
+
+    /// The route's context window, in tokens.
+    fn window(mut self, tokens: u64) -> Self {
+        self.window = Some(tokens);
+        self
+    }
+
+    /// No known context window.
+    fn no_window(mut self) -> Self {
+        self.window = None;
+        self
+    }
+
+    /// Start the shim and register the route, logging into `log_dir`.
+    async fn start(self, log_dir: &Path) -> (Shim, Registration) {
+        let shim = Shim::start(0).await.unwrap();
+        let reg = shim
+            .register(Route {
+                label: "test".into(),
+                session: None,
+                endpoint: endpoint(self.url),
+                backend: self.backend,
+                served_id: self.served.into(),
+                window: self.window,
+                log: RequestLog::new(log_dir, true),
+                idle_timeout: Duration::from_secs(10),
+                first_byte_timeout: Duration::from_secs(300),
+                guard: Default::default(),
+            })
+            .unwrap();
+        (shim, reg)
+    }
 }
 
 fn log_lines(dir: &Path) -> Vec<Value> {
@@ -65,7 +107,7 @@ fn log_lines(dir: &Path) -> Vec<Value> {
 /// The log once it has `n` lines: a streamed request's line is written
 /// when its relay ends, which a client can see after its last event.
 async fn log_lines_when(dir: &Path, n: usize) -> Vec<Value> {
-    crate::support::until("the request log's lines", Duration::from_secs(10), || {
+    until("the request log's lines", Duration::from_secs(10), || {
         log_lines(dir).len() >= n
     })
     .await;
@@ -109,16 +151,8 @@ fn strict() -> fake_llama::LlamaOpts {
 #[tokio::test]
 async fn unknown_token_and_other_paths_are_404_and_never_reach_the_backend() {
     let fake = fake_llama::spawn(strict()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     assert_eq!(reg.token.len(), 32, "128 bits in hex");
     assert!(reg.base_url.starts_with("http://127.0.0.1:"));
     let root = format!("http://{}", shim.addr());
@@ -178,16 +212,8 @@ async fn unknown_token_and_other_paths_are_404_and_never_reach_the_backend() {
 #[tokio::test]
 async fn folds_for_a_strict_template_and_logs_the_request() {
     let fake = fake_llama::spawn(strict()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(16384),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).window(16384).start(h.dir()).await;
     // Straight at the strict fake: the template's 500.
     let direct = client()
         .post(format!("{}/v1/messages", fake.url()))
@@ -233,7 +259,7 @@ async fn folds_for_a_strict_template_and_logs_the_request() {
         json!({"type": "adaptive"}),
         "other fields untouched"
     );
-    let log = log_lines(tmp.path());
+    let log = log_lines(h.dir());
     assert_eq!(log.len(), 1);
     let l = &log[0];
     assert_eq!(
@@ -252,7 +278,7 @@ async fn folds_for_a_strict_template_and_logs_the_request() {
         tr.contains("billing_header_dropped") && tr.contains("max_tokens 32000->16384"),
         "{tr}"
     );
-    let full = std::fs::read_to_string(tmp.path().join("requests_full.jsonl")).unwrap();
+    let full = std::fs::read_to_string(h.dir().join("requests_full.jsonl")).unwrap();
     assert!(full.contains("<system>\\n# Environment"));
 }
 
@@ -260,16 +286,8 @@ async fn folds_for_a_strict_template_and_logs_the_request() {
 async fn stream_is_relayed_with_ttft_usage_and_stop_reason() {
     let fake = fake_llama::spawn(strict()).await;
     fake.set_script(script::write_then_report("a.txt", "x"));
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     let r = client()
         .post(format!("{}/v1/messages", reg.base_url))
         .body(cc_body(true).to_string())
@@ -283,7 +301,7 @@ async fn stream_is_relayed_with_ttft_usage_and_stop_reason() {
     assert!(text.contains("\"name\":\"Write\""));
     assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
     // The log line is written when the stream ends.
-    let l = &log_lines_when(tmp.path(), 1).await[0];
+    let l = &log_lines_when(h.dir(), 1).await[0];
     assert_eq!(l["stream"], true);
     assert_eq!(l["stop_reason"], "tool_use");
     assert_eq!(l["usage"]["output"], 9);
@@ -299,16 +317,8 @@ async fn overflow_becomes_prompt_is_too_long_stream_or_not() {
         ..strict()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     for stream in [false, true] {
         let r = client()
             .post(format!("{}/v1/messages", reg.base_url))
@@ -325,7 +335,7 @@ async fn overflow_becomes_prompt_is_too_long_stream_or_not() {
             "prompt is too long: 40123 tokens > 32768 maximum"
         );
     }
-    let log = log_lines(tmp.path());
+    let log = log_lines(h.dir());
     assert_eq!(log[0]["upstream_status"], 400);
     assert!(
         log[0]["translated"]
@@ -344,16 +354,8 @@ async fn overflow_becomes_prompt_is_too_long_stream_or_not() {
 #[tokio::test]
 async fn mid_stream_errors_template_errors_and_oom() {
     let fake = fake_llama::spawn(strict()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     let c = client();
 
     fake.set_script(std::sync::Arc::new(|_| Reply::RawSse("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}\n\n".into())));
@@ -408,9 +410,13 @@ async fn mid_stream_errors_template_errors_and_oom() {
 
 #[tokio::test]
 async fn unreachable_backend_is_529_naming_the_url() {
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let url = format!("http://{}", net::refused_addr());
-    let (_shim, reg) = shim_for(&url, Backend::LlamaCpp, "m", None, tmp.path(), None).await;
+    let (_shim, reg) = ShimFor::new(&url)
+        .served("m")
+        .no_window()
+        .start(h.dir())
+        .await;
     let r = client()
         .post(format!("{}/v1/messages", reg.base_url))
         .body(cc_body(true).to_string())
@@ -431,29 +437,18 @@ async fn api_key_is_added_upstream_and_never_logged() {
         ..strict()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let h = Harness::new();
+    let h = h
+        .config(&format!(
             "endpoints:\n  fake:\n    base_url: {}\n    backend: llama.cpp\n    api_key_env: LOCALAGENTS_TEST_SHIM_KEY\n",
             fake.url()
-        ),
-    )
-    .unwrap();
-    let state = tmp.path().join("state");
-    // The key reaches the shim through a child's environment: the test
-    // process's own environment is never changed.
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["shim", "--model", "gemma3-270m"])
-        .env("HOME", tmp.path())
+        ))
+        // The key reaches the shim through a child's environment: the test
+        // process's own environment is never changed.
         .env("LOCALAGENTS_TEST_SHIM_KEY", "k3y-very-secret")
-        .env("LOCALAGENTS_DUMP_REQUESTS", "1")
-        .current_dir(tmp.path())
+        .env("LOCALAGENTS_DUMP_REQUESTS", "1");
+    let state = h.state_dir().to_path_buf();
+    let mut child = tokio::process::Command::from(h.command(["shim", "--model", "gemma3-270m"]))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -488,18 +483,16 @@ async fn api_key_is_added_upstream_and_never_logged() {
             .next()
             .map(|e| e.path())
     };
-    let t = std::time::Instant::now();
-    let dir = loop {
-        if let Some(d) = run_dir()
-            && ["requests.jsonl", "requests_full.jsonl"].iter().all(|f| {
-                std::fs::read_to_string(d.join(f)).is_ok_and(|t| t.contains("/v1/messages"))
-            })
-        {
-            break d;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "no request log");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let logged = |d: &Path| {
+        ["requests.jsonl", "requests_full.jsonl"]
+            .iter()
+            .all(|f| std::fs::read_to_string(d.join(f)).is_ok_and(|t| t.contains("/v1/messages")))
     };
+    until("the request log", Duration::from_secs(10), || {
+        run_dir().is_some_and(|d| logged(&d))
+    })
+    .await;
+    let dir = run_dir().expect("the shim's run dir");
     for f in ["requests.jsonl", "requests_full.jsonl"] {
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
         assert!(!text.contains("k3y-very-secret"), "{f}");
@@ -515,16 +508,8 @@ async fn api_key_is_added_upstream_and_never_logged() {
 #[tokio::test]
 async fn count_tokens_is_folded_or_estimated() {
     let fake = fake_llama::spawn(strict()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     let r = client()
         .post(format!("{}/v1/messages/count_tokens", reg.base_url))
         .body(cc_body(false).to_string())
@@ -538,7 +523,7 @@ async fn count_tokens_is_folded_or_estimated() {
             .unwrap()
             > 0
     );
-    let l = &log_lines(tmp.path())[0];
+    let l = &log_lines(h.dir())[0];
     assert_eq!(l["folded_system"], 1);
     assert!(l.get("estimated").is_none());
 
@@ -547,16 +532,8 @@ async fn count_tokens_is_folded_or_estimated() {
         ..strict()
     })
     .await;
-    let tmp2 = tempfile::tempdir().unwrap();
-    let (_s2, reg2) = shim_for(
-        fake2.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp2.path(),
-        None,
-    )
-    .await;
+    let h2 = Harness::new();
+    let (_s2, reg2) = ShimFor::new(fake2.url()).start(h2.dir()).await;
     let r = client()
         .post(format!("{}/v1/messages/count_tokens", reg2.base_url))
         .body(cc_body(false).to_string())
@@ -568,7 +545,7 @@ async fn count_tokens_is_folded_or_estimated() {
         .as_u64()
         .unwrap();
     assert!(n > 50, "{n}");
-    let l = &log_lines(tmp2.path())[0];
+    let l = &log_lines(h2.dir())[0];
     assert_eq!(l["estimated"], true);
     assert_eq!(l["upstream_status"], 404);
 }
@@ -582,16 +559,12 @@ async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
     })
     .await;
     fake.state.prompt_tokens.store(20000, Ordering::SeqCst);
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::Vllm,
-        "qwen",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url())
+        .backend(Backend::Vllm)
+        .served("qwen")
+        .start(h.dir())
+        .await;
     let mut body = cc_body(false);
     body["model"] = json!("qwen");
     let r = client()
@@ -602,7 +575,7 @@ async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(*fake.state.max_tokens_seen.lock().unwrap(), [32000, 12768]);
-    let l = &log_lines(tmp.path())[0];
+    let l = &log_lines(h.dir())[0];
     assert!(
         l["translated"]
             .as_str()
@@ -629,16 +602,8 @@ async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
 #[tokio::test]
 async fn models_and_bad_json() {
     let fake = fake_llama::spawn(strict()).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     let v: Value = client()
         .get(format!("{}/v1/models", reg.base_url))
         .send()
@@ -666,16 +631,8 @@ async fn models_and_bad_json() {
 async fn a_model_being_loaded_is_waited_for_not_failed() {
     let fake = fake_llama::spawn(strict()).await;
     fake.state.loading.store(true, Ordering::SeqCst);
-    let tmp = tempfile::tempdir().unwrap();
-    let (_shim, reg) = shim_for(
-        fake.url(),
-        Backend::LlamaCpp,
-        "gemma3-270m",
-        Some(32768),
-        tmp.path(),
-        None,
-    )
-    .await;
+    let h = Harness::new();
+    let (_shim, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
     // The model finishes loading once the shim has asked three times (a
     // condition, not a clock: a busy machine only makes it slower).
     let asked =
@@ -686,7 +643,7 @@ async fn a_model_being_loaded_is_waited_for_not_failed() {
         .json(&cc_body(false))
         .send();
     let release = async {
-        crate::support::until("the shim asked 3 times", Duration::from_secs(60), || {
+        until("the shim asked 3 times", Duration::from_secs(60), || {
             asked(&fake) >= 3
         })
         .await;
@@ -706,7 +663,7 @@ async fn a_model_being_loaded_is_waited_for_not_failed() {
     );
     let hits = asked(&fake);
     assert!(hits >= 3, "asked again while loading: {hits}");
-    let log = log_lines(tmp.path());
+    let log = log_lines(h.dir());
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0]["upstream_status"], 200, "{log:?}");
     assert!(

@@ -1,7 +1,7 @@
 //! Many jobs on one server (issue 24): what a user sees when jobs lost
 //! their slot's cache.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -94,28 +94,20 @@ async fn without_lost_slots_nothing_is_said() {
 }
 
 /// A record of job `id` in `e`'s state dir.
-fn record(e: &crate::support::harness::Env, id: &str) -> serde_json::Value {
-    let path = e.state.join("jobs").join(id).join("job.json");
+fn record(e: &Harness, id: &str) -> serde_json::Value {
+    let path = e.state_dir().join("jobs").join(id).join("job.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 /// Wait until `cond` holds of job `id`'s record (or panic after `limit`).
 async fn wait_record(
-    e: &crate::support::harness::Env,
+    e: &Harness,
     id: &str,
     limit: Duration,
     what: &str,
     cond: impl Fn(&serde_json::Value) -> bool,
 ) -> Duration {
-    let t = Instant::now();
-    loop {
-        let r = record(e, id);
-        if cond(&r) {
-            return t.elapsed();
-        }
-        assert!(t.elapsed() < limit, "job {id}: {what} never came: {r:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::until(&format!("job {id}: {what}"), limit, || cond(&record(e, id))).await
 }
 
 /// The delegate's Bash command runs until its job is stopped.
@@ -173,7 +165,7 @@ fn running(r: &serde_json::Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn() {
     let fake = waiting_fake(2).await;
-    let e = crate::support::harness::env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let one = serve(&e, None).await;
     let two = serve(&e, None).await;
     let a = start_id(&one, "Job A.").await;
@@ -234,9 +226,9 @@ async fn three_jobs_from_two_servers_take_two_slots_and_the_third_waits_its_turn
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
     let (f1, f2) = (waiting_fake(1).await, waiting_fake(1).await);
-    let e = crate::support::harness::env_for(f1.url());
+    let e = Harness::with_fake(f1.url());
     std::fs::write(
-        &e.cfg,
+        e.config_path(),
         format!(
             "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n  spare:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n",
             f1.url(),
@@ -259,10 +251,10 @@ async fn a_job_goes_to_another_endpoint_with_a_free_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_queue_off_every_job_starts_at_once() {
     let fake = waiting_fake(1).await;
-    let e = crate::support::harness::env_for(fake.url());
-    let cfg = std::fs::read_to_string(&e.cfg).unwrap();
+    let e = Harness::with_fake(fake.url());
+    let cfg = std::fs::read_to_string(e.config_path()).unwrap();
     std::fs::write(
-        &e.cfg,
+        e.config_path(),
         cfg.replace("defaults:\n", "defaults:\n  queue: false\n"),
     )
     .unwrap();
@@ -279,7 +271,7 @@ async fn with_queue_off_every_job_starts_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_takes_only_the_slots_no_job_has_leased() {
     let fake = waiting_fake(2).await;
-    let e = crate::support::harness::env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let c = serve(&e, None).await;
     let items = json!({"items": [{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}]});
     // Nothing leased: the batch fans out over both slots.
@@ -312,12 +304,16 @@ async fn serve_prewarms_an_unused_server_with_the_jobs_own_prefix() {
     })
     .await;
     fake.set_script(script::text("done"));
-    let e = crate::support::harness::env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     // The shared config turns it off; this one leaves the default (on).
-    let cfg = std::fs::read_to_string(&e.cfg).unwrap();
-    std::fs::write(&e.cfg, cfg.replace("  prewarm: false\n", "")).unwrap();
+    let cfg = std::fs::read_to_string(e.config_path()).unwrap();
+    std::fs::write(e.config_path(), cfg.replace("  prewarm: false\n", "")).unwrap();
     let c = serve(&e, None).await;
-    let log = e.state.join("prewarm").join("box").join("requests.jsonl");
+    let log = e
+        .state_dir()
+        .join("prewarm")
+        .join("box")
+        .join("requests.jsonl");
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     // The shim writes its log line once the answer is through.
     crate::support::until(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::fake_swap::{self, SwapModel};
-use crate::support::harness::{Env, call, env_for, localagents, serve};
+use crate::support::harness::{Harness, call, localagents, serve};
 use crate::support::script;
 
 fn models(qwen_load: Duration, gemma_load: Duration) -> Vec<SwapModel> {
@@ -27,18 +27,18 @@ fn models(qwen_load: Duration, gemma_load: Duration) -> Vec<SwapModel> {
 }
 
 /// An environment whose one endpoint is the fake llama-swap.
-fn env(url: &str) -> Env {
-    let e = env_for(url);
+fn env(url: &str) -> Harness {
+    let e = Harness::with_fake(url);
     std::fs::write(
-        &e.cfg,
+        e.config_path(),
         format!("endpoints:\n  swap:\n    base_url: {url}\nmodels:\n  gemma:\n    context: 16384\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"),
     )
     .unwrap();
     e
 }
 
-fn requests(e: &Env, id: &str) -> Vec<Value> {
-    std::fs::read_to_string(e.state.join("jobs").join(id).join("requests.jsonl"))
+fn requests(e: &Harness, id: &str) -> Vec<Value> {
+    std::fs::read_to_string(e.state_dir().join("jobs").join(id).join("requests.jsonl"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -126,16 +126,12 @@ async fn a_swap_that_would_unload_a_running_jobs_model_is_refused_without_force(
     .await;
     assert!(!err, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let job = e.state.join("jobs").join(&id).join("job.json");
-    let t = Instant::now();
-    loop {
+    let job = e.state_dir().join("jobs").join(&id).join("job.json");
+    crate::support::until("the job's tool call", Duration::from_secs(30), || {
         let rec: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
-        if rec["tool_calls"].as_u64().unwrap_or(0) >= 1 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "{rec}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        rec["tool_calls"].as_u64().unwrap_or(0) >= 1
+    })
+    .await;
     assert_eq!(fake.running(), vec!["gemma".to_string()]);
 
     // Another job on the other model: refused, naming the job.
@@ -219,9 +215,9 @@ async fn a_swap_that_would_unload_a_running_jobs_model_is_refused_without_force(
 async fn a_relay_gateway_works_as_backend_other() {
     let fake = crate::support::fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
     fake.set_script(script::write_then_report("relay.txt", "via relay\n"));
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     std::fs::write(
-        &e.cfg,
+        e.config_path(),
         format!("endpoints:\n  gateway:\n    base_url: {}\n    backend: other\ndefaults:\n  max_turns: 6\n  setting_sources: []\n", fake.url()),
     )
     .unwrap();
@@ -240,7 +236,7 @@ async fn a_relay_gateway_works_as_backend_other() {
         .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(rec["status"], "succeeded", "{rec}");
     assert_eq!(
-        std::fs::read_to_string(e.work.join("relay.txt")).unwrap(),
+        std::fs::read_to_string(e.work().join("relay.txt")).unwrap(),
         "via relay\n"
     );
     let hits = fake.hits();

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama, script};
 
 /// One fake answers both models: the top-level session (its requests
@@ -78,7 +79,7 @@ async fn fake_session() -> (fake_llama::FakeLlama, Session) {
 }
 
 struct Session {
-    _tmp: tempfile::TempDir,
+    h: Harness,
     home: std::path::PathBuf,
     work: std::path::PathBuf,
     state: std::path::PathBuf,
@@ -87,23 +88,21 @@ struct Session {
 }
 
 fn session(fake_url: &str) -> Session {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let (home, work, state) = (root.join("home"), root.join("work"), root.join("state"));
-    for d in [&home, &work, &state] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let work = work.canonicalize().unwrap();
-    let cfg = root.join("models.yaml");
-    std::fs::write(
-        &cfg,
-        format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny\ndefaults:\n  max_turns: 4\n  setting_sources: []\n  prewarm: false\n"),
-    )
-    .unwrap();
+    let h = Harness::new().config(&format!("endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny\ndefaults:\n  max_turns: 4\n  setting_sources: []\n  prewarm: false\n"));
+    let work = h.work().canonicalize().unwrap();
+    let h = h.cwd(&work);
+    let root = h.dir().to_path_buf();
+    let (home, state, cfg) = (
+        h.home().to_path_buf(),
+        h.state_dir().to_path_buf(),
+        h.config_path().to_path_buf(),
+    );
+    // Claude Code starts `localagents serve` itself, from this file: the
+    // command line the harness would give it.
     let mcp = root.join("mcp.json");
     std::fs::write(
         &mcp,
-        json!({"mcpServers": {"localagents": {"type": "stdio", "command": env!("CARGO_BIN_EXE_localagents"),
+        json!({"mcpServers": {"localagents": {"type": "stdio", "command": crate::support::bin(),
             "args": ["--config", cfg, "--state-dir", state, "serve"],
             "env": {"LOCALAGENTS_CLAUDE": claude::binary()}}}})
         .to_string(),
@@ -121,7 +120,7 @@ fn session(fake_url: &str) -> Session {
     .unwrap();
     let done = root.join("done");
     Session {
-        _tmp: tmp,
+        h,
         home,
         work,
         state,
@@ -346,22 +345,9 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
     for _ in 0..2 {
         print_mode(&s, fake.url()).await;
     }
-    let cfg = s.mcp.parent().unwrap().join("models.yaml");
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--state-dir")
-            .arg(&s.state)
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &s.home)
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .current_dir(&s.work)
-            .output()
-            .unwrap()
-    };
+    // A shell with nothing exported.
+    let bare = s.h.clone().bare_env().claude(claude::binary());
+    let run = |args: &[&str]| bare.command(args).output().unwrap();
     let shell = run(&["run", "--model", "gemma-3-270m", "--json", "Say hello."]);
     assert!(
         shell.status.success(),
@@ -468,15 +454,11 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
         })
         .unwrap();
     use std::io::Write;
-    let mut hook = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(&s.state)
-        .args(["hook", "prompt-submit"])
-        .env_clear()
-        .env("HOME", &s.home)
-        .current_dir(&s.work)
+    // A hook gets HOME only.
+    let mut hook = bare
+        .command(["hook", "prompt-submit"])
+        .env_remove("PATH")
+        .env_remove("LOCALAGENTS_CLAUDE")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

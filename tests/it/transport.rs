@@ -12,6 +12,8 @@ use localagents::shim::{Route, Shim};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::support::harness::Harness;
+
 fn route(url: &str, dir: &std::path::Path) -> Route {
     Route {
         label: "t".into(),
@@ -104,9 +106,9 @@ async fn stale_backend() -> (String, Arc<AtomicU64>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_pooled_connection_is_retried_once_on_a_fresh_one() {
     let (url, answered) = stale_backend().await;
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let shim = Shim::start(0).await.unwrap();
-    let reg = shim.register(route(&url, tmp.path())).unwrap();
+    let reg = shim.register(route(&url, h.dir())).unwrap();
     let c = crate::support::http_client();
     let body = json!({"model": "m", "max_tokens": 8, "stream": false,
         "messages": [{"role": "user", "content": "hi"}]});
@@ -124,7 +126,7 @@ async fn a_stale_pooled_connection_is_retried_once_on_a_fresh_one() {
     }
     assert_eq!(ok, 100, "every request answered 200");
     assert_eq!(answered.load(Ordering::SeqCst), 100);
-    let log: Vec<Value> = std::fs::read_to_string(tmp.path().join("requests.jsonl"))
+    let log: Vec<Value> = std::fs::read_to_string(h.dir().join("requests.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -167,9 +169,9 @@ async fn the_route_is_checked_before_the_body_is_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_route_answers_only_local_programs() {
     let (url, _) = stale_backend().await;
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let shim = Shim::start(0).await.unwrap();
-    let _reg = shim.register_open(route(&url, tmp.path()));
+    let _reg = shim.register_open(route(&url, h.dir()));
     let port = shim.addr().port();
     let c = crate::support::http_client();
     let body =
@@ -203,11 +205,11 @@ async fn the_open_route_answers_only_local_programs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_that_never_answers_gets_an_error_within_the_first_byte_timeout() {
     let silent = crate::support::net::silent_listener().await;
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let shim = Shim::start(0).await.unwrap();
     // first_byte_timeout 2 s (see `route`).
     let reg = shim
-        .register(route(&format!("http://{}", silent.addr), tmp.path()))
+        .register(route(&format!("http://{}", silent.addr), h.dir()))
         .unwrap();
     let t = Instant::now();
     let r = crate::support::http_client()

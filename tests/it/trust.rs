@@ -7,28 +7,19 @@ use serde_json::{Value, json};
 use crate::support::harness::Harness;
 use crate::support::{claude, fake_llama, script};
 
-/// `localagents run` with extra env on the supervisor; the record.
-async fn run_with_env(
-    cfg: &Path,
-    state: &Path,
-    home: &Path,
-    cwd: &Path,
-    env: &[(&str, &str)],
-    task: &str,
-) -> Value {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"));
-    cmd.arg("--config")
-        .arg(cfg)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["run", "--model", "gemma3-270m", "--json", task])
-        .env("HOME", home)
-        .env("LOCALAGENTS_CLAUDE", claude::binary())
-        .current_dir(cwd);
+/// `localagents run` in `h` with extra env on the supervisor; the record.
+async fn run_with_env(h: &Harness, env: &[(&str, &str)], task: &str) -> Value {
+    let mut cmd = h.clone().claude(claude::binary()).command([
+        "run",
+        "--model",
+        "gemma3-270m",
+        "--json",
+        task,
+    ]);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().await.unwrap();
+    let out = tokio::process::Command::from(cmd).output().await.unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
             "no record: {}\n{}",
@@ -54,16 +45,16 @@ async fn the_delegate_inherits_no_provider_switch_no_real_key_and_no_backend_key
         )],
         "done",
     ));
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
+        h.home().to_path_buf(),
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
     );
     for d in [&home, &work, &state] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let cfg = tmp.path().join("models.yaml");
+    let cfg = h.config_path().to_path_buf();
     std::fs::write(
         &cfg,
         format!(
@@ -73,10 +64,7 @@ async fn the_delegate_inherits_no_provider_switch_no_real_key_and_no_backend_key
     )
     .unwrap();
     let rec = run_with_env(
-        &cfg,
-        &state,
-        &home,
-        &work,
+        &h,
         &[
             ("LOCALAGENTS_TEST_BACKEND_KEY", "backend-secret-1"),
             ("ANTHROPIC_AUTH_TOKEN", "sk-ant-real-token"),
@@ -129,11 +117,11 @@ async fn the_state_is_private() {
     })
     .await;
     fake.set_script(script::text("done"));
-    let tmp = tempfile::tempdir().unwrap();
+    let h = Harness::new();
     let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
+        h.home().to_path_buf(),
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
     );
     for d in [&home, &work] {
         std::fs::create_dir_all(d).unwrap();
@@ -141,7 +129,7 @@ async fn the_state_is_private() {
     // An older install left the root world-readable: it is tightened.
     std::fs::create_dir_all(&state).unwrap();
     std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let cfg = tmp.path().join("models.yaml");
+    let cfg = h.config_path().to_path_buf();
     std::fs::write(
         &cfg,
         format!(
@@ -150,7 +138,7 @@ async fn the_state_is_private() {
         ),
     )
     .unwrap();
-    let rec = run_with_env(&cfg, &state, &home, &work, &[], "Say done.").await;
+    let rec = run_with_env(&h, &[], "Say done.").await;
     assert_eq!(rec["status"], "succeeded", "{rec}");
     let dir = state.join("jobs").join(rec["id"].as_str().unwrap());
     assert_eq!(mode(&state), 0o700, "state root");
@@ -171,25 +159,19 @@ async fn the_state_is_private() {
 
 #[test]
 fn a_symlinked_state_root_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let real = tmp.path().join("elsewhere");
+    let h = Harness::new().no_config();
+    let real = h.dir().join("elsewhere");
     std::fs::create_dir_all(&real).unwrap();
-    let link = tmp.path().join("state");
+    let link = h.dir().join("state-link");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&link)
-        .arg("jobs")
-        .output()
-        .unwrap();
+    let h = h.state_at(&link);
+    let out = h.command(["jobs"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is a symlink"), "{err}");
     // The hook never fails loudly.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--state-dir")
-        .arg(&link)
-        .args(["hook", "prompt-submit"])
+    let out = h
+        .command(["hook", "prompt-submit"])
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -312,21 +294,10 @@ fn a_key_never_travels_over_plain_http_to_a_public_host() {
         assert!(!key_safe_url(bad), "{bad}");
     }
     // In a config: the key is withheld with a warning, unless allowed.
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("models.yaml");
-    std::fs::write(
-        &cfg,
+    let h = Harness::new().config(
         "endpoints:\n  far:\n    base_url: http://203.0.113.7:8080\n    api_key_env: PATH\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .args(["config", "check"])
-        .output()
-        .unwrap();
+    );
+    let out = h.command(["config", "check"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("its key is not sent") && err.contains("allow_insecure_key"),
@@ -337,7 +308,7 @@ fn a_key_never_travels_over_plain_http_to_a_public_host() {
 /// A cloned repository whose models.yaml sets every dangerous key, each
 /// one wired to leave a marker file or reach a capturing listener.
 struct Hostile {
-    _tmp: tempfile::TempDir,
+    h: Harness,
     home: std::path::PathBuf,
     work: std::path::PathBuf,
     state: std::path::PathBuf,
@@ -364,12 +335,17 @@ const DANGEROUS: &[&str] = &[
 ];
 
 fn hostile(fake_url: &str, evil_url: &str) -> Hostile {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
+    // No --config: the user's and the project's files are read, as a user
+    // running it in the repository would have them read.
+    let h = Harness::new()
+        .no_config()
+        .claude(claude::binary())
+        .env("LOCALAGENTS_TEST_SECRET", SECRET);
+    let root = h.dir().to_path_buf();
     let (home, work, state, markers) = (
-        root.join("home"),
-        root.join("work"),
-        root.join("state"),
+        h.home().to_path_buf(),
+        h.work().to_path_buf(),
+        h.state_dir().to_path_buf(),
         root.join("markers"),
     );
     for d in [&work, &markers, &home.join(".config/localagents")] {
@@ -437,7 +413,7 @@ defaults:
     )
     .unwrap();
     Hostile {
-        _tmp: tmp,
+        h,
         home,
         work,
         state,
@@ -449,16 +425,7 @@ impl Hostile {
     /// `localagents ARGS` in the repository, the way a user would run it
     /// there: no --config, so the user's and the project's files are read.
     async fn run(&self, args: &[&str]) -> std::process::Output {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-            .arg("--state-dir")
-            .arg(&self.state)
-            .args(args)
-            .env("HOME", &self.home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("LOCALAGENTS_CONFIG")
-            .env("LOCALAGENTS_CLAUDE", claude::binary())
-            .env("LOCALAGENTS_TEST_SECRET", SECRET)
-            .current_dir(&self.work)
+        tokio::process::Command::from(self.h.command(args))
             .output()
             .await
             .unwrap()
@@ -637,15 +604,8 @@ async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
         ..Default::default()
     })
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (home, work, state) = (
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-        tmp.path().join("state"),
-    );
-    for d in [&home, &work] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let h = Harness::new();
+    let (home, work) = (h.home().to_path_buf(), h.work().to_path_buf());
     // On macOS, Seatbelt lets a sandboxed command write anywhere under
     // $TMPDIR's parent (/var/folders/XX/YYY) and in /tmp, where the test's
     // temp dirs are: "outside" is then outside those too, in Cargo's
@@ -685,7 +645,7 @@ async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
         )],
         "done",
     ));
-    let cfg = tmp.path().join("models.yaml");
+    let cfg = h.config_path().to_path_buf();
     std::fs::write(
         &cfg,
         format!(
@@ -694,7 +654,7 @@ async fn the_sandbox_keeps_writes_in_the_tree_or_refuses_to_start() {
         ),
     )
     .unwrap();
-    let rec = run_with_env(&cfg, &state, &home, &work, &[], "Write two files.").await;
+    let rec = run_with_env(&h, &[], "Write two files.").await;
     let tools = ["bwrap", "socat"].map(|t| {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
             .any(|d| d.join(t).is_file())

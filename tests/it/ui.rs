@@ -15,7 +15,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::jobs::{git_init, strict_fake_opts};
 use crate::support::browser::{self, Browser};
-use crate::support::harness::{Env, env_for, localagents};
+use crate::support::harness::{Harness, localagents};
 use crate::support::{fake_llama, http_client, script, until};
 
 /// A running `localagents ui`: its URL's port and token.
@@ -26,8 +26,8 @@ struct Ui {
 }
 
 impl Ui {
-    async fn start(e: &Env) -> Ui {
-        let mut child = tokio::process::Command::from(e.command(&["ui", "--port", "0"]))
+    async fn start(e: &Harness) -> Ui {
+        let mut child = tokio::process::Command::from(e.command(["ui", "--port", "0"]))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -123,7 +123,7 @@ async fn get(ui: &Ui, url: &str, headers: &[(&str, String)]) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_refuses_a_request_without_its_token_or_from_a_foreign_host() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let ui = Ui::start(&e).await;
     let bare = format!("http://127.0.0.1:{}/", ui.port);
     let (s, body) = get(&ui, &bare, &[]).await;
@@ -196,8 +196,8 @@ async fn ui_pages_show_a_real_job_its_requests_and_the_savings_in_a_real_browser
     })
     .await;
     fake.set_script(script::write_then_report("notes.txt", "one\ntwo\n"));
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     let out = localagents(
         &e,
         &[
@@ -214,8 +214,8 @@ async fn ui_pages_show_a_real_job_its_requests_and_the_savings_in_a_real_browser
     assert_eq!(rec["status"], "succeeded", "{rec}");
     let id = rec["id"].as_str().unwrap().to_string();
     let served = rec["served_id"].as_str().unwrap().to_string();
-    let log =
-        std::fs::read_to_string(e.state.join("jobs").join(&id).join("requests.jsonl")).unwrap();
+    let log = std::fs::read_to_string(e.state_dir().join("jobs").join(&id).join("requests.jsonl"))
+        .unwrap();
     let requests = log
         .lines()
         .filter(|l| serde_json::from_str::<Value>(l).unwrap()["path"] == "/v1/messages")
@@ -223,15 +223,14 @@ async fn ui_pages_show_a_real_job_its_requests_and_the_savings_in_a_real_browser
     assert!(requests >= 2, "{log}");
     // And one running beside it, with a long history.
     let running = running_job(
-        &e.state,
+        e.state_dir(),
         40,
         "[assistant] Looking at the CLI.\n[tool] Read src/cli.rs\n",
     );
 
     let ui = Ui::start(&e).await;
     let shots = shots_dir();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = shots.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let dir = shots.clone().unwrap_or_else(|| e.dir().join("shots"));
     std::fs::create_dir_all(&dir).unwrap();
 
     // The overview: the endpoint with its 4 slots, the running job with
@@ -393,10 +392,10 @@ async fn ui_a_transcript_with_a_script_tag_renders_as_text() {
         return;
     };
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
+    let e = Harness::with_fake(fake.url());
     let evil = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">";
     let id = running_job(
-        &e.state,
+        e.state_dir(),
         1,
         &format!("[assistant] {evil}\n[tool] Bash echo '{evil}'\n"),
     );
@@ -432,8 +431,8 @@ async fn ui_a_live_jobs_turn_counter_advances_and_cancel_asks_first() {
         return;
     };
     let fake = fake_llama::spawn(strict_fake_opts()).await;
-    let e = env_for(fake.url());
-    git_init(&e.work);
+    let e = Harness::with_fake(fake.url());
+    git_init(e.work());
     // A real job whose tool calls wait for the test: turn 1 waits for
     // go1, turn 2 for go2 (which never comes: the page cancels it).
     let wait = |f: &str| {
@@ -446,21 +445,14 @@ async fn ui_a_live_jobs_turn_counter_advances_and_cancel_asks_first() {
         vec![wait("go1"), wait("go2")],
         "done",
     ));
-    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_localagents"))
-        .arg("--config")
-        .arg(&e.cfg)
-        .arg("--state-dir")
-        .arg(&e.state)
+    let mut run = tokio::process::Command::from(e.cmd())
         .args(["run", "--model", "gemma-3-270m", "--json", "Wait twice"])
-        .env("HOME", &e.home)
-        .env("LOCALAGENTS_CLAUDE", crate::support::claude::binary())
-        .current_dir(&e.work)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let jobs = e.state.join("jobs");
+    let jobs = e.state_dir().join("jobs");
     let requests = |jobs: &Path| -> usize {
         std::fs::read_dir(jobs)
             .into_iter()
@@ -494,7 +486,7 @@ async fn ui_a_live_jobs_turn_counter_advances_and_cancel_asks_first() {
     );
     // A mark that a reload would wipe.
     b.eval("window.notReloaded = true");
-    std::fs::write(e.work.join("go1"), "").unwrap();
+    std::fs::write(e.work().join("go1"), "").unwrap();
     b.wait_for(
         "turn 2 on the page without a reload",
         "document.getElementById('turns').textContent === '2'",

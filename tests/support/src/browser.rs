@@ -226,14 +226,7 @@ impl Browser {
     /// Wait until `expr` is true in the page; panics naming `what` after
     /// `limit`.
     pub fn wait_for(&mut self, what: &str, expr: &str, limit: Duration) {
-        let t = Instant::now();
-        loop {
-            if self.eval(expr) == json!(true) {
-                return;
-            }
-            assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::until_blocking(what, limit, || self.eval(expr) == json!(true));
     }
 }
 

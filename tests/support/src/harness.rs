@@ -8,7 +8,20 @@
 //!     .serve()
 //!     .await;                      // rmcp client: h.client
 //! let (is_error, text) = h.call("list_models", json!({})).await;
+//!
+//! let h = Harness::with_fake(&fake.url()); // the config of a fake llama.cpp
+//! let out = h.command(["status"]).output()?; // a one-shot command
 //! ```
+//!
+//! [`Harness`] is the one way a test in tests/it or tests/e2e, or a bench,
+//! builds the environment of a `localagents` it runs (tests/it/
+//! harness_rules.rs holds that): a test that needs an odd environment says
+//! so with a method of its own ([`Harness::home_dir`] for a HOME of the
+//! test's, [`Harness::no_config`], [`Harness::no_state_dir`],
+//! [`Harness::bin`] for another executable, [`Harness::bare_env`] for an
+//! environment of nothing but PATH and HOME, [`Harness::empty_env`] for
+//! nothing at all but what the test passes). Cloning a harness shares its temp
+//! dir, which lives as long as the last clone.
 //!
 //! The policy ([`clean_env`]): the child starts from this process's
 //! environment minus everything that could leak into or steer the program
@@ -62,25 +75,29 @@ pub fn clean_env(cmd: &mut std::process::Command, home: &Path) {
     cmd.env("HOME", home);
 }
 
-/// `bin [--config …] --state-dir …` under the policy: [`clean_env`], then
+/// `bin [--config …] [--state-dir …]` under the policy: [`clean_env`], then
 /// the pinned CLI, then the test's own variables; cwd `work`. The one place
-/// a test builds a `localagents` command line ([`Harness::command`] and
-/// [`Env::command`] both come here).
-fn policy_command(
-    bin: &Path,
-    config: Option<&Path>,
-    state: &Path,
-    home: &Path,
-    work: &Path,
-    claude: Option<&Path>,
-    env: &[(OsString, OsString)],
-) -> std::process::Command {
-    let mut c = std::process::Command::new(bin);
-    if let Some(cfg) = config {
+/// a test builds a `localagents` command line ([`Harness::command`]).
+fn policy_command(h: &Harness) -> std::process::Command {
+    let mut c = std::process::Command::new(&h.bin);
+    if let Some(cfg) = &h.config {
         c.arg("--config").arg(cfg);
     }
-    c.arg("--state-dir").arg(state);
-    clean_env(&mut c, home);
+    if h.state_arg {
+        c.arg("--state-dir").arg(&h.state);
+    }
+    if h.empty {
+        c.env_clear();
+    } else if h.bare {
+        c.env_clear();
+        c.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        c.env("HOME", &h.home);
+    } else {
+        clean_env(&mut c, &h.home);
+    }
+    // An empty environment gets no CLI either.
+    let claude = h.claude.as_deref().filter(|_| !h.empty);
+    let (env, work) = (&h.env, &h.work);
     if let Some(claude) = claude {
         c.env("LOCALAGENTS_CLAUDE", claude);
     }
@@ -91,9 +108,10 @@ fn policy_command(
     c
 }
 
-/// A `localagents serve` to start: dirs, config, env.
+/// A test's `localagents`, one-shot or `serve`: dirs, config, env.
+#[derive(Clone)]
 pub struct Harness {
-    tmp: tempfile::TempDir,
+    tmp: std::sync::Arc<tempfile::TempDir>,
     home: PathBuf,
     work: PathBuf,
     state: PathBuf,
@@ -101,6 +119,12 @@ pub struct Harness {
     bin: PathBuf,
     claude: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
+    /// Pass `--state-dir` (unless [`Harness::no_state_dir`]).
+    state_arg: bool,
+    /// Start from an empty environment ([`Harness::bare_env`]).
+    bare: bool,
+    /// Nothing but the test's own variables ([`Harness::empty_env`]).
+    empty: bool,
 }
 
 impl Default for Harness {
@@ -121,7 +145,7 @@ impl Harness {
             std::fs::create_dir_all(d).expect("the harness dirs");
         }
         Harness {
-            tmp,
+            tmp: std::sync::Arc::new(tmp),
             home,
             work,
             state,
@@ -129,7 +153,16 @@ impl Harness {
             bin: crate::bin(),
             claude: crate::claude::find(),
             env: Vec::new(),
+            state_arg: true,
+            bare: false,
+            empty: false,
         }
+    }
+
+    /// [`Harness::new`] with the config [`fake_config`] writes: the fake
+    /// llama.cpp at `fake_url` as the endpoint `box`.
+    pub fn with_fake(fake_url: &str) -> Self {
+        Self::new().config(&fake_config(fake_url))
     }
 
     /// Write `yaml` as the config file (`<dir>/models.yaml`, unless
@@ -152,6 +185,28 @@ impl Harness {
     /// the cwd).
     pub fn no_config(mut self) -> Self {
         self.config = None;
+        self
+    }
+
+    /// No `--state-dir`: the program finds its state dir (under `HOME`).
+    pub fn no_state_dir(mut self) -> Self {
+        self.state_arg = false;
+        self
+    }
+
+    /// Start the child from an empty environment: `PATH`, `HOME` and the
+    /// pinned CLI only, then what the test passes with [`Harness::env`]
+    /// (what a shell with nothing exported, or a hook, gives the program).
+    pub fn bare_env(mut self) -> Self {
+        self.bare = true;
+        self
+    }
+
+    /// Start the child from an empty environment and give it nothing but
+    /// what the test passes with [`Harness::env`] (no PATH, no HOME, no
+    /// CLI): the plugin's launcher as a test of its routes starts it.
+    pub fn empty_env(mut self) -> Self {
+        self.empty = true;
         self
     }
 
@@ -213,25 +268,24 @@ impl Harness {
         self.config.as_deref().expect("a --config file")
     }
 
-    /// `localagents [--config …] --state-dir … ARGS` with the policy's
+    /// `localagents [--config …] [--state-dir …] ARGS` with the policy's
     /// environment and cwd: a one-shot command beside the server.
     pub fn command<I, S>(&self, args: I) -> std::process::Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut c = policy_command(
-            &self.bin,
-            self.config.as_deref(),
-            &self.state,
-            &self.home,
-            &self.work,
-            self.claude.as_deref(),
-            &self.env,
-        );
+        let mut c = self.cmd();
         // The subcommand's arguments come after the global ones.
         c.args(args);
         c
+    }
+
+    /// [`Harness::command`] with no arguments yet: the test adds them
+    /// (`h.cmd().args([...]).arg(x)`), or a `tokio::process::Command` is
+    /// made from it.
+    pub fn cmd(&self) -> std::process::Command {
+        policy_command(self)
     }
 
     /// Start `localagents serve` and initialize an rmcp client.
@@ -316,70 +370,17 @@ impl<S: ClientHandler> Served<S> {
     }
 }
 
-/// A test's dirs beside a fake llama.cpp (`box`), for one-shot commands and
-/// `serve` alike, under the same policy as [`Harness`]: the config
-/// [`env_for`] writes, `HOME`, `work/` (the cwd) and `state/`. Cloning
-/// shares the temp dir, which lives as long as the last clone.
-#[derive(Clone)]
-pub struct Env {
-    _tmp: std::sync::Arc<tempfile::TempDir>,
-    pub home: PathBuf,
-    pub work: PathBuf,
-    pub state: PathBuf,
-    pub cfg: PathBuf,
-}
-
-impl Env {
-    /// `localagents --config … --state-dir … ARGS` under the policy, with
-    /// the pinned Claude Code CLI.
-    pub fn command(&self, args: &[&str]) -> std::process::Command {
-        let claude = crate::claude::binary();
-        let mut c = policy_command(
-            &crate::bin(),
-            Some(&self.cfg),
-            &self.state,
-            &self.home,
-            &self.work,
-            Some(&claude),
-            &[],
-        );
-        c.args(args);
-        c
-    }
-
-    /// A [`Harness`] on these dirs and this config (to `serve`).
-    pub fn harness(&self) -> Harness {
-        Harness::new()
-            .config_file(&self.cfg)
-            .state_at(&self.state)
-            .home_dir(&self.home)
-            .cwd(&self.work)
-    }
-}
-
-/// An [`Env`] whose config names the fake llama.cpp at `fake_url` as the
-/// endpoint `box`, two models of the registry, and test defaults (no
-/// prewarm, no setting sources).
-pub fn env_for(fake_url: &str) -> Env {
-    env_with(&format!(
+/// The config of a test beside a fake llama.cpp: the fake at `fake_url`
+/// as the endpoint `box`, two models of the registry, and test defaults
+/// (no prewarm, no setting sources).
+pub fn fake_config(fake_url: &str) -> String {
+    format!(
         "endpoints:\n  box:\n    base_url: {fake_url}\n    backend: llama.cpp\nmodels:\n  gemma-3-270m:\n    notes: tiny test model\n    host: the test box\n  qwen3.8-27b:\n    host: gpu-server\n    notes: default mid-size coder on llama.cpp\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"
-    ))
-}
-
-/// An [`Env`] with this `models.yaml`.
-pub fn env_with(config: &str) -> Env {
-    let h = Harness::new().config(config);
-    Env {
-        home: h.home.clone(),
-        work: h.work.clone(),
-        state: h.state.clone(),
-        cfg: h.config_path().to_path_buf(),
-        _tmp: std::sync::Arc::new(h.tmp),
-    }
+    )
 }
 
 /// `localagents ARGS` in `e`, awaited.
-pub async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
+pub async fn localagents(e: &Harness, args: &[&str]) -> std::process::Output {
     tokio::process::Command::from(e.command(args))
         .output()
         .await
@@ -388,7 +389,7 @@ pub async fn localagents(e: &Env, args: &[&str]) -> std::process::Output {
 
 /// `localagents ARGS` whose stdout is JSON: the value (a panic with both
 /// streams when it is not).
-pub async fn localagents_json(e: &Env, args: &[&str]) -> Value {
+pub async fn localagents_json(e: &Harness, args: &[&str]) -> Value {
     let out = localagents(e, args).await;
     serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
         panic!(
@@ -400,14 +401,14 @@ pub async fn localagents_json(e: &Env, args: &[&str]) -> Value {
 }
 
 /// What the `UserPromptSubmit` hook says for the jobs of `e`'s project.
-pub async fn hook_line(e: &Env) -> String {
+pub async fn hook_line(e: &Harness) -> String {
     use tokio::io::AsyncWriteExt;
-    let mut hook = tokio::process::Command::from(e.command(&["hook", "prompt-submit"]))
+    let mut hook = tokio::process::Command::from(e.command(["hook", "prompt-submit"]))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let input = serde_json::json!({"session_id": "s1", "cwd": e.work, "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
+    let input = serde_json::json!({"session_id": "s1", "cwd": e.work(), "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
     let mut stdin = hook.stdin.take().unwrap();
     stdin.write_all(input.to_string().as_bytes()).await.unwrap();
     drop(stdin);
@@ -415,26 +416,22 @@ pub async fn hook_line(e: &Env) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `localagents serve` in `e` with the real CLI (or `claude_bin`).
-pub async fn serve(e: &Env, claude_bin: Option<&Path>) -> RunningService<RoleClient, ()> {
+/// `localagents serve` in `e` with the real CLI (or `claude_bin`); `e`
+/// stays the test's, for one-shot commands beside the server.
+pub async fn serve(e: &Harness, claude_bin: Option<&Path>) -> RunningService<RoleClient, ()> {
     serve_from(e, &crate::bin(), claude_bin).await
 }
 
 /// [`serve`] started from the localagents binary `localagents`.
 pub async fn serve_from(
-    e: &Env,
+    e: &Harness,
     localagents: &Path,
     claude_bin: Option<&Path>,
 ) -> RunningService<RoleClient, ()> {
     let bin = claude_bin
         .map(Path::to_path_buf)
         .unwrap_or_else(crate::claude::binary);
-    e.harness()
-        .bin(localagents)
-        .claude(bin)
-        .serve()
-        .await
-        .client
+    e.clone().bin(localagents).claude(bin).serve().await.client
 }
 
 /// Call `tool` on `c`: whether it is a tool error, and its text read as

@@ -5,6 +5,21 @@
 //! (a dev-dependency), so it is compiled once, not into every test and
 //! bench binary.
 //!
+//! Two rules every test and bench keeps (tests/it/harness_rules.rs holds
+//! them):
+//!
+//! - The environment of a `localagents` it runs comes from
+//!   [`harness::Harness`]: its temp dirs (HOME, the project, the state
+//!   dir), its config, the environment policy, and the command line
+//!   ([`harness::Harness::command`]); `Harness::with_fake` is the config of
+//!   a fake llama.cpp. An odd environment is asked for by name
+//!   (`bare_env`, `no_config`, `no_state_dir`, `home_dir`,
+//!   `bin`), never built by hand.
+//! - A wait is for a condition with a deadline, through [`until`] (or
+//!   [`until_async`] for a condition that awaits, [`until_blocking`] off
+//!   the runtime, [`holds_within`] for a caller that does not panic):
+//!   never a loop of its own around a sleep.
+//!
 //! A library crate has no `CARGO_BIN_EXE_localagents` or
 //! `CARGO_TARGET_TMPDIR` of its own: [`bin`] and [`target_tmp`] find them
 //! beside the running test or bench, where Cargo puts them.
@@ -14,6 +29,7 @@ use std::path::PathBuf;
 pub mod bench;
 pub mod browser;
 pub mod claude;
+pub mod fake_bare;
 pub mod fake_llama;
 pub mod fake_swap;
 pub mod fake_vllm;
@@ -91,6 +107,54 @@ pub async fn until(
         assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    t.elapsed()
+}
+
+/// [`until`] for a condition that awaits (an HTTP request, a tool call):
+/// asked every 20 ms, each time to its end; past `limit`, a panic naming
+/// `what`. The condition's last answer is not kept: a test that needs the
+/// value asks again, or keeps it in the closure's captures.
+pub async fn until_async<F, Fut>(
+    what: &str,
+    limit: std::time::Duration,
+    mut cond: F,
+) -> std::time::Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t = std::time::Instant::now();
+    while !cond().await {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}
+
+/// Whether `cond` comes to hold within `limit`, asked every 20 ms,
+/// blocking between asks: the pacing of [`until_blocking`], for a caller
+/// that does something of its own when it does not (kills a child, names
+/// what is left) instead of panicking.
+pub fn holds_within(limit: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while !cond() {
+        if t.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
+/// [`until`] for a thread with no runtime (a bench's setup, a fake's
+/// thread): the same asks and the same panic, blocking between them.
+pub fn until_blocking(
+    what: &str,
+    limit: std::time::Duration,
+    cond: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    assert!(holds_within(limit, cond), "{what}: not within {limit:?}");
     t.elapsed()
 }
 
@@ -356,16 +420,10 @@ pub fn wait_job_gone(
     limit: std::time::Duration,
 ) -> Result<std::time::Duration, Vec<(u32, String)>> {
     let t = std::time::Instant::now();
-    loop {
-        let left = job_processes(id);
-        if left.is_empty() {
-            return Ok(t.elapsed());
-        }
-        if t.elapsed() > limit {
-            return Err(left);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    if holds_within(limit, || job_processes(id).is_empty()) {
+        return Ok(t.elapsed());
     }
+    Err(job_processes(id))
 }
 
 /// Write a finished job's record, `<state>/jobs/<id>/job.json`, as a

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The variable naming the `vllm-router` launcher.
 pub const VAR: &str = "LOCALAGENTS_VLLM_ROUTER";
@@ -78,22 +78,17 @@ impl Router {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let ok = Command::new("curl")
+        let listed = crate::holds_within(Duration::from_secs(120), || {
+            Command::new("curl")
                 .args(["-fsS", "-m", "2", &format!("{}/list_workers", self.url)])
                 .output()
-                .is_ok_and(|o| o.status.success());
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vllm-router did not list its workers in 120 s: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+                .is_ok_and(|o| o.status.success())
+        });
+        assert!(
+            listed,
+            "vllm-router did not list its workers in 120 s: {}",
+            self.log_text()
+        );
     }
 
     pub fn log_text(&self) -> String {
