@@ -582,7 +582,6 @@ const SPLIT_NEXT: &[&str] = &[
     "config::too_deep",
     "jobs/record.rs",
     "probe/mod.rs",
-    "setup.rs",
 ];
 
 /// The module path of a file under src: `jobs/run/finish.rs` is
