@@ -581,7 +581,6 @@ const SPLIT_NEXT: &[&str] = &[
     "api::jobs::cleanup_jobs",
     "config::too_deep",
     "jobs/record.rs",
-    "probe/mod.rs",
 ];
 
 /// The module path of a file under src: `jobs/run/finish.rs` is
