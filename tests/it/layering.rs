@@ -580,7 +580,6 @@ const SPLIT_NEXT: &[&str] = &[
     "jobs::run::finish::Live::finalize",
     "api::jobs::cleanup_jobs",
     "config::too_deep",
-    "jobs/record.rs",
 ];
 
 /// The module path of a file under src: `jobs/run/finish.rs` is
