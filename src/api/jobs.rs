@@ -368,25 +368,14 @@ pub struct CleanupArgs {
     pub force: bool,
 }
 
-/// `cleanup_jobs`: remove finished jobs' dirs, and their worktrees and
-/// branches when nothing in them would be lost (or `force`).
-pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport, Error> {
-    let days = a.older_than_days.unwrap_or(DEFAULT_CLEANUP_DAYS);
-    if days > MAX_CLEANUP_DAYS {
-        return Err(Error::Invalid(format!(
-            "older_than_days must be at most {MAX_CLEANUP_DAYS} (a century), not {days}"
-        )));
-    }
-    if !a.dry_run {
-        m.reap_lost().await;
-    }
-    let job_id = a.job_id.as_deref();
-    let mut removed = Vec::new();
-    let mut kept = Vec::new();
-    let mut skipped = Vec::new();
-    // Every record is read: on the blocking pool.
-    let (store, one) = (m.store().clone(), a.job_id.clone());
-    let loaded = tokio::task::spawn_blocking(move || -> Result<Vec<_>, Error> {
+/// The records `cleanup_jobs` looks at: job `one`'s, else every job's,
+/// each as it loads. Every record is read: on the blocking pool.
+async fn records_to_clean(
+    m: &Manager,
+    one: Option<String>,
+) -> Result<Vec<(String, Result<crate::jobs::JobRecord, crate::jobs::JobError>)>, Error> {
+    let store = m.store().clone();
+    tokio::task::spawn_blocking(move || -> Result<Vec<_>, Error> {
         let ids: Vec<String> = match &one {
             Some(id) => {
                 store.dir(id)?;
@@ -403,7 +392,74 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
             .collect())
     })
     .await
-    .map_err(stopped)??;
+    .map_err(stopped)?
+}
+
+/// Why a job's worktree stays: work nobody reviewed yet, or a check or
+/// removal that failed (its sentence).
+enum Held {
+    Kept(KeptWork),
+    Skipped(String),
+}
+
+/// Remove job `id`'s worktree and branch (or, in a dry run, say it would)
+/// unless it holds work not merged or committed and `force` is not set.
+/// Returns what was removed.
+async fn clean_worktree(
+    w: &crate::worktree::WorktreeInfo,
+    id: &str,
+    a: &CleanupArgs,
+) -> Result<String, Held> {
+    if !a.force {
+        match crate::worktree::unreviewed(w).await {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                return Err(Held::Kept(KeptWork {
+                    job_id: id.to_string(),
+                    branch: w.branch.clone(),
+                    path: w.path.display().to_string(),
+                    reason: why.to_string(),
+                    review: format!(
+                        "review with `localagents job diff {id}` (or job_diff), merge what you want, then cleanup_jobs with job_id {id} and force: true"
+                    ),
+                }));
+            }
+            Err(e) => {
+                return Err(Held::Skipped(format!(
+                    "{id}: cannot tell whether its worktree is merged ({e}); kept"
+                )));
+            }
+        }
+    }
+    if !a.dry_run
+        && let Err(e) = crate::worktree::remove(w, id).await
+    {
+        return Err(Held::Skipped(format!("{id}: {e}")));
+    }
+    Ok(format!(
+        "worktree {} and branch {}",
+        w.path.display(),
+        w.branch
+    ))
+}
+
+/// `cleanup_jobs`: remove finished jobs' dirs, and their worktrees and
+/// branches when nothing in them would be lost (or `force`).
+pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport, Error> {
+    let days = a.older_than_days.unwrap_or(DEFAULT_CLEANUP_DAYS);
+    if days > MAX_CLEANUP_DAYS {
+        return Err(Error::Invalid(format!(
+            "older_than_days must be at most {MAX_CLEANUP_DAYS} (a century), not {days}"
+        )));
+    }
+    if !a.dry_run {
+        m.reap_lost().await;
+    }
+    let job_id = a.job_id.as_deref();
+    let mut removed = Vec::new();
+    let mut kept = Vec::new();
+    let mut skipped = Vec::new();
+    let loaded = records_to_clean(m, a.job_id.clone()).await?;
     let cutoff = chrono::Utc::now()
         .checked_sub_signed(chrono::Duration::days(days as i64))
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
@@ -432,40 +488,17 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
         if let Some(w) = rec.worktree()
             && (w.kept || w.path.exists())
         {
-            if !a.force {
-                match crate::worktree::unreviewed(w).await {
-                    Ok(None) => {}
-                    Ok(Some(why)) => {
-                        kept.push(KeptWork {
-                            job_id: id.clone(),
-                            branch: w.branch.clone(),
-                            path: w.path.display().to_string(),
-                            reason: why.to_string(),
-                            review: format!(
-                                "review with `localagents job diff {id}` (or job_diff), merge what you want, then cleanup_jobs with job_id {id} and force: true"
-                            ),
-                        });
-                        continue;
-                    }
-                    Err(e) => {
-                        skipped.push(format!(
-                            "{id}: cannot tell whether its worktree is merged ({e}); kept"
-                        ));
-                        continue;
-                    }
+            match clean_worktree(w, &id, a).await {
+                Ok(done) => what.push(done),
+                Err(Held::Kept(k)) => {
+                    kept.push(k);
+                    continue;
+                }
+                Err(Held::Skipped(why)) => {
+                    skipped.push(why);
+                    continue;
                 }
             }
-            if !a.dry_run
-                && let Err(e) = crate::worktree::remove(w, &id).await
-            {
-                skipped.push(format!("{id}: {e}"));
-                continue;
-            }
-            what.push(format!(
-                "worktree {} and branch {}",
-                w.path.display(),
-                w.branch
-            ));
         }
         if let Ok(dir) = m.store().dir(&id)
             && (a.dry_run || tokio::fs::remove_dir_all(&dir).await.is_ok())

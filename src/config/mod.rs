@@ -477,20 +477,7 @@ pub fn too_deep(text: &[u8], max: usize) -> Option<usize> {
         }
         let mut at_value = true;
         if flow == 0 {
-            while blocks.last().is_some_and(|&c| c >= col) {
-                blocks.pop();
-            }
-            blocks.push(col);
-            // `- - x`: each entry marker opens a level of its own.
-            while i + 1 < n && text[i] == b'-' && matches!(text[i + 1], b' ' | b'\t') {
-                i += 2;
-                col += 2;
-                while i < n && text[i] == b' ' {
-                    i += 1;
-                    col += 1;
-                }
-                blocks.push(col);
-            }
+            i = open_blocks(text, i, col, &mut blocks);
             if blocks.len() > max {
                 return Some(line);
             }
@@ -545,6 +532,28 @@ pub fn too_deep(text: &[u8], max: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// The block levels open at a line whose content starts at byte `i`,
+/// column `col`: those it closes are popped, its own is pushed, and one
+/// more per `- ` entry marker (`- - x`: each opens a level of its own).
+/// Returns where the line's content starts past its markers.
+fn open_blocks(text: &[u8], mut i: usize, mut col: usize, blocks: &mut Vec<usize>) -> usize {
+    let n = text.len();
+    while blocks.last().is_some_and(|&c| c >= col) {
+        blocks.pop();
+    }
+    blocks.push(col);
+    while i + 1 < n && text[i] == b'-' && matches!(text[i + 1], b' ' | b'\t') {
+        i += 2;
+        col += 2;
+        while i < n && text[i] == b' ' {
+            i += 1;
+            col += 1;
+        }
+        blocks.push(col);
+    }
+    i
 }
 
 /// Past the end of the line at `i` (its newline included).

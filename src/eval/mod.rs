@@ -318,9 +318,21 @@ pub fn lines(state_dir: &Path, endpoints: &[crate::probe::EndpointStatus]) -> Ve
 pub fn table(r: &EvalReport) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let out = &mut out;
     let _ = writeln!(out, "{} on `{}`: {}", r.served_id, r.endpoint, line(r));
-    let p = &r.probe;
+    probe_table(&mut out, &r.probe);
+    if r.tasks.is_empty() {
+        return out;
+    }
+    task_table(&mut out, &r.tasks);
+    if let Some(c) = &r.cancelled {
+        let _ = writeln!(out, "\n{c}: nothing was stored");
+    }
+    out
+}
+
+/// The probe's table: one row per capability.
+fn probe_table(out: &mut String, p: &probe::Capabilities) {
+    use std::fmt::Write as _;
     let speed = |v: Option<f64>, n: Option<u64>| match (v, n) {
         (Some(v), Some(n)) => format!(
             "{} tok/s ({} tokens)",
@@ -368,36 +380,47 @@ pub fn table(r: &EvalReport) -> String {
         "| thinking | {} |",
         if p.thinking { "yes" } else { "no" }
     );
-    if r.tasks.is_empty() {
-        return out.clone();
+}
+
+/// A task's model faults in a few words, `-` for none.
+fn faults_cell(t: &TaskResult) -> String {
+    let f = &t.model_faults;
+    let mut faults = Vec::new();
+    if f.repaired_tool_calls > 0 {
+        faults.push(format!("{} repaired", f.repaired_tool_calls));
     }
+    if f.unparsed_tool_text > 0 {
+        faults.push(format!("{} unusable", f.unparsed_tool_text));
+    }
+    if f.loop_notes > 0 {
+        faults.push("looped".into());
+    }
+    if f.empty_responses > 0 {
+        faults.push(format!("{} empty", f.empty_responses));
+    }
+    if f.runaways() > 0 {
+        faults.push(format!("{} ran away", f.runaways()));
+    }
+    if t.text_only {
+        faults.push("text only".into());
+    }
+    if faults.is_empty() {
+        "-".into()
+    } else {
+        faults.join(", ")
+    }
+}
+
+/// The tasks' table: one row per task.
+fn task_table(out: &mut String, tasks: &[TaskResult]) {
+    use std::fmt::Write as _;
     let _ = writeln!(out);
     let _ = writeln!(
         out,
         "| task | passed | fix rounds | turns | tool calls | tokens new / cached | time | faults | why |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
-    for t in &r.tasks {
-        let f = &t.model_faults;
-        let mut faults = Vec::new();
-        if f.repaired_tool_calls > 0 {
-            faults.push(format!("{} repaired", f.repaired_tool_calls));
-        }
-        if f.unparsed_tool_text > 0 {
-            faults.push(format!("{} unusable", f.unparsed_tool_text));
-        }
-        if f.loop_notes > 0 {
-            faults.push("looped".into());
-        }
-        if f.empty_responses > 0 {
-            faults.push(format!("{} empty", f.empty_responses));
-        }
-        if f.runaways() > 0 {
-            faults.push(format!("{} ran away", f.runaways()));
-        }
-        if t.text_only {
-            faults.push("text only".into());
-        }
+    for t in tasks {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} / {} | {:.1} s | {} | {} |",
@@ -409,21 +432,13 @@ pub fn table(r: &EvalReport) -> String {
             crate::fmt::thousands(t.tokens_new),
             crate::fmt::thousands(t.tokens_cached),
             t.elapsed_s,
-            if faults.is_empty() {
-                "-".into()
-            } else {
-                faults.join(", ")
-            },
+            faults_cell(t),
             t.failure
                 .as_deref()
                 .map(|w| crate::fmt::one_line(w, 120))
                 .unwrap_or_else(|| "-".into()),
         );
     }
-    if let Some(c) = &r.cancelled {
-        let _ = writeln!(out, "\n{c}: nothing was stored");
-    }
-    out.clone()
 }
 
 fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResult {
@@ -488,6 +503,106 @@ async fn or_cancelled<F: std::future::Future>(
     }
 }
 
+/// The capability probe, in `work/probe`; when cancelled, what is known
+/// of the model (its window) and why the eval stops.
+async fn probe_step(
+    target: &crate::registry::Target,
+    work: &Path,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> (probe::Capabilities, Option<String>) {
+    match or_cancelled(probe::run(target, &work.join("probe")), cancelled).await {
+        Some(caps) => (caps, None),
+        None => (
+            probe::Capabilities {
+                window: target.resolved.context,
+                ..Default::default()
+            },
+            Some("cancelled during the capability probe".to_string()),
+        ),
+    }
+}
+
+/// Start task `t` as a worktree job on its fresh `repo`, its `check` as
+/// the acceptance with one fix round; `None` when cancelled first.
+async fn start_task(
+    manager: &Manager,
+    t: &tasks::Task,
+    args: &EvalArgs,
+    (served, endpoint): (&str, &str),
+    (repo, check): (PathBuf, PathBuf),
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Option<Result<JobRecord, EvalError>> {
+    let started = or_cancelled(
+        manager.start(RunArgs {
+            task: t.prompt(),
+            model: Some(served.to_string()),
+            endpoint: Some(endpoint.to_string()),
+            cwd: Some(repo),
+            isolation: Some(Isolation::Worktree),
+            acceptance: Some(format!(
+                "python3 -B {}",
+                crate::session_env::sh_quote(&check.display().to_string())
+            )),
+            fix_rounds: Some(1),
+            force: args.force,
+            ..Default::default()
+        }),
+        cancelled,
+    )
+    .await?;
+    Some(started.map_err(|e| EvalError::Start {
+        task: t.name.into(),
+        why: e.to_string(),
+    }))
+}
+
+/// Wait for a task's job to end, reporting its progress (`task` of `of`,
+/// named `name`) as it goes; when `cancelled` turns true the job is
+/// cancelled and `stop` says so.
+async fn wait_task(
+    manager: &Manager,
+    rec: &JobRecord,
+    (task, of, name): (usize, usize, &str),
+    progress: &mut impl FnMut(EvalProgress),
+    cancelled: &(dyn Fn() -> bool + Sync),
+    stop: &mut Option<String>,
+) -> Result<JobRecord, EvalError> {
+    let id = rec.id().to_string();
+    let mut prog = manager.progress(&id);
+    loop {
+        if cancelled() {
+            let _ = manager.cancel(&id).await;
+            *stop = Some(format!("cancelled during task {name}"));
+        }
+        match manager.wait(&id, Duration::from_millis(500)).await {
+            Ok((rec, false)) => return Ok(rec),
+            Ok((rec, true)) => {
+                let p = prog
+                    .as_mut()
+                    .map(|p| p.borrow_and_update().clone())
+                    .unwrap_or_default();
+                progress(EvalProgress {
+                    task,
+                    of,
+                    name: name.into(),
+                    line: format!(
+                        "request {} · tool calls {} · {}",
+                        p.turns,
+                        rec.tool_calls().max(p.tool_calls),
+                        crate::fmt::first_chars(&p.last_activity, 50)
+                    ),
+                });
+            }
+            Err(e) => {
+                return Err(EvalError::Start {
+                    task: name.into(),
+                    why: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
 /// Run an eval. `progress` is called as it goes; `cancelled` is polled
 /// (once a second at least): when it turns true the running job is
 /// cancelled and the eval ends without storing anything.
@@ -528,17 +643,7 @@ pub async fn run(
         name: "probe".into(),
         line: format!("probing {served} on `{endpoint}`"),
     });
-    let (caps, mut stop) =
-        match or_cancelled(probe::run(&target, &work.path().join("probe")), cancelled).await {
-            Some(caps) => (caps, None),
-            None => (
-                probe::Capabilities {
-                    window: target.resolved.context,
-                    ..Default::default()
-                },
-                Some("cancelled during the capability probe".to_string()),
-            ),
-        };
+    let (caps, mut stop) = probe_step(&target, work.path(), cancelled).await;
     let manager = Manager::new(ctx.clone());
     let mut results = Vec::new();
     for (i, t) in list.iter().enumerate() {
@@ -557,66 +662,14 @@ pub async fn run(
                 dir: work.path().to_path_buf(),
                 why: e.to_string(),
             })?;
-        let started_job = or_cancelled(
-            manager.start(RunArgs {
-                task: t.prompt(),
-                model: Some(served.clone()),
-                endpoint: Some(endpoint.clone()),
-                cwd: Some(repo.clone()),
-                isolation: Some(Isolation::Worktree),
-                acceptance: Some(format!(
-                    "python3 -B {}",
-                    crate::session_env::sh_quote(&check.display().to_string())
-                )),
-                fix_rounds: Some(1),
-                force: args.force,
-                ..Default::default()
-            }),
-            cancelled,
-        )
-        .await;
-        let Some(started_job) = started_job else {
+        let Some(rec) = start_task(&manager, t, args, (&served, &endpoint), (repo, check), cancelled).await
+        else {
             stop = Some(format!("cancelled before task {} started", t.name));
             break;
         };
-        let rec = started_job.map_err(|e| EvalError::Start {
-            task: t.name.into(),
-            why: e.to_string(),
-        })?;
-        let id = rec.id().to_string();
-        let mut prog = manager.progress(&id);
-        let rec = loop {
-            if cancelled() {
-                let _ = manager.cancel(&id).await;
-                stop = Some(format!("cancelled during task {}", t.name));
-            }
-            match manager.wait(&id, Duration::from_millis(500)).await {
-                Ok((rec, false)) => break rec,
-                Ok((rec, true)) => {
-                    let p = prog
-                        .as_mut()
-                        .map(|p| p.borrow_and_update().clone())
-                        .unwrap_or_default();
-                    progress(EvalProgress {
-                        task: i + 1,
-                        of: list.len(),
-                        name: t.name.into(),
-                        line: format!(
-                            "request {} · tool calls {} · {}",
-                            p.turns,
-                            rec.tool_calls().max(p.tool_calls),
-                            crate::fmt::first_chars(&p.last_activity, 50)
-                        ),
-                    });
-                }
-                Err(e) => {
-                    return Err(EvalError::Start {
-                        task: t.name.into(),
-                        why: e.to_string(),
-                    });
-                }
-            }
-        };
+        let rec = rec?;
+        let of = list.len();
+        let rec = wait_task(&manager, &rec, (i + 1, of, t.name), &mut progress, cancelled, &mut stop).await?;
         if let Some(w) = rec.worktree()
             && w.path.exists()
         {

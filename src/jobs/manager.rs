@@ -29,6 +29,41 @@ use crate::worktree;
 pub use super::args::{MAX_TIMEOUT_S, MAX_WAIT, RunArgs, StartError};
 pub use super::policy::job_policy;
 
+/// The subagent profile a plan names, found as the delegate's Claude Code
+/// would find it (project, then user): an unknown name is refused now,
+/// naming those there are. It reads files: off the async workers.
+async fn find_profile(plan: &JobPlan) -> Result<Option<crate::config::agents::Profile>, StartError> {
+    let Some(name) = &plan.agent else {
+        return Ok(None);
+    };
+    let (name, project) = (name.clone(), plan.origin_cwd.clone());
+    let found =
+        tokio::task::spawn_blocking(move || crate::config::agents::find(&name, Some(&project)))
+            .await
+            .map_err(|e| StartError::Invalid(e.to_string()))?;
+    Ok(Some(found.map_err(StartError::Invalid)?))
+}
+
+/// Write a job's brief and its subagent's definition (the job's dir is
+/// private), off the async workers.
+async fn write_brief(
+    brief: std::path::PathBuf,
+    task: String,
+    agents_file: std::path::PathBuf,
+    definition: Option<String>,
+) -> Result<(), JobError> {
+    tokio::task::spawn_blocking(move || {
+        crate::paths::write_atomic(&brief, task.as_bytes())?;
+        match definition {
+            Some(d) => crate::paths::write_atomic(&agents_file, d.as_bytes()),
+            None => Ok(()),
+        }
+    })
+    .await
+    .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
+    .map_err(JobError::from)
+}
+
 /// The jobs of this process.
 pub struct Manager {
     pub ctx: Context,
@@ -149,6 +184,60 @@ impl Manager {
         self.rt.progress(id)
     }
 
+    /// Refuse a job whose model's load would unload one a running job
+    /// uses ([`super::evict::check_load`]). It may read every live record:
+    /// on the blocking pool.
+    async fn check_load(&self, target: &registry::Target) -> Result<(), StartError> {
+        let (store, probe) = (self.store.clone(), target.probe.clone());
+        let served = target.resolved.served_id.clone();
+        tokio::task::spawn_blocking(move || super::evict::check_load(&store, &probe, &served))
+            .await
+            .map_err(|e| StartError::Invalid(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Where job `id` runs: a resumed job's tree, a new worktree planned
+    /// (checked out later by the job), or the origin. A plan that fails
+    /// removes the job's dir `dir`.
+    async fn plan_worktree(
+        &self,
+        plan: &JobPlan,
+        id: &str,
+        dir: &std::path::Path,
+    ) -> Result<
+        (
+            Option<worktree::WorktreeInfo>,
+            std::path::PathBuf,
+            Option<worktree::Checkout>,
+        ),
+        StartError,
+    > {
+        // A new worktree is planned here (its repository, HEAD and file
+        // count: a start error is the caller's at once) and checked out by
+        // the job itself, as its first phase: a checkout of a large tree
+        // takes seconds, and the call answers by its own wait rule.
+        Ok(match (&plan.resumed, plan.isolation) {
+            (Some(p), _) => (p.worktree.clone(), p.cwd.clone(), None),
+            (None, Isolation::Worktree) => {
+                let root = self.ctx.state_dir.join("worktrees");
+                match worktree::plan(&plan.origin_cwd, id, &root).await {
+                    Ok(c) => (Some(c.info.clone()), c.cwd.clone(), Some(c)),
+                    Err(e) => {
+                        let d = dir.to_path_buf();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            if let Err(r) = std::fs::remove_dir_all(&d) {
+                                tracing::warn!("cannot remove {} ({r})", d.display());
+                            }
+                        })
+                        .await;
+                        return Err(e.into());
+                    }
+                }
+            }
+            (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
+        })
+    }
+
     /// Validate, resolve and start a job. Returns its first record at once.
     pub async fn start(&self, args: RunArgs) -> Result<JobRecord, StartError> {
         let config = crate::config::load(&self.ctx.discovery())?.config;
@@ -161,31 +250,12 @@ impl Manager {
             .map(runner::mcp_config_path)
             .transpose()
             .map_err(StartError::Invalid)?;
-        // The subagent profile, found as the delegate's Claude Code would
-        // find it (project, then user): an unknown name is refused now,
-        // naming those there are. It reads files: off the async workers.
-        let profile = match &plan.agent {
-            Some(name) => {
-                let (name, project) = (name.clone(), plan.origin_cwd.clone());
-                let found = tokio::task::spawn_blocking(move || {
-                    crate::config::agents::find(&name, Some(&project))
-                })
-                .await
-                .map_err(|e| StartError::Invalid(e.to_string()))?;
-                Some(found.map_err(StartError::Invalid)?)
-            }
-            None => None,
-        };
+        let profile = find_profile(&plan).await?;
         let target =
             registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
                 .await?;
         if !plan.force {
-            // It may read every live record: on the blocking pool.
-            let (store, probe) = (self.store.clone(), target.probe.clone());
-            let served = target.resolved.served_id.clone();
-            tokio::task::spawn_blocking(move || super::evict::check_load(&store, &probe, &served))
-                .await
-                .map_err(|e| StartError::Invalid(e.to_string()))??;
+            self.check_load(&target).await?;
         }
 
         let id = new_job_id().map_err(JobError::from)?;
@@ -201,42 +271,8 @@ impl Manager {
             .as_ref()
             .zip(profile.as_ref())
             .map(|(a, p)| a.definition(p));
-        // The job's dir (private), its brief and its subagent, off the
-        // async workers.
-        tokio::task::spawn_blocking(move || {
-            crate::paths::write_atomic(&brief, task.as_bytes())?;
-            match definition {
-                Some(d) => crate::paths::write_atomic(&agents_file, d.as_bytes()),
-                None => Ok(()),
-            }
-        })
-        .await
-        .map_err(|e| JobError::Io(std::io::Error::other(e.to_string())))?
-        .map_err(JobError::from)?;
-        // A new worktree is planned here (its repository, HEAD and file
-        // count: a start error is the caller's at once) and checked out by
-        // the job itself, as its first phase: a checkout of a large tree
-        // takes seconds, and the call answers by its own wait rule.
-        let (worktree, cwd, checkout) = match (&plan.resumed, plan.isolation) {
-            (Some(p), _) => (p.worktree.clone(), p.cwd.clone(), None),
-            (None, Isolation::Worktree) => {
-                let root = self.ctx.state_dir.join("worktrees");
-                match worktree::plan(&plan.origin_cwd, &id, &root).await {
-                    Ok(c) => (Some(c.info.clone()), c.cwd.clone(), Some(c)),
-                    Err(e) => {
-                        let d = dir.clone();
-                        let _ = tokio::task::spawn_blocking(move || {
-                            if let Err(r) = std::fs::remove_dir_all(&d) {
-                                tracing::warn!("cannot remove {} ({r})", d.display());
-                            }
-                        })
-                        .await;
-                        return Err(e.into());
-                    }
-                }
-            }
-            (None, Isolation::None) => (None, plan.origin_cwd.clone(), None),
-        };
+        write_brief(brief, task, agents_file, definition).await?;
+        let (worktree, cwd, checkout) = self.plan_worktree(&plan, &id, &dir).await?;
         let mut rec = JobRecord::from_plan(&plan, &id, &dir, &target, worktree, cwd, agent);
         // A job with a worktree to check out takes its place in the queue
         // once it has it: a slot is not held while git writes files.

@@ -252,32 +252,35 @@ type Found = (
     Option<chrono::NaiveDate>,
 );
 
-/// Add up the jobs and completions under `state_dir` since `since`, and
-/// what their delegating sessions spent, from the transcripts under
-/// `projects` (Claude Code's `projects` dir).
-pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path) -> Savings {
-    let cutoff = since.cutoff();
+/// The index of the row of `model` on `endpoint`, a new one if none.
+fn row_of(rows: &mut Vec<Row>, model: &str, endpoint: &str) -> usize {
+    if let Some(i) = rows
+        .iter()
+        .position(|r| r.model == model && r.endpoint == endpoint)
+    {
+        return i;
+    }
+    rows.push(Row {
+        model: model.to_string(),
+        endpoint: endpoint.to_string(),
+        jobs: 0,
+        completions: 0,
+        tokens: Tokens::default(),
+        equivalent_usd: None,
+        orchestration: Orchestrated::default(),
+        net_usd: None,
+    });
+    rows.len() - 1
+}
+
+/// The jobs and completions under `state_dir` since `cutoff`, each found
+/// under its row (a row per model and endpoint).
+fn found_since(
+    state_dir: &Path,
+    cutoff: Option<chrono::DateTime<chrono::Utc>>,
+) -> (Vec<Row>, Vec<Found>) {
     let store = Store::new(state_dir);
     let mut rows: Vec<Row> = Vec::new();
-    let mut row = |model: &str, endpoint: &str| -> usize {
-        if let Some(i) = rows
-            .iter()
-            .position(|r| r.model == model && r.endpoint == endpoint)
-        {
-            return i;
-        }
-        rows.push(Row {
-            model: model.to_string(),
-            endpoint: endpoint.to_string(),
-            jobs: 0,
-            completions: 0,
-            tokens: Tokens::default(),
-            equivalent_usd: None,
-            orchestration: Orchestrated::default(),
-            net_usd: None,
-        });
-        rows.len() - 1
-    };
     let mut found: Vec<Found> = Vec::new();
     for id in store.ids_since(cutoff) {
         if !valid_id(&id) {
@@ -301,7 +304,7 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
             b.usage
         };
         found.push((
-            row(&b.served_id, &b.endpoint),
+            row_of(&mut rows, &b.served_id, &b.endpoint),
             usage,
             Some((id.clone(), b.tool_use_id.clone())),
             day_of(&b.created),
@@ -313,10 +316,137 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
                 continue;
             };
             if let (true, Some(r)) = (after(&d.ts, cutoff), d.result) {
-                found.push((row(&d.model, &d.endpoint), r.usage, None, day_of(&d.ts)));
+                let i = row_of(&mut rows, &d.model, &d.endpoint);
+                found.push((i, r.usage, None, day_of(&d.ts)));
             }
         }
     }
+    (rows, found)
+}
+
+/// The sums over everything found: the totals, and per row, day and week
+/// what the net covers (the gross of jobs with a transcript, and
+/// completions).
+#[derive(Default)]
+struct Tally {
+    tokens: Tokens,
+    jobs: u64,
+    completions: u64,
+    all: Orchestrated,
+    /// Per row: the gross of what the net covers.
+    covered: Vec<Tokens>,
+    covered_all: Tokens,
+    days: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum>,
+    weeks: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum>,
+}
+
+/// Add each found job and completion to its row, the totals, its day and
+/// its week, with its delegating session's cost when its transcript was
+/// found in `orchestrations`.
+fn tally(
+    config: &Config,
+    rows: &mut [Row],
+    found: Vec<Found>,
+    orchestrations: &std::collections::HashMap<String, transcript::Orchestration>,
+) -> Tally {
+    let mut t = Tally {
+        covered: vec![Tokens::default(); rows.len()],
+        ..Tally::default()
+    };
+    for (i, u, job, day) in found {
+        let r = &mut rows[i];
+        r.tokens.add(&u);
+        t.tokens.add(&u);
+        let mut periods: Vec<&mut PeriodSum> = match day {
+            Some(d) => vec![
+                t.days.entry(d).or_default(),
+                t.weeks.entry(week_of(d)).or_default(),
+            ],
+            None => Vec::new(),
+        };
+        for p in periods.iter_mut() {
+            p.tokens.add(&u);
+        }
+        match job {
+            Some((id, _)) => {
+                r.jobs += 1;
+                t.jobs += 1;
+                for p in periods.iter_mut() {
+                    p.jobs += 1;
+                }
+                match orchestrations.get(&id) {
+                    Some(o) => {
+                        let usd = orchestration_usd(config, o);
+                        r.orchestration.add(o, usd);
+                        t.all.add(o, usd);
+                        t.covered[i].add(&u);
+                        t.covered_all.add(&u);
+                        for p in periods.iter_mut() {
+                            p.orchestration.add(o, usd);
+                            p.covered.add(&u);
+                        }
+                    }
+                    None => {
+                        r.orchestration.jobs_without_transcript += 1;
+                        t.all.jobs_without_transcript += 1;
+                        for p in periods.iter_mut() {
+                            p.orchestration.jobs_without_transcript += 1;
+                        }
+                    }
+                }
+            }
+            None => {
+                r.completions += 1;
+                t.completions += 1;
+                t.covered[i].add(&u);
+                t.covered_all.add(&u);
+                for p in periods.iter_mut() {
+                    p.completions += 1;
+                    p.covered.add(&u);
+                }
+            }
+        }
+    }
+    t
+}
+
+/// What delegating saved net: the gross of what is covered at list price
+/// less what orchestrating it cost, to a hundredth of a cent.
+fn net_usd(config: &Config, gross: &Tokens, o: &Orchestrated) -> Option<f64> {
+    let g = gross.usd(config)?;
+    let cost = if o.jobs == 0 { 0.0 } else { o.usd? };
+    Some(((g - cost) * 10_000.0).round() / 10_000.0)
+}
+
+/// Each day's or week's sums as a [`Period`], in date order.
+fn periods(
+    config: &Config,
+    m: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum>,
+) -> Vec<Period> {
+    m.into_iter()
+        .map(|(d, p)| Period {
+            start: d.format("%Y-%m-%d").to_string(),
+            jobs: p.jobs,
+            completions: p.completions,
+            tokens: p.tokens,
+            equivalent_usd: p.tokens.usd(config),
+            orchestration_usd: if p.orchestration.jobs == 0 {
+                Some(0.0)
+            } else {
+                p.orchestration.usd
+            },
+            net_usd: net_usd(config, &p.covered, &p.orchestration),
+            jobs_without_transcript: p.orchestration.jobs_without_transcript,
+        })
+        .collect()
+}
+
+/// Add up the jobs and completions under `state_dir` since `since`, and
+/// what their delegating sessions spent, from the transcripts under
+/// `projects` (Claude Code's `projects` dir).
+pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path) -> Savings {
+    let cutoff = since.cutoff();
+    let (mut rows, found) = found_since(state_dir, cutoff);
     let calls: Vec<(String, String)> = found
         .iter()
         .filter_map(|(_, _, j, _)| match j {
@@ -328,107 +458,24 @@ pub fn savings(state_dir: &Path, config: &Config, since: Since, projects: &Path)
     // the period holds none of its jobs.
     let modified_since = cutoff.map(std::time::SystemTime::from);
     let orchestrations = transcript::scan(projects, &calls, modified_since);
-    let (mut tokens, mut jobs, mut completions) = (Tokens::default(), 0, 0);
-    let mut all = Orchestrated::default();
-    // Per row: the gross of what the net covers (found jobs and completions).
-    let mut covered: Vec<Tokens> = vec![Tokens::default(); rows.len()];
-    let mut covered_all = Tokens::default();
-    let mut days: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum> = Default::default();
-    let mut weeks: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum> = Default::default();
-    for (i, u, job, day) in found {
-        let r = &mut rows[i];
-        r.tokens.add(&u);
-        tokens.add(&u);
-        let mut periods: Vec<&mut PeriodSum> = match day {
-            Some(d) => vec![
-                days.entry(d).or_default(),
-                weeks.entry(week_of(d)).or_default(),
-            ],
-            None => Vec::new(),
-        };
-        for p in periods.iter_mut() {
-            p.tokens.add(&u);
-        }
-        match job {
-            Some((id, _)) => {
-                r.jobs += 1;
-                jobs += 1;
-                for p in periods.iter_mut() {
-                    p.jobs += 1;
-                }
-                match orchestrations.get(&id) {
-                    Some(o) => {
-                        let usd = orchestration_usd(config, o);
-                        r.orchestration.add(o, usd);
-                        all.add(o, usd);
-                        covered[i].add(&u);
-                        covered_all.add(&u);
-                        for p in periods.iter_mut() {
-                            p.orchestration.add(o, usd);
-                            p.covered.add(&u);
-                        }
-                    }
-                    None => {
-                        r.orchestration.jobs_without_transcript += 1;
-                        all.jobs_without_transcript += 1;
-                        for p in periods.iter_mut() {
-                            p.orchestration.jobs_without_transcript += 1;
-                        }
-                    }
-                }
-            }
-            None => {
-                r.completions += 1;
-                completions += 1;
-                covered[i].add(&u);
-                covered_all.add(&u);
-                for p in periods.iter_mut() {
-                    p.completions += 1;
-                    p.covered.add(&u);
-                }
-            }
-        }
-    }
-    let net = |gross: &Tokens, o: &Orchestrated| -> Option<f64> {
-        let g = gross.usd(config)?;
-        let cost = if o.jobs == 0 { 0.0 } else { o.usd? };
-        Some(((g - cost) * 10_000.0).round() / 10_000.0)
-    };
-    for (r, c) in rows.iter_mut().zip(&covered) {
+    let t = tally(config, &mut rows, found, &orchestrations);
+    for (r, c) in rows.iter_mut().zip(&t.covered) {
         r.equivalent_usd = r.tokens.usd(config);
-        r.net_usd = net(c, &r.orchestration);
+        r.net_usd = net_usd(config, c, &r.orchestration);
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.tokens.total()));
-    let periods = |m: std::collections::BTreeMap<chrono::NaiveDate, PeriodSum>| -> Vec<Period> {
-        m.into_iter()
-            .map(|(d, p)| Period {
-                start: d.format("%Y-%m-%d").to_string(),
-                jobs: p.jobs,
-                completions: p.completions,
-                tokens: p.tokens,
-                equivalent_usd: p.tokens.usd(config),
-                orchestration_usd: if p.orchestration.jobs == 0 {
-                    Some(0.0)
-                } else {
-                    p.orchestration.usd
-                },
-                net_usd: net(&p.covered, &p.orchestration),
-                jobs_without_transcript: p.orchestration.jobs_without_transcript,
-            })
-            .collect()
-    };
     Savings {
         since: since.to_string(),
         reference_model: config.defaults.reference_model.clone(),
-        jobs,
-        completions,
-        tokens,
-        equivalent_usd: tokens.usd(config),
-        net_usd: net(&covered_all, &all),
-        orchestration: all,
+        jobs: t.jobs,
+        completions: t.completions,
+        tokens: t.tokens,
+        equivalent_usd: t.tokens.usd(config),
+        net_usd: net_usd(config, &t.covered_all, &t.all),
+        orchestration: t.all,
         by_model: rows,
-        by_week: periods(weeks),
-        by_day: periods(days),
+        by_week: periods(config, t.weeks),
+        by_day: periods(config, t.days),
         meaning: MEANING,
         net_meaning: NET_MEANING,
     }

@@ -39,32 +39,60 @@ const RIGHT: f64 = 60.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 40.0;
 
+/// The left scale: from the smallest value (zero at most) to the largest
+/// (zero at least), over the plot's height.
+#[derive(Clone, Copy)]
+struct Scale {
+    max: f64,
+    min: f64,
+    span: f64,
+}
+
+impl Scale {
+    /// The scale of every finite value of `groups`.
+    fn of(groups: &[Group]) -> Scale {
+        let finite = || {
+            groups
+                .iter()
+                .flat_map(|g| g.values.iter().copied())
+                .filter(|v| v.is_finite())
+        };
+        let max = finite().fold(0.0_f64, f64::max);
+        let min = finite().fold(0.0_f64, f64::min);
+        let span = if max - min > 0.0 { max - min } else { 1.0 };
+        Scale { max, min, span }
+    }
+
+    /// The height of `v` on the plot.
+    fn y(self, v: f64) -> f64 {
+        TOP + (H - TOP - BOTTOM) * (self.max - v) / self.span
+    }
+}
+
 /// The chart as an `<svg>` element.
 pub fn bars(c: &Bars) -> String {
     let mut s = String::new();
-    let plot_w = W - LEFT - RIGHT;
-    let plot_h = H - TOP - BOTTOM;
-    let max = c
-        .groups
-        .iter()
-        .flat_map(|g| g.values.iter().copied())
-        .filter(|v| v.is_finite())
-        .fold(0.0_f64, f64::max);
-    let min = c
-        .groups
-        .iter()
-        .flat_map(|g| g.values.iter().copied())
-        .filter(|v| v.is_finite())
-        .fold(0.0_f64, f64::min);
-    let span = if max - min > 0.0 { max - min } else { 1.0 };
-    let y = |v: f64| TOP + plot_h * (max - v) / span;
+    let scale = Scale::of(c.groups);
     let _ = write!(
         s,
         r#"<svg class="chart" role="img" viewBox="0 0 {W} {H}" width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg"><title>{}</title>"#,
         esc(c.title)
     );
-    // Axis lines and labels: the top value, zero (and the bottom when
-    // something is below zero).
+    axis(&mut s, c, scale);
+    let slot = (W - LEFT - RIGHT) / c.groups.len().max(1) as f64;
+    groups(&mut s, c, scale, slot);
+    if let Some((name, points)) = c.line {
+        line(&mut s, c, (name, points), slot);
+    }
+    legend(&mut s, c);
+    s.push_str("</svg>");
+    s
+}
+
+/// Axis lines and labels: the top value, zero (and the bottom when
+/// something is below zero).
+fn axis(s: &mut String, c: &Bars, scale: Scale) {
+    let Scale { max, min, span } = scale;
     for v in [max, 0.0, min] {
         if v == 0.0 || (v - 0.0).abs() > span / 20.0 {
             let _ = write!(
@@ -72,14 +100,18 @@ pub fn bars(c: &Bars) -> String {
                 r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text class="axis" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
                 W - RIGHT,
                 LEFT - 6.0,
-                y(v) + 4.0,
+                scale.y(v) + 4.0,
                 esc(&(c.fmt)(v)),
-                y = y(v),
+                y = scale.y(v),
             );
         }
     }
-    let n = c.groups.len().max(1) as f64;
-    let slot = plot_w / n;
+}
+
+/// Each group's bars side by side in its `slot` of the width, and its
+/// label under them (every label at most twelve of them).
+fn groups(s: &mut String, c: &Bars, scale: Scale, slot: f64) {
+    let y = |v: f64| scale.y(v);
     let k = c.series.len().max(1) as f64;
     let bar_w = (slot * 0.8 / k).max(0.5);
     let every = (c.groups.len() / 12).max(1);
@@ -119,41 +151,48 @@ pub fn bars(c: &Bars) -> String {
             );
         }
     }
-    if let Some((name, points)) = c.line {
-        let lmax = points.iter().flatten().copied().fold(0.0_f64, f64::max);
-        let lmax = if lmax > 0.0 { lmax } else { 1.0 };
-        let ly = |v: f64| TOP + plot_h * (1.0 - v / lmax);
-        let mut path = String::new();
-        for (i, p) in points.iter().enumerate() {
-            if let Some(v) = p {
-                let x = LEFT + slot * i as f64 + slot / 2.0;
-                let _ = write!(
-                    path,
-                    "{}{x:.1},{:.1}",
-                    if path.is_empty() { "M" } else { " L" },
-                    ly(*v)
-                );
-                let _ = write!(
-                    s,
-                    r#"<circle class="point" cx="{x:.1}" cy="{:.1}" r="2.5"><title>{}: {}</title></circle>"#,
-                    ly(*v),
-                    esc(name),
-                    esc(&(c.line_fmt)(*v))
-                );
-            }
+}
+
+/// The line over the bars: a point per group that has a value, joined,
+/// on its own scale (its largest value at the right).
+fn line(s: &mut String, c: &Bars, (name, points): (&str, &[Option<f64>]), slot: f64) {
+    let plot_h = H - TOP - BOTTOM;
+    let lmax = points.iter().flatten().copied().fold(0.0_f64, f64::max);
+    let lmax = if lmax > 0.0 { lmax } else { 1.0 };
+    let ly = |v: f64| TOP + plot_h * (1.0 - v / lmax);
+    let mut path = String::new();
+    for (i, p) in points.iter().enumerate() {
+        if let Some(v) = p {
+            let x = LEFT + slot * i as f64 + slot / 2.0;
+            let _ = write!(
+                path,
+                "{}{x:.1},{:.1}",
+                if path.is_empty() { "M" } else { " L" },
+                ly(*v)
+            );
+            let _ = write!(
+                s,
+                r#"<circle class="point" cx="{x:.1}" cy="{:.1}" r="2.5"><title>{}: {}</title></circle>"#,
+                ly(*v),
+                esc(name),
+                esc(&(c.line_fmt)(*v))
+            );
         }
-        if !path.is_empty() {
-            let _ = write!(s, r#"<path class="line" d="{path}"/>"#);
-        }
-        let _ = write!(
-            s,
-            r#"<text class="axis" x="{}" y="{}">{}</text>"#,
-            W - RIGHT + 6.0,
-            TOP + 4.0,
-            esc(&(c.line_fmt)(lmax)),
-        );
     }
-    // The legend.
+    if !path.is_empty() {
+        let _ = write!(s, r#"<path class="line" d="{path}"/>"#);
+    }
+    let _ = write!(
+        s,
+        r#"<text class="axis" x="{}" y="{}">{}</text>"#,
+        W - RIGHT + 6.0,
+        TOP + 4.0,
+        esc(&(c.line_fmt)(lmax)),
+    );
+}
+
+/// The legend: a swatch and name per series, then the line's.
+fn legend(s: &mut String, c: &Bars) {
     let mut lx = LEFT;
     for (class, name) in c.series {
         let _ = write!(
@@ -174,8 +213,6 @@ pub fn bars(c: &Bars) -> String {
             esc(name)
         );
     }
-    s.push_str("</svg>");
-    s
 }
 
 #[cfg(test)]

@@ -340,6 +340,99 @@ pub fn requests_chart(requests: &[RequestPoint]) -> String {
     })
 }
 
+/// A job page's acceptance: the command, how it ended, its output's tail.
+fn acceptance_section(s: &mut String, r: &JobRecord) {
+    s.push_str("<h2>Acceptance</h2>");
+    match r.acceptance() {
+        Some(a) => {
+            let _ = write!(
+                s,
+                r#"<p class="{}"><code>{}</code>: {} after {} round{} (exit {}, {:.1} s){}</p><pre>{}</pre>"#,
+                if a.passed { "passed" } else { "failed" },
+                esc(&a.command),
+                if a.passed { "passed" } else { "failed" },
+                a.rounds,
+                if a.rounds == 1 { "" } else { "s" },
+                a.exit_code.map(|c| c.to_string()).unwrap_or("none".into()),
+                a.elapsed_s,
+                opt(&a.stopped.as_ref().map(|x| format!(" · {x}"))),
+                esc(&a.output_tail)
+            );
+        }
+        None => s.push_str("<p class=\"none\">No acceptance command.</p>"),
+    }
+}
+
+/// A job page's model faults: a row per kind, and a runaway's cut.
+fn faults_section(s: &mut String, r: &JobRecord) {
+    s.push_str("<h2>Model faults</h2>");
+    match r.model_faults() {
+        Some(f) => {
+            let _ = write!(
+                s,
+                "<table class=\"faults\"><tr><td>tool calls repaired from text</td><td>{}</td></tr><tr><td>tool-call text left unparsed</td><td>{}</td></tr><tr><td>loop notes</td><td>{}</td></tr><tr><td>max_tokens retries</td><td>{}</td></tr><tr><td>empty answers</td><td>{}</td></tr><tr><td>answers cut off as runaway output</td><td>{}</td></tr></table>",
+                f.repaired_tool_calls,
+                f.unparsed_tool_text,
+                f.loop_notes,
+                f.max_tokens_retries,
+                f.empty_responses,
+                f.runaways()
+            );
+            if let Some(r) = &f.runaway_output {
+                let _ = write!(
+                    s,
+                    "<p class=\"runaway\">{} ({} bytes dropped)</p>",
+                    esc(&r.why),
+                    r.bytes_dropped
+                );
+            }
+        }
+        None => s.push_str("<p class=\"none\">None recorded.</p>"),
+    }
+}
+
+/// A job page's diff: a page of it, each line classed, and a link to
+/// the next page (`id` is the job's, escaped).
+fn diff_section(s: &mut String, diff: &Result<DiffPage, String>, id: &str, token: &str) {
+    s.push_str("<h2>Diff</h2>");
+    match diff {
+        Ok(d) if d.total_bytes == Some(0) => s.push_str("<p class=\"none\">No change.</p>"),
+        Ok(d) => {
+            let of = match d.total_bytes {
+                Some(t) => t.to_string(),
+                None => format!("more, in {} files", d.files),
+            };
+            let _ = write!(
+                s,
+                r#"<p>{} · bytes {}–{} of {}</p><pre class="diff">"#,
+                esc(&d.files_changed.join(", ")),
+                d.offset,
+                d.offset + d.diff.len(),
+                of
+            );
+            for line in d.diff.lines() {
+                let class = match line.as_bytes().first() {
+                    Some(b'+') if !line.starts_with("+++") => "add",
+                    Some(b'-') if !line.starts_with("---") => "del",
+                    Some(b'@') => "hunk",
+                    _ => "ctx",
+                };
+                let _ = writeln!(s, r#"<span class="{class}">{}</span>"#, esc(line));
+            }
+            s.push_str("</pre>");
+            if let Some(next) = d.next_offset {
+                let _ = write!(
+                    s,
+                    r#"<p><a href="/jobs/{id}?token={token}&amp;diff_offset={next}">Next page of the diff</a></p>"#
+                );
+            }
+        }
+        Err(e) => {
+            let _ = write!(s, r#"<p class="none">{}</p>"#, esc(e));
+        }
+    }
+}
+
 /// A job's page.
 pub fn job(token: &str, v: &JobView) -> String {
     let r = v.record;
@@ -390,87 +483,10 @@ pub fn job(token: &str, v: &JobView) -> String {
         v.requests.len(),
         requests_chart(v.requests)
     );
-    s.push_str("<h2>Acceptance</h2>");
-    match r.acceptance() {
-        Some(a) => {
-            let _ = write!(
-                s,
-                r#"<p class="{}"><code>{}</code>: {} after {} round{} (exit {}, {:.1} s){}</p><pre>{}</pre>"#,
-                if a.passed { "passed" } else { "failed" },
-                esc(&a.command),
-                if a.passed { "passed" } else { "failed" },
-                a.rounds,
-                if a.rounds == 1 { "" } else { "s" },
-                a.exit_code.map(|c| c.to_string()).unwrap_or("none".into()),
-                a.elapsed_s,
-                opt(&a.stopped.as_ref().map(|x| format!(" · {x}"))),
-                esc(&a.output_tail)
-            );
-        }
-        None => s.push_str("<p class=\"none\">No acceptance command.</p>"),
-    }
-    s.push_str("<h2>Model faults</h2>");
-    match r.model_faults() {
-        Some(f) => {
-            let _ = write!(
-                s,
-                "<table class=\"faults\"><tr><td>tool calls repaired from text</td><td>{}</td></tr><tr><td>tool-call text left unparsed</td><td>{}</td></tr><tr><td>loop notes</td><td>{}</td></tr><tr><td>max_tokens retries</td><td>{}</td></tr><tr><td>empty answers</td><td>{}</td></tr><tr><td>answers cut off as runaway output</td><td>{}</td></tr></table>",
-                f.repaired_tool_calls,
-                f.unparsed_tool_text,
-                f.loop_notes,
-                f.max_tokens_retries,
-                f.empty_responses,
-                f.runaways()
-            );
-            if let Some(r) = &f.runaway_output {
-                let _ = write!(
-                    s,
-                    "<p class=\"runaway\">{} ({} bytes dropped)</p>",
-                    esc(&r.why),
-                    r.bytes_dropped
-                );
-            }
-        }
-        None => s.push_str("<p class=\"none\">None recorded.</p>"),
-    }
+    acceptance_section(&mut s, r);
+    faults_section(&mut s, r);
     let _ = write!(s, "<h2>Transcript</h2>{}", timeline(v.transcript));
-    s.push_str("<h2>Diff</h2>");
-    match &v.diff {
-        Ok(d) if d.total_bytes == Some(0) => s.push_str("<p class=\"none\">No change.</p>"),
-        Ok(d) => {
-            let of = match d.total_bytes {
-                Some(t) => t.to_string(),
-                None => format!("more, in {} files", d.files),
-            };
-            let _ = write!(
-                s,
-                r#"<p>{} · bytes {}–{} of {}</p><pre class="diff">"#,
-                esc(&d.files_changed.join(", ")),
-                d.offset,
-                d.offset + d.diff.len(),
-                of
-            );
-            for line in d.diff.lines() {
-                let class = match line.as_bytes().first() {
-                    Some(b'+') if !line.starts_with("+++") => "add",
-                    Some(b'-') if !line.starts_with("---") => "del",
-                    Some(b'@') => "hunk",
-                    _ => "ctx",
-                };
-                let _ = writeln!(s, r#"<span class="{class}">{}</span>"#, esc(line));
-            }
-            s.push_str("</pre>");
-            if let Some(next) = d.next_offset {
-                let _ = write!(
-                    s,
-                    r#"<p><a href="/jobs/{id}?token={token}&amp;diff_offset={next}">Next page of the diff</a></p>"#
-                );
-            }
-        }
-        Err(e) => {
-            let _ = write!(s, r#"<p class="none">{}</p>"#, esc(e));
-        }
-    }
+    diff_section(&mut s, &v.diff, &id, token);
     let live = (!r.status().terminal()).then(|| format!("view=job&job={}", r.id()));
     layout(
         token,

@@ -545,3 +545,265 @@ fn the_cut_check_catches_a_hand_cut() {
     ];
     assert_eq!(hand_cuts(&files), ["shim/x.rs:2"]);
 }
+
+// --- nothing too long -----------------------------------------------------------
+
+/// The longest a function in src may be, in lines from its `fn` to its
+/// closing brace (issue 43): a longer one is split by named steps.
+const MAX_FN_LINES: usize = 100;
+
+/// The longest a file in src may be before its `#[cfg(test)]` module.
+const MAX_FILE_LINES: usize = 800;
+
+/// Functions that are data tables, exempt from [`MAX_FN_LINES`]: the body
+/// is essentially one literal list of data, and splitting it would only
+/// scatter the table. Each with why.
+const DATA_TABLES: &[(&str, &str)] = &[(
+    "eval::tasks::all",
+    "the eval's task set: one vec! of Task literals, a row per task",
+)];
+
+/// The module path of a file under src: `jobs/run/finish.rs` is
+/// `jobs::run::finish`, `probe/mod.rs` is `probe`, `lib.rs` is ``.
+fn module_of(rel: &str) -> String {
+    let rel = rel.trim_end_matches(".rs").replace('\\', "/");
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    if matches!(parts.last(), Some(&"mod" | &"lib" | &"main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// Whether `attrs` hold `#[cfg(test)]` or `#[test]`: test code, which the
+/// length rules leave alone.
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("test")
+            || (a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"))
+    })
+}
+
+/// Walks one file and notes each function's qualified name and length.
+struct FnLengths {
+    path: Vec<String>,
+    found: Vec<(String, usize, usize)>,
+}
+
+impl FnLengths {
+    fn note(&mut self, name: &syn::Ident, sig: &syn::Signature, block: &syn::Block) {
+        let start = sig.fn_token.span.start().line;
+        let end = block.brace_token.span.close().end().line;
+        let mut qualified = self.path.clone();
+        qualified.push(name.to_string());
+        let qualified = qualified
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join("::");
+        self.found.push((qualified, start, end + 1 - start));
+    }
+
+    fn within<T>(&mut self, segment: String, walk: impl FnOnce(&mut Self) -> T) -> T {
+        self.path.push(segment);
+        let out = walk(self);
+        self.path.pop();
+        out
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for FnLengths {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test(&m.attrs) {
+            self.within(m.ident.to_string(), |v| syn::visit::visit_item_mod(v, m));
+        }
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if is_test(&f.attrs) {
+            return;
+        }
+        self.note(&f.sig.ident, &f.sig, &f.block);
+        // A nested fn is named inside its parent.
+        self.within(f.sig.ident.to_string(), |v| syn::visit::visit_item_fn(v, f));
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if is_test(&i.attrs) {
+            return;
+        }
+        let ty = match &*i.self_ty {
+            syn::Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .map_or(String::new(), |s| s.ident.to_string()),
+            _ => String::new(),
+        };
+        self.within(ty, |v| syn::visit::visit_item_impl(v, i));
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        if is_test(&f.attrs) {
+            return;
+        }
+        self.note(&f.sig.ident, &f.sig, &f.block);
+        self.within(f.sig.ident.to_string(), |v| {
+            syn::visit::visit_impl_item_fn(v, f)
+        });
+    }
+
+    fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        if !is_test(&t.attrs) {
+            self.within(t.ident.to_string(), |v| syn::visit::visit_item_trait(v, t));
+        }
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if let Some(block) = &f.default
+            && !is_test(&f.attrs)
+        {
+            self.note(&f.sig.ident, &f.sig, block);
+        }
+        self.within(f.sig.ident.to_string(), |v| {
+            syn::visit::visit_trait_item_fn(v, f)
+        });
+    }
+}
+
+/// Every function (items, methods, trait defaults, nested fns) of the
+/// non-test code of `files`: qualified name, `file:line`, length in lines.
+fn fn_lengths(files: &[(String, String)]) -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        let file = syn::parse_file(text).unwrap_or_else(|e| panic!("src/{rel}: {e}"));
+        let mut v = FnLengths {
+            path: vec![module_of(rel)],
+            found: Vec::new(),
+        };
+        syn::visit::Visit::visit_file(&mut v, &file);
+        for (name, line, len) in v.found {
+            out.push((name, format!("src/{rel}:{line}"), len));
+        }
+    }
+    out
+}
+
+/// The functions of `files` over [`MAX_FN_LINES`] that are neither a data
+/// table nor pending elsewhere, longest first.
+fn long_fns(files: &[(String, String)]) -> Vec<String> {
+    let mut long: Vec<(String, String, usize)> = fn_lengths(files)
+        .into_iter()
+        .filter(|(name, _, len)| *len > MAX_FN_LINES && !DATA_TABLES.iter().any(|(t, _)| t == name))
+        .collect();
+    long.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    long.into_iter()
+        .map(|(name, at, len)| format!("{name} ({at}): {len} lines"))
+        .collect()
+}
+
+/// The lines of `text` before its unit-test module (all of them if none):
+/// the first top-level item that is `#[cfg(test)]`.
+fn lines_before_tests(text: &str) -> usize {
+    let file = syn::parse_file(text).expect("the file parses");
+    file.items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Mod(m) if is_test(&m.attrs) => {
+                let first = m
+                    .attrs
+                    .first()
+                    .map_or(m.mod_token.span, |a| a.pound_token.span);
+                Some(first.start().line - 1)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| text.lines().count())
+}
+
+/// The files of `files` over [`MAX_FILE_LINES`] before their tests.
+fn long_files(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .map(|(rel, text)| (rel, lines_before_tests(text)))
+        .filter(|(_, n)| *n > MAX_FILE_LINES)
+        .map(|(rel, n)| format!("src/{rel}: {n} lines before its tests"))
+        .collect()
+}
+
+/// Every function in src is at most 100 lines, a data table aside
+/// (issue 43): split by named steps, never by line count alone.
+#[test]
+fn no_function_is_over_100_lines() {
+    let files = src_files();
+    let all = fn_lengths(&files);
+    for (table, why) in DATA_TABLES {
+        assert!(
+            all.iter().any(|(name, _, _)| name == table),
+            "DATA_TABLES names {table} ({why}), which is not in src"
+        );
+    }
+    let long = long_fns(&files);
+    println!(
+        "functions over {MAX_FN_LINES} lines: {} ({} data tables exempt)",
+        long.len(),
+        DATA_TABLES.len()
+    );
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines; split each by named steps:\n{}",
+        long.join("\n")
+    );
+}
+
+/// No file in src is over 800 lines before its tests (issue 43).
+#[test]
+fn no_file_is_over_800_lines_before_its_tests() {
+    let long = long_files(&src_files());
+    println!("files over {MAX_FILE_LINES} lines: {}", long.len());
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines before their tests; split each by what it owns:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_length_checks_catch_a_long_fn_and_a_long_file() {
+    let body = |n: usize| "    let _ = 1;\n".repeat(n);
+    // 102 lines: `fn`, 100 lines of body, `}`; the test module's and the
+    // #[test] fn's length do not count, and a nested fn is named inside.
+    let code = format!(
+        "//! A file.\nstruct S;\nimpl S {{\n    fn long(&self) {{\n{}    }}\n}}\nfn short() {{\n{}}}\nfn outer() {{\n    fn inner() {{\n{}    }}\n}}\n#[test]\nfn a_test() {{\n{}}}\n#[cfg(test)]\nmod tests {{\n    fn helper() {{\n{}    }}\n}}\n",
+        body(100),
+        body(98),
+        body(99),
+        body(200),
+        body(200),
+    );
+    let files = [("jobs/x.rs".to_string(), code.clone())];
+    let long = long_fns(&files);
+    assert_eq!(
+        long,
+        [
+            "jobs::x::outer (src/jobs/x.rs:207): 103 lines",
+            "jobs::x::S::long (src/jobs/x.rs:4): 102 lines",
+            "jobs::x::outer::inner (src/jobs/x.rs:208): 101 lines",
+        ],
+        "{long:#?}"
+    );
+    // A short file passes; one with 801 lines before its tests does not.
+    assert!(long_files(&files).is_empty());
+    let big = format!(
+        "{}#[cfg(test)]\nmod tests {{}}\n",
+        "fn f() {}\n".repeat(801)
+    );
+    let files = [("worktree.rs".to_string(), big)];
+    assert_eq!(
+        long_files(&files),
+        ["src/worktree.rs: 801 lines before its tests"]
+    );
+    // The data table is exempt by its qualified name.
+    let table = format!("pub fn all() {{\n{}}}\n", body(150));
+    assert!(long_fns(&[("eval/tasks.rs".to_string(), table.clone())]).is_empty());
+    assert_eq!(long_fns(&[("eval/other.rs".to_string(), table)]).len(), 1);
+}

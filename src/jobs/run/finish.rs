@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::jobs::dir::JobDir;
-use crate::jobs::job::Halt;
+use crate::jobs::job::{Halt, Job};
 use crate::jobs::metrics;
-use crate::jobs::record::Status;
+use crate::jobs::record::{JobRecord, Status};
 use crate::jobs::run::{JobRun, Live, SessionEnd, outcome};
 use crate::probe;
 use crate::worktree;
@@ -27,8 +27,6 @@ impl Live<'_, '_> {
         let (reg, started) = (self.reg, self.run.started);
         let JobRun { job, rec, .. } = &mut *self.run;
         let dir = rec.log_dir().to_path_buf();
-        let before = &job.target.probe;
-        let slots_at_start = before.slots;
         // Outcome.
         let SessionEnd {
             stop,
@@ -60,56 +58,10 @@ impl Live<'_, '_> {
             rec.session_result(r.text.clone(), r.num_turns);
         }
         if !stderr_tail.trim().is_empty() {
-            let path = JobDir::at(&dir).stderr();
-            let tail = stderr_tail.clone();
-            let wrote = tokio::task::spawn_blocking(move || {
-                crate::paths::write_atomic(&path, tail.as_bytes())
-            })
-            .await;
-            if let Ok(Err(e)) = wrote {
-                tracing::error!("{e}");
-            }
+            write_stderr(JobDir::at(&dir).stderr(), stderr_tail.clone()).await;
         }
-
-        // What changed.
-        let snap_after = worktree::snapshot(rec.cwd()).await;
-        if let (Some(b), Some(a)) = (snap_before, &snap_after) {
-            rec.tree_changed(worktree::changed(&b, a));
-        }
-        if let Some(mut w) = rec.worktree().cloned() {
-            // The snapshot just taken is the worktree's status: whether it
-            // is dirty needs no second walk.
-            let dirty = snap_after.as_ref().map(|a| !a.is_empty());
-            match worktree::finish(&w, rec.id(), dirty).await {
-                Ok(done) => w = done,
-                Err(e) => {
-                    w.note = Some(format!("could not inspect the worktree: {e}"));
-                    w.kept = tokio::fs::try_exists(&w.path).await.unwrap_or(true);
-                }
-            }
-            rec.worktree_ended(w);
-        }
-
-        // Figures.
-        let log_dir = dir.clone();
-        let mut m = tokio::task::spawn_blocking(move || metrics::from_log(&log_dir))
-            .await
-            .unwrap_or_default();
-        m.slots_at_start = slots_at_start;
-        let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
-        if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
-            m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
-        } else if !before.replicas.is_empty() {
-            // Behind a router: the replica that served the job, or none.
-            let prompt = m.usage.input + m.usage.cache_read;
-            let shared = shared.load(Ordering::SeqCst);
-            m.server = metrics::router_delta(&before.replicas, &after.replicas, prompt, shared);
-        }
-        m.router = metrics::router_view(
-            &before.replicas,
-            &after.replicas,
-            job.target.endpoint.session_header.as_deref(),
-        );
+        tree_changes(rec, snap_before).await;
+        let m = figures(job, &dir, shared).await;
         // "Answered": the session ended with its own report, not with a
         // failure of the server or of the shim's guard.
         let fatal = reg.route.guard.fatal();
@@ -141,4 +93,62 @@ impl Live<'_, '_> {
         }
         rec.finish_session(status, error, started);
     }
+}
+
+/// Keep the session's stderr tail in the job's dir (`stderr.txt`).
+async fn write_stderr(path: std::path::PathBuf, tail: String) {
+    let wrote =
+        tokio::task::spawn_blocking(move || crate::paths::write_atomic(&path, tail.as_bytes()))
+            .await;
+    if let Ok(Err(e)) = wrote {
+        tracing::error!("{e}");
+    }
+}
+
+/// What changed: the files the session changed in its tree since
+/// `snap_before`, and its worktree's end (kept when dirty).
+async fn tree_changes(rec: &mut JobRecord, snap_before: Option<worktree::Snapshot>) {
+    let snap_after = worktree::snapshot(rec.cwd()).await;
+    if let (Some(b), Some(a)) = (snap_before, &snap_after) {
+        rec.tree_changed(worktree::changed(&b, a));
+    }
+    if let Some(mut w) = rec.worktree().cloned() {
+        // The snapshot just taken is the worktree's status: whether it
+        // is dirty needs no second walk.
+        let dirty = snap_after.as_ref().map(|a| !a.is_empty());
+        match worktree::finish(&w, rec.id(), dirty).await {
+            Ok(done) => w = done,
+            Err(e) => {
+                w.note = Some(format!("could not inspect the worktree: {e}"));
+                w.kept = tokio::fs::try_exists(&w.path).await.unwrap_or(true);
+            }
+        }
+        rec.worktree_ended(w);
+    }
+}
+
+/// The job's figures: its request log's, with the server's counters
+/// before and after it (behind a router, the replica that served it).
+async fn figures(job: &Job, dir: &std::path::Path, shared: &AtomicBool) -> metrics::JobMetrics {
+    let before = &job.target.probe;
+    let log_dir = dir.to_path_buf();
+    let mut m = tokio::task::spawn_blocking(move || metrics::from_log(&log_dir))
+        .await
+        .unwrap_or_default();
+    m.slots_at_start = before.slots;
+    let after = probe::probe(&job.target.endpoint, job.probe_budget).await;
+    if let (Some(b), Some(a)) = (&before.counters, &after.counters) {
+        m.server = Some(metrics::server_delta(b, a, shared.load(Ordering::SeqCst)));
+    } else if !before.replicas.is_empty() {
+        // Behind a router: the replica that served the job, or none.
+        let prompt = m.usage.input + m.usage.cache_read;
+        let shared = shared.load(Ordering::SeqCst);
+        m.server = metrics::router_delta(&before.replicas, &after.replicas, prompt, shared);
+    }
+    m.router = metrics::router_view(
+        &before.replicas,
+        &after.replicas,
+        job.target.endpoint.session_header.as_deref(),
+    );
+    m
 }

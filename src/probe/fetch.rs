@@ -1,0 +1,296 @@
+//! The fetching of one probe: the paths a server answers, asked in
+//! parallel within one deadline, and a vLLM router's replicas each probed
+//! on its own. What the answers say is read by `read.rs`; this file asks,
+//! times, and turns a failure into its one sentence.
+
+use std::time::{Duration, Instant};
+
+use super::read::{
+    Shape, add_warnings, counters_of, detect, served_models, slot_counts, vllm_load,
+};
+use super::{
+    EndpointStatus, FailureKind, Replica, ServerKind, TemplateCaps, answer, classify, client,
+    http_client, replicas,
+};
+use crate::config::{Backend, Endpoint};
+
+/// A fetched path: status and body, or a transport failure.
+struct Fetched {
+    status: u16,
+    body: Vec<u8>,
+    elapsed: Duration,
+}
+
+async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, reqwest::Error> {
+    let started = Instant::now();
+    let remaining = deadline.saturating_duration_since(started);
+    let resp = client::request(http_client(), ep, reqwest::Method::GET, path)
+        .timeout(remaining.max(Duration::from_millis(1)))
+        .send()
+        .await?;
+    let status = resp.status().as_u16();
+    let body = client::read_at_most(resp, PROBE_BODY_CAP).await;
+    Ok(Fetched {
+        status,
+        body,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The most of one probe answer that is read (a `/metrics` of a big
+/// server is tens of KB; `/props` carries the chat template).
+const PROBE_BODY_CAP: usize = 8 << 20;
+
+/// The body of a 200.
+fn ok_body(f: &Result<Fetched, reqwest::Error>) -> Option<&[u8]> {
+    match f {
+        Ok(f) if f.status == 200 => Some(&f.body),
+        _ => None,
+    }
+}
+
+/// Probe one endpoint now, within `budget`.
+pub async fn probe(ep: &Endpoint, budget: Duration) -> EndpointStatus {
+    let deadline = Instant::now() + budget;
+    // A hard stop slightly after the deadline, in case a body trickles.
+    match tokio::time::timeout(
+        budget + Duration::from_millis(50),
+        probe_server(ep, deadline, true),
+    )
+    .await
+    {
+        Ok(st) => st,
+        Err(_) => {
+            let (kind, sentence) = classify::timeout_sentence(ep, budget, true);
+            EndpointStatus::new(ep).fail(kind, sentence)
+        }
+    }
+}
+
+/// Every answer of one endpoint; none for a path not asked.
+struct Answers {
+    models: Result<Fetched, reqwest::Error>,
+    props: Option<Result<Fetched, reqwest::Error>>,
+    slots: Option<Result<Fetched, reqwest::Error>>,
+    metrics: Option<Result<Fetched, reqwest::Error>>,
+    /// `GET /list_workers`: a vLLM router answers it.
+    list_workers: Option<Result<Fetched, reqwest::Error>>,
+}
+
+/// Fetch the paths this backend answers, in parallel; `/list_workers`
+/// too when `detect_router` (not for a router's own replicas).
+async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Answers {
+    let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
+    let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
+
+    let models_f = fetch(ep, "/v1/models", deadline);
+    let props_f = async {
+        if want_llama {
+            Some(fetch(ep, "/props", deadline).await)
+        } else {
+            None
+        }
+    };
+    // /slots wakes a sleeping server and a router answers it 400: ask only
+    // once /props says it is neither (one more local round trip).
+    let props_then_slots = async {
+        let props = props_f.await;
+        let quiet = props
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .and_then(|f| answer::parse::<answer::Props>(&f.body))
+            .is_some_and(|p| p.sleeping() || p.router());
+        let slots = if want_llama && !quiet {
+            Some(fetch(ep, "/slots", deadline).await)
+        } else {
+            None
+        };
+        (props, slots)
+    };
+    let metrics_f = async {
+        if want_metrics {
+            Some(fetch(ep, "/metrics", deadline).await)
+        } else {
+            None
+        }
+    };
+    let workers_f = async {
+        if detect_router {
+            Some(fetch(ep, "/list_workers", deadline).await)
+        } else {
+            None
+        }
+    };
+    let (models, (props, slots), metrics, list_workers) =
+        tokio::join!(models_f, props_then_slots, metrics_f, workers_f);
+    Answers {
+        models,
+        props,
+        slots,
+        metrics,
+        list_workers,
+    }
+}
+
+/// Probe one server (`detect_router`: and see whether it is a vLLM
+/// router, whose replicas are then probed instead).
+pub(super) async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router: bool) -> EndpointStatus {
+    let mut st = EndpointStatus::new(ep);
+    let budget = deadline.saturating_duration_since(Instant::now());
+    let answers = fetch_all(ep, deadline, detect_router).await;
+    if let Some(lw) = &answers.list_workers {
+        match ok_body(lw).and_then(replicas::listed) {
+            Some((urls, refused)) => {
+                return through_router(ep, st, answers.models, (urls, refused), deadline).await;
+            }
+            None if ep.vllm_router => {
+                let (kind, sentence) = match lw {
+                    Err(e) => classify::transport(ep, e, budget),
+                    Ok(f) => (
+                        FailureKind::Http,
+                        format!(
+                            "endpoint `{}` is declared `backend: vllm-router`, but GET /list_workers answered {} without a list of workers: point base_url at vllm-router's --port, or remove `backend: vllm-router`",
+                            ep.name, f.status
+                        ),
+                    ),
+                };
+                return st.fail(kind, sentence);
+            }
+            None => {}
+        }
+    }
+
+    // /v1/models decides up or down.
+    let data = match model_list(ep, &mut st, answers.models, budget) {
+        Ok(data) => data,
+        Err((kind, sentence)) => return st.fail(kind, sentence),
+    };
+    let props = answers
+        .props
+        .as_ref()
+        .and_then(ok_body)
+        .and_then(answer::parse::<answer::Props>)
+        .filter(answer::Props::is_llama);
+    let shape = Shape {
+        router: props.as_ref().is_some_and(answer::Props::router),
+        swap: data
+            .iter()
+            .any(|m| m.owned_by.value() == Some(&answer::Owner::LlamaSwap)),
+        sleeping: props.as_ref().is_some_and(answer::Props::sleeping),
+    };
+    if shape.router {
+        st.max_instances = props
+            .as_ref()
+            .and_then(|p| p.max_instances.value().copied());
+    }
+    st.kind = shape.kind();
+
+    // Backend: configured, else detected.
+    let backend = match ep.backend {
+        Some(b) => b,
+        None => detect(&data, props.is_some()),
+    };
+    st.backend = backend.as_str().to_string();
+    st.up = true;
+
+    let slots = answers
+        .slots
+        .as_ref()
+        .and_then(ok_body)
+        .and_then(answer::slots);
+    st.models = served_models(&data, props.as_ref(), slots.as_deref(), backend, shape);
+
+    if let Some(p) = &props {
+        if p.chat_template_caps.present() {
+            let caps = p.chat_template_caps.value();
+            st.chat_template = Some(TemplateCaps {
+                supports_system_role: caps.and_then(|c| c.supports_system_role.value().copied()),
+                supports_tool_calls: caps.and_then(|c| c.supports_tool_calls.value().copied()),
+            });
+        }
+        if shape.sleeping {
+            st.warnings.push(
+                "the server is sleeping: the first request wakes it (it reloads the model)".into(),
+            );
+        }
+    }
+
+    let counters = counters_of(answers.metrics.as_ref().and_then(ok_body));
+    st.metrics = counters.is_some();
+    st.slots = slot_counts(slots.as_deref(), props.as_ref(), counters.as_ref());
+    if backend == Backend::Vllm
+        && let Some(c) = &counters
+    {
+        st.load = Some(vllm_load(c));
+    }
+    st.counters = counters;
+    add_warnings(&mut st, backend, props.is_some());
+    st
+}
+
+/// A vLLM router: each replica probed on its own, concurrently, in what is
+/// left of the budget, and the router's `/workers` for its view of their
+/// health; folded into the router's status ([`replicas::fold`]).
+async fn through_router(
+    ep: &Endpoint,
+    mut st: EndpointStatus,
+    models: Result<Fetched, reqwest::Error>,
+    (urls, refused): (Vec<String>, Vec<String>),
+    deadline: Instant,
+) -> EndpointStatus {
+    if let Ok(f) = &models {
+        st.latency_ms = Some(f.elapsed.as_millis() as u64);
+    }
+    let eps: Vec<Endpoint> = urls.iter().map(|u| replicas::endpoint_of(ep, u)).collect();
+    // Boxed: a replica is probed by this same function (never as a router).
+    let probes = futures::future::join_all(
+        eps.iter()
+            .map(|r| Box::pin(probe_server(r, deadline, false))),
+    );
+    let (workers, statuses) = tokio::join!(fetch(ep, "/workers", deadline), probes);
+    let workers = ok_body(&workers)
+        .and_then(answer::parse::<replicas::Workers>)
+        .unwrap_or_default();
+    let list: Vec<Replica> = urls
+        .iter()
+        .zip(statuses.iter().cloned())
+        .map(|(u, s)| replicas::replica(u, s, &workers))
+        .collect();
+    for r in &refused {
+        st.warnings.push(format!(
+            "the router lists a replica that is not probed: {r}"
+        ));
+    }
+    if !list.iter().any(|r| r.up) {
+        let (kind, sentence) = replicas::all_down(&list);
+        st.kind = Some(ServerKind::VllmRouter);
+        st.replicas = list;
+        return st.fail(kind, sentence);
+    }
+    st.up = true;
+    replicas::fold(&mut st, list, &statuses);
+    st
+}
+
+/// `/v1/models` as a list of models each with an id, or why the endpoint
+/// is down. Sets the latency once the server answered.
+fn model_list(
+    ep: &Endpoint,
+    st: &mut EndpointStatus,
+    fetched: Result<Fetched, reqwest::Error>,
+    budget: Duration,
+) -> Result<Vec<answer::ModelEntry>, (FailureKind, String)> {
+    let f = fetched.map_err(|e| classify::transport(ep, &e, budget))?;
+    st.latency_ms = Some(f.elapsed.as_millis() as u64);
+    if f.status != 200 {
+        return Err(classify::http(ep, "/v1/models", f.status, &f.body));
+    }
+    answer::parse::<answer::ModelList>(&f.body)
+        .and_then(|list| list.data.into_value())
+        .and_then(|data| {
+            data.into_iter()
+                .map(|m| m.into_value().filter(|m| m.id.value().is_some()))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| classify::bad_body(ep, "/v1/models", &f.body))
+}

@@ -1,0 +1,297 @@
+//! `localagents doctor`: every check a delegated job needs, in order, each
+//! a line `ok`, `warn` or `fail` with the fix: the claude CLI, the config,
+//! the fixed prompt a job sends, each endpoint and its models, git, and the
+//! state dir. It reads and probes; it changes nothing.
+
+use std::process::Command;
+
+use super::{claude_bin, run_claude};
+use crate::api::Context;
+use crate::config;
+use crate::probe;
+
+/// One doctor finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// `localagents doctor`: every check, in order.
+pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
+    let mut out = vec![claude_finding(ctx)];
+    let loaded = match config::load(&ctx.discovery()) {
+        Ok(l) => l,
+        Err(e) => {
+            out.push((Level::Fail, format!("config: {e}")));
+            return finish(ctx, out);
+        }
+    };
+    config_findings(&loaded, &mut out);
+    if let Ok(bin) = claude_bin(ctx) {
+        out.push(fixed_prompt_line(
+            &crate::prefix::measure(&loaded.config, &bin).await,
+        ));
+    }
+    let probes = probe::probe_all(&loaded.config).await;
+    endpoint_findings(ctx, &loaded.config, probes, &mut out);
+    finish(ctx, out)
+}
+
+/// The doctor's line on the claude CLI: found, and its version.
+fn claude_finding(ctx: &Context) -> (Level, String) {
+    match claude_bin(ctx) {
+        Ok(bin) => {
+            let (ok, v) = run_claude(&bin, &["--version"]);
+            if ok {
+                (
+                    Level::Ok,
+                    format!(
+                        "claude CLI {} ({})",
+                        v.lines().next().unwrap_or(""),
+                        bin.display()
+                    ),
+                )
+            } else {
+                (
+                    Level::Fail,
+                    format!(
+                        "{} --version failed ({v}): reinstall Claude Code (npm install -g @anthropic-ai/claude-code)",
+                        bin.display()
+                    ),
+                )
+            }
+        }
+        Err(why) => (Level::Fail, why),
+    }
+}
+
+/// The doctor's lines on the config files and their warnings.
+fn config_findings(loaded: &config::Loaded, out: &mut Vec<(Level, String)>) {
+    if loaded.files.is_empty() {
+        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port) and :9931 (its announced new default) (run `localagents setup` for a starter file)".into()));
+    } else {
+        let files: Vec<String> = loaded
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        out.push((Level::Ok, format!("config: {}", files.join(" + "))));
+    }
+    for w in &loaded.warnings {
+        out.push((Level::Warn, format!("config: {w}")));
+    }
+}
+
+/// The doctor's lines on each endpoint (one line for the built-in ones
+/// when none is written).
+fn endpoint_findings(
+    ctx: &Context,
+    config: &config::Config,
+    probes: Vec<probe::EndpointStatus>,
+    out: &mut Vec<(Level, String)>,
+) {
+    if config.endpoints_are_builtin() {
+        let level = if probes.iter().any(|p| p.up) {
+            Level::Ok
+        } else {
+            Level::Fail
+        };
+        let mut line = crate::registry::builtin_sentence(&probes);
+        if level == Level::Fail {
+            line.push_str(": start llama-server, or write a models.yaml with `localagents setup`");
+        }
+        out.push((level, line));
+    }
+    let store = crate::jobs::Store::new(&ctx.state_dir);
+    let losses =
+        crate::jobs::metrics::recent_slot_losses(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
+    let runaways =
+        crate::jobs::metrics::recent_runaways(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
+    for st in crate::registry::builtin_answered(config, probes) {
+        if !st.up {
+            if config.endpoints_are_builtin() {
+                continue; // said above, in one line
+            }
+            out.push((
+                Level::Fail,
+                format!(
+                    "endpoint {}: {}",
+                    st.name,
+                    st.error.clone().unwrap_or_default()
+                ),
+            ));
+            continue;
+        }
+        up_endpoint_findings(ctx, &st, &losses, out);
+        for l in runaways.iter().filter(|l| l.endpoint == st.name) {
+            out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
+        }
+    }
+}
+
+/// The doctor's lines on an endpoint that is up: its models and windows,
+/// chat template, `/metrics`, and whether each model was evaluated.
+fn up_endpoint_findings(
+    ctx: &Context,
+    st: &probe::EndpointStatus,
+    losses: &[crate::jobs::metrics::SlotLosses],
+    out: &mut Vec<(Level, String)>,
+) {
+    let models: Vec<String> = st
+        .models
+        .iter()
+        .map(|m| {
+            format!(
+                "{} ({})",
+                m.id,
+                m.context
+                    .map(|c| format!("{c}/slot"))
+                    .unwrap_or_else(|| "window unknown".into())
+            )
+        })
+        .collect();
+    let small = st
+        .models
+        .iter()
+        .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
+    let lvl = if small { Level::Warn } else { Level::Ok };
+    let extra = if small {
+        "; under 32k per slot even a short job makes Claude Code compact: raise -c or lower --parallel"
+    } else {
+        ""
+    };
+    out.push((
+        lvl,
+        format!(
+            "endpoint {} ({}): up, serves {}{extra}",
+            st.name,
+            st.backend,
+            models.join(", ")
+        ),
+    ));
+    // Behind a vLLM router: a line a replica, a down one with its fix.
+    for r in &st.replicas {
+        match &r.error {
+            Some(e) => out.push((Level::Fail, format!("endpoint {}: {e}", st.name))),
+            None => out.push((
+                if r.healthy == Some(false) {
+                    Level::Warn
+                } else {
+                    Level::Ok
+                },
+                format!(
+                    "endpoint {}: replica {} up{}, {} slot(s){}",
+                    st.name,
+                    r.url,
+                    r.models
+                        .iter()
+                        .map(|m| match m.context {
+                            Some(c) => format!(", {} ({c}/slot)", m.id),
+                            None => format!(", {}", m.id),
+                        })
+                        .collect::<String>(),
+                    r.slots.map(|s| s.total).unwrap_or(0),
+                    if r.healthy == Some(false) {
+                        "; the router holds it unhealthy and sends it nothing"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
+    }
+    match st.chat_template.as_ref().and_then(|c| c.supports_system_role) {
+        Some(true) => out.push((Level::Ok, format!("endpoint {}: chat template takes a leading system message (mid-conversation ones are folded by the shim)", st.name))),
+        Some(false) => out.push((Level::Warn, format!("endpoint {}: chat template has no system role; llama.cpp merges Claude Code's system prompt into the first user turn: prefer a template with one (--chat-template-file)", st.name))),
+        None => {}
+    }
+    if st.backend == "llama.cpp" && !st.metrics {
+        out.push((Level::Warn, format!("endpoint {}: /metrics is off: start llama-server with --metrics for per-job cache figures", st.name)));
+    }
+    for l in losses.iter().filter(|l| l.endpoint == st.name) {
+        out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
+    }
+    for e in crate::eval::lines(&ctx.state_dir, std::slice::from_ref(st)) {
+        let lvl = if e.evaluated && e.stale.is_none() {
+            Level::Ok
+        } else {
+            Level::Warn
+        };
+        let text = if e.evaluated {
+            format!("model {} on `{}`: {}", e.model, e.endpoint, e.line)
+        } else {
+            format!(
+                "model {} on `{}` has never been evaluated: run `localagents eval --model {} --endpoint {}` (minutes; temporary repositories only) before you rely on it",
+                e.model,
+                e.endpoint,
+                crate::session_env::sh_quote(&e.model),
+                e.endpoint
+            )
+        };
+        out.push((lvl, text));
+    }
+}
+
+/// The doctor's line on the delegate's fixed prompt.
+pub fn fixed_prompt_line(m: &Result<crate::prefix::FixedPrompt, String>) -> (Level, String) {
+    match m {
+        Ok(p) => {
+            let kb = |b: usize| format!("{:.1} KB", b as f64 / 1000.0);
+            let text = format!(
+                "delegate fixed prompt: {} tools offered ({}); system {} + tools {} = {} ≈ {} tokens, sent cold once per server cache; first request {}",
+                p.tools.len(),
+                if p.tools.is_empty() {
+                    "none".to_string()
+                } else {
+                    p.tools.join(", ")
+                },
+                kb(p.system_bytes),
+                kb(p.tools_bytes),
+                kb(p.bytes()),
+                crate::jobs::metrics::thousands(p.est_tokens() as u64),
+                kb(p.request_bytes),
+            );
+            if p.est_tokens() > 8_000 {
+                (
+                    Level::Warn,
+                    format!(
+                        "{text}; that is heavy for a local model: narrow defaults.allowed_tools"
+                    ),
+                )
+            } else {
+                (Level::Ok, text)
+            }
+        }
+        Err(e) => (
+            Level::Warn,
+            format!("delegate fixed prompt: not measured ({e})"),
+        ),
+    }
+}
+
+fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> {
+    match Command::new("git").arg("--version").output() {
+        Ok(o) if o.status.success() => out.push((Level::Ok, String::from_utf8_lossy(&o.stdout).trim().to_string())),
+        _ => out.push((Level::Warn, "git is not on PATH: delegates cannot commit or inspect history (worktree isolation itself works without it)".into())),
+    }
+    let probe_file = ctx.state_dir.join(".doctor");
+    match crate::paths::write_atomic(&probe_file, b"ok") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe_file);
+            out.push((
+                Level::Ok,
+                format!("state dir {} is writable", ctx.state_dir.display()),
+            ));
+        }
+        Err(e) => out.push((
+            Level::Fail,
+            format!(
+                "state dir {} is not writable ({e}): fix its permissions or pass --state-dir",
+                ctx.state_dir.display()
+            ),
+        )),
+    }
+    out
+}
