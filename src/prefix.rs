@@ -25,6 +25,23 @@ use tokio::sync::watch;
 use crate::config::{Config, Endpoint};
 use crate::runner::{self, Launch, RunSettings};
 
+/// The two fixed fields of a captured first request, as sent (`null` when
+/// missing).
+#[derive(Debug, Default, serde::Deserialize)]
+struct FirstRequest {
+    #[serde(default)]
+    system: Value,
+    #[serde(default)]
+    tools: Value,
+}
+
+/// A tool offered: its name (a tool without one is left out).
+#[derive(Debug, serde::Deserialize)]
+struct Named {
+    #[serde(default, deserialize_with = "crate::anthropic::lenient")]
+    name: Option<String>,
+}
+
 /// The fixed part of a delegate's first request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FixedPrompt {
@@ -39,15 +56,15 @@ pub struct FixedPrompt {
 impl FixedPrompt {
     pub fn from_body(body: &Value) -> FixedPrompt {
         let len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
+        let first = crate::anthropic::read::<FirstRequest>(body.clone()).unwrap_or_default();
         FixedPrompt {
-            tools: body["tools"]
-                .as_array()
+            tools: crate::anthropic::read::<Vec<Named>>(first.tools.clone())
+                .unwrap_or_default()
                 .into_iter()
-                .flatten()
-                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .filter_map(|t| t.name)
                 .collect(),
-            system_bytes: len(&body["system"]),
-            tools_bytes: len(&body["tools"]),
+            system_bytes: len(&first.system),
+            tools_bytes: len(&first.tools),
             request_bytes: len(body),
         }
     }

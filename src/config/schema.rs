@@ -119,11 +119,15 @@ impl ScalarShape {
 
 /// The keys a shape accepts, from its schema.
 fn keys_of<T: JsonSchema>() -> Vec<String> {
+    /// The part of a JSON schema read here.
+    #[derive(Deserialize)]
+    struct Properties {
+        #[serde(default)]
+        properties: serde_json::Map<String, serde_json::Value>,
+    }
     let schema = schemars::schema_for!(T);
-    schema
-        .get("properties")
-        .and_then(|p| p.as_object())
-        .map(|p| p.keys().cloned().collect())
+    serde_json::from_value::<Properties>(schema.into())
+        .map(|p| p.properties.keys().cloned().collect())
         .unwrap_or_default()
 }
 
@@ -652,11 +656,16 @@ pub fn home_path(s: &str) -> Option<PathBuf> {
 /// The `trusted_projects` of a (user-scope) merged value, before it is
 /// built: the loader needs them to decide how to read the project's files.
 pub(super) fn trusted_projects(merged: &Value) -> Vec<PathBuf> {
-    merged
-        .get("trusted_projects")
-        .and_then(Value::as_sequence)
-        .into_iter()
-        .flatten()
+    /// The one key read before the value is built (any other shape: none).
+    #[derive(Deserialize)]
+    struct Trusted {
+        #[serde(default)]
+        trusted_projects: Vec<Value>,
+    }
+    serde_yaml_ng::from_value::<Trusted>(merged.clone())
+        .map(|t| t.trusted_projects)
+        .unwrap_or_default()
+        .iter()
         .filter_map(|v| home_path(v.as_str()?))
         .collect()
 }

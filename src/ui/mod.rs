@@ -256,13 +256,27 @@ async fn overview(State(ui): State<Arc<Ui>>) -> Html<String> {
     Html(page::overview(&ui.token, &endpoints, &jobs))
 }
 
+/// `/job/ID?diff_offset=N`.
+#[derive(serde::Deserialize)]
+struct JobQuery {
+    diff_offset: Option<String>,
+}
+
+/// `/events?view=…&job=…`.
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    view: Option<String>,
+    job: Option<String>,
+}
+
 async fn job(
     State(ui): State<Arc<Ui>>,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<JobQuery>,
 ) -> Response {
+    // A bad offset reads as the diff's start, not a refused page.
     let offset = q
-        .get("diff_offset")
+        .diff_offset
         .and_then(|o| o.parse::<usize>().ok())
         .unwrap_or(0);
     let diff = api::job_diff(&ui.manager, &id, api::DEFAULT_DIFF_BYTES, offset)
@@ -359,9 +373,9 @@ enum Watch {
 
 /// `/events?view=overview` or `/events?view=job&job=ID`: the changed
 /// sections, every [`TICK`].
-async fn events(State(ui): State<Arc<Ui>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let watch = match (q.get("view").map(String::as_str), q.get("job")) {
-        (Some("job"), Some(id)) if valid_id(id) => Watch::Job(id.clone()),
+async fn events(State(ui): State<Arc<Ui>>, Query(q): Query<EventsQuery>) -> Response {
+    let watch = match (q.view.as_deref(), q.job) {
+        (Some("job"), Some(id)) if valid_id(&id) => Watch::Job(id),
         (Some("overview") | None, _) => Watch::Overview,
         _ => return (StatusCode::BAD_REQUEST, "view=overview or view=job&job=ID").into_response(),
     };
