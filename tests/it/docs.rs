@@ -1600,20 +1600,10 @@ fn unnamed_in_map(rows: &[(String, String)], files: &[String]) -> Vec<String> {
 
 /// Every file under `src/`, from the repository root, sorted.
 fn src_files() -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root().join("src")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "rs") {
-                out.push(rel(&p));
-            }
-        }
-    }
-    out.sort();
-    out
+    crate::layering::rs_files(&root().join("src"))
+        .into_iter()
+        .map(|(rel, _)| format!("src/{rel}"))
+        .collect()
 }
 
 /// ARCHITECTURE.md's code map names every source file (issue 43), so a new

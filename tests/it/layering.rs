@@ -89,42 +89,25 @@ fn uses(text: &str) -> Vec<(usize, String)> {
 /// Every violation in the source tree under `src`.
 fn violations(src: &Path) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            if p.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = p.strip_prefix(src).unwrap();
-            let module = rel
-                .components()
-                .next()
-                .unwrap()
-                .as_os_str()
-                .to_string_lossy()
-                .trim_end_matches(".rs")
-                .to_string();
-            if module == "lib" || module == "main" {
-                continue;
-            }
-            let own = layer(&module).unwrap_or_else(|| {
-                panic!("module `{module}` has no layer in tests/it/layering.rs")
-            });
-            let text = std::fs::read_to_string(&p).unwrap();
-            for (line, used) in uses(&text) {
-                if let Some(l) = layer(&used)
-                    && l > own
-                {
-                    bad.push(format!(
-                        "{}:{line}: `{module}` uses `crate::{used}`, which sits above it",
-                        rel.display()
-                    ));
-                }
+    for (rel, text) in rs_files(src) {
+        let module = rel
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".rs")
+            .to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let own = layer(&module)
+            .unwrap_or_else(|| panic!("module `{module}` has no layer in tests/it/layering.rs"));
+        for (line, used) in uses(&text) {
+            if let Some(l) = layer(&used)
+                && l > own
+            {
+                bad.push(format!(
+                    "{rel}:{line}: `{module}` uses `crate::{used}`, which sits above it"
+                ));
             }
         }
     }
@@ -488,24 +471,31 @@ fn the_field_check_catches_a_pub_and_a_pub_crate_field() {
 
 // --- text is cut in one place ---------------------------------------------------
 
-/// Every `.rs` file under `src`, with its path relative to it, sorted.
-fn src_files() -> Vec<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every `.rs` file under `dir`, with its path relative to it (`/`
+/// between parts) and its text, sorted: the one walk of a source tree of
+/// these checks and of the docs test.
+pub fn rs_files(dir: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
             let p = entry.path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|e| e == "rs") {
-                let rel = p.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
-                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy();
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((rel.replace('\\', "/"), text));
             }
         }
     }
     out.sort();
     out
+}
+
+/// Every `.rs` file under the repository's `src`.
+fn src_files() -> Vec<(String, String)> {
+    rs_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
 /// The lines of `files` (outside their tests) that cut text by hand.
