@@ -797,3 +797,84 @@ fn the_length_checks_catch_a_long_fn_and_a_long_file() {
     assert!(long_fns(&[("eval/tasks.rs".to_string(), table.clone())]).is_empty());
     assert_eq!(long_fns(&[("eval/other.rs".to_string(), table)]).len(), 1);
 }
+
+// --- JSON read typed ------------------------------------------------------------
+
+/// Lines that the key-read pattern hits but that read no JSON by key: a
+/// Python source in a string, a JSON schema written as a `json!` literal,
+/// a constant list of names. Each with the text that makes it so.
+const NOT_KEY_READS: &[[&str; 2]] = &[
+    ["eval/tasks.rs", "os.environ[\"PYTHONDONTWRITEBYTECODE\"]"],
+    ["eval/probe.rs", "\"required\": [\"city\"]"],
+    ["config/trust.rs", "pub const PROJECT_DEFAULT_KEYS"],
+];
+
+/// The lines of `files` (outside their tests) that read JSON by key
+/// (`["key"]`, `.get("key")`, `.pointer(`), the fold and the repair aside:
+/// they rewrite a request's bytes on their way through.
+fn key_reads(files: &[(String, String)]) -> Vec<String> {
+    let hit = |l: &str| {
+        l.contains(".pointer(")
+            || l.contains(".get(\"")
+            || l.match_indices("[\"").any(|(i, _)| {
+                let rest = &l[i + 2..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                !name.is_empty() && rest[name.len()..].starts_with("\"]")
+            })
+    };
+    files
+        .iter()
+        .filter(|(rel, _)| !rel.starts_with("shim/fold") && !rel.starts_with("shim/repair/"))
+        .flat_map(|(rel, text)| {
+            code_lines(text)
+                .into_iter()
+                .filter(|(_, l)| hit(l))
+                .filter(move |(_, l)| {
+                    !NOT_KEY_READS
+                        .iter()
+                        .any(|[file, mark]| file == rel && l.contains(mark))
+                })
+                .map(move |(n, l)| format!("{rel}:{n}: {}", l.trim()))
+        })
+        .collect()
+}
+
+/// What a server answers is read through `crate::anthropic`'s types and the
+/// config through its own (issue 43): no JSON read by key in src, outside
+/// the byte-rewriting fold and repair.
+#[test]
+fn json_is_read_typed_outside_the_fold_and_the_repair() {
+    let bad = key_reads(&src_files());
+    assert!(
+        bad.is_empty(),
+        "read JSON through a typed struct (crate::anthropic for what a server answers; its lenient rule for a field of the wrong type), not by key:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_key_read_check_catches_each_form() {
+    let files = [
+        (
+            "complete.rs".to_string(),
+            "fn f(v: &Value) {\n    let a = v[\"content\"].as_array();\n    let b = v.get(\"usage\");\n    let c = v.pointer(\"/error/message\");\n    let d = xs[\"not a key\"];\n}\n#[cfg(test)]\nmod tests {\n    fn g() { v[\"x\"]; }\n}\n"
+                .to_string(),
+        ),
+        ("shim/fold.rs".to_string(), "fn f() { v[\"role\"]; }\n".to_string()),
+        (
+            "config/trust.rs".to_string(),
+            "pub const PROJECT_DEFAULT_KEYS: &[&str] = &[\"model\"];\n".to_string(),
+        ),
+    ];
+    let bad = key_reads(&files);
+    assert_eq!(
+        bad.iter()
+            .map(|b| b.split(": ").next().unwrap())
+            .collect::<Vec<_>>(),
+        ["complete.rs:2", "complete.rs:3", "complete.rs:4"],
+        "{bad:#?}"
+    );
+}
