@@ -122,7 +122,7 @@ impl JobRecord {
     }
 
     /// A lost job's delegate was looked for and stopped
-    /// ([`super::store::Store::reap_lost`]).
+    /// ([`crate::jobs::store::Store::reap_lost`]).
     pub fn mark_reaped(&mut self) {
         self.reaped = true;
     }
