@@ -59,16 +59,7 @@ pub async fn list_models(ctx: &Context) -> Result<ModelsReport, Error> {
     let project = status.cwd.clone();
     let (evals, slot_losses, runaways, savings, agents) = tokio::task::spawn_blocking(move || {
         let evals = crate::eval::lines(&c.state_dir, &endpoints);
-        let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-        let store = m_store(&c);
-        let slot_losses: Vec<String> = crate::jobs::metrics::recent_slot_losses(&store, days)
-            .iter()
-            .map(|l| l.line(days))
-            .collect();
-        let runaways: Vec<String> = crate::jobs::metrics::recent_runaways(&store, days)
-            .iter()
-            .map(|l| l.line(days))
-            .collect();
+        let (slot_losses, runaways) = recent_fault_lines(&c);
         let agents = config::agents::list(project.as_deref())
             .0
             .into_iter()
@@ -143,14 +134,27 @@ fn status_notes(ctx: &Context) -> Vec<String> {
             lines.push(format!("job {} {w}", j.id()));
         }
     }
-    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-    for l in crate::jobs::metrics::recent_slot_losses(&store, days) {
-        lines.push(l.line(days));
-    }
-    for l in crate::jobs::metrics::recent_runaways(&store, days) {
-        lines.push(l.line(days));
-    }
+    let (slot_losses, runaways) = recent_fault_lines(ctx);
+    lines.extend(slot_losses);
+    lines.extend(runaways);
     lines
+}
+
+/// The endpoints whose recent jobs lost their slot's cache, and those
+/// whose recent jobs ran away, a line each: what `status` and
+/// `list_models` both say.
+fn recent_fault_lines(ctx: &Context) -> (Vec<String>, Vec<String>) {
+    let store = m_store(ctx);
+    let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
+    let slot_losses = crate::jobs::metrics::recent_slot_losses(&store, days)
+        .iter()
+        .map(|l| l.line(days))
+        .collect();
+    let runaways = crate::jobs::metrics::recent_runaways(&store, days)
+        .iter()
+        .map(|l| l.line(days))
+        .collect();
+    (slot_losses, runaways)
 }
 
 /// The ledger over a period (`localagents savings`).

@@ -662,7 +662,7 @@ pub(super) fn trusted_projects(merged: &Value) -> Vec<PathBuf> {
         #[serde(default)]
         trusted_projects: Vec<Value>,
     }
-    serde_yaml_ng::from_value::<Trusted>(merged.clone())
+    Trusted::deserialize(merged)
         .map(|t| t.trusted_projects)
         .unwrap_or_default()
         .iter()
