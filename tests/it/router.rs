@@ -383,3 +383,56 @@ async fn a_declared_router_that_lists_no_workers_is_down_with_the_fix() {
         "{ep:#}"
     );
 }
+
+/// A port found free can be bound by another process before the router
+/// binds it; the router then says `Address already in use` and exits (CI,
+/// stop 49). A stand-in launcher does that once, then serves
+/// `/list_workers` on the port it is given: `Router::start` starts it
+/// again on new ports instead of waiting out its 120 s for a dead process.
+#[test]
+fn a_router_that_lost_its_port_is_started_again_on_new_ports() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Harness::new();
+    let d = dir.dir();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/list_workers"), "[]").unwrap();
+    let launcher = d.join("vllm-router");
+    std::fs::write(
+        &launcher,
+        format!(
+            r#"#!/bin/sh
+d='{d}'
+n=$(cat "$d/count" 2>/dev/null || echo 0); n=$((n+1)); echo "$n" > "$d/count"
+if [ "$n" -eq 1 ]; then
+  echo 'Router ready | workers: []'
+  echo 'Error starting router: Address already in use (os error 98)' >&2
+  exit 1
+fi
+while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done
+cd "$d/www" && exec python3 -m http.server --bind 127.0.0.1 "$port"
+"#,
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let router = Router::start(
+        &launcher,
+        &["http://127.0.0.1:9"],
+        "consistent_hash",
+        &[],
+        d,
+    );
+    let starts = std::fs::read_to_string(d.join("count")).unwrap();
+    assert_eq!(
+        starts.trim(),
+        "2",
+        "started once, lost its port, started again"
+    );
+    assert!(
+        router.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        router.url
+    );
+}

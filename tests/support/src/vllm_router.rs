@@ -40,6 +40,23 @@ pub fn router_or_skip(test: &str) -> Option<PathBuf> {
     bin
 }
 
+/// How many times [`Router::start`] tries new ports when one was taken.
+const ATTEMPTS: u32 = 5;
+
+/// What starting the router came to.
+enum Ready {
+    Listed,
+    PortTaken,
+    Exited(std::process::ExitStatus),
+    TimedOut,
+}
+
+/// The router's sentence when its port (its own or Prometheus's) was
+/// bound by another process first.
+fn port_taken(log: &str) -> bool {
+    log.contains("Address already in use")
+}
+
 /// A running router; stopped when dropped.
 pub struct Router {
     pub url: String,
@@ -51,7 +68,37 @@ impl Router {
     /// `vllm-router --worker-urls WORKERS --policy POLICY EXTRA…` on a
     /// free loopback port, its log in `dir`; returns once it lists its
     /// workers (it first waits for each worker's `/health`).
+    ///
+    /// A port found free is released before the router binds it, so
+    /// another test's process can take it first (CI saw `Address already
+    /// in use (os error 98)` after `Router ready`). Then the router exits,
+    /// and it is started again on new ports, up to [`ATTEMPTS`] times.
     pub fn start(bin: &Path, workers: &[&str], policy: &str, extra: &[&str], dir: &Path) -> Router {
+        for attempt in 1..=ATTEMPTS {
+            let mut r = Router::spawn(bin, workers, policy, extra, dir);
+            match r.wait_ready() {
+                Ready::Listed => return r,
+                Ready::PortTaken if attempt < ATTEMPTS => continue,
+                Ready::PortTaken => panic!(
+                    "vllm-router lost its port to another process {ATTEMPTS} times: {}",
+                    r.log_text()
+                ),
+                Ready::Exited(status) => {
+                    panic!(
+                        "vllm-router exited ({status}) before it listed its workers: {}",
+                        r.log_text()
+                    )
+                }
+                Ready::TimedOut => panic!(
+                    "vllm-router did not list its workers in 120 s: {}",
+                    r.log_text()
+                ),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    fn spawn(bin: &Path, workers: &[&str], policy: &str, extra: &[&str], dir: &Path) -> Router {
         let port = crate::net::free_port();
         let log = dir.join(format!("vllm-router-{port}.log"));
         let out = std::fs::File::create(&log).unwrap();
@@ -68,27 +115,32 @@ impl Router {
             .stdout(out)
             .stderr(err);
         let child = cmd.spawn().expect("start vllm-router");
-        let r = Router {
+        Router {
             url: format!("http://127.0.0.1:{port}"),
             log,
             child,
-        };
-        r.wait_ready();
-        r
+        }
     }
 
-    fn wait_ready(&self) {
+    /// Waits until the router lists its workers, or exits, or 120 s pass.
+    fn wait_ready(&mut self) -> Ready {
+        let mut exited = None;
         let listed = crate::holds_within(Duration::from_secs(120), || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                exited = Some(status);
+                return true;
+            }
             Command::new("curl")
                 .args(["-fsS", "-m", "2", &format!("{}/list_workers", self.url)])
                 .output()
                 .is_ok_and(|o| o.status.success())
         });
-        assert!(
-            listed,
-            "vllm-router did not list its workers in 120 s: {}",
-            self.log_text()
-        );
+        match exited {
+            Some(_) if port_taken(&self.log_text()) => Ready::PortTaken,
+            Some(status) => Ready::Exited(status),
+            None if listed => Ready::Listed,
+            None => Ready::TimedOut,
+        }
     }
 
     pub fn log_text(&self) -> String {
