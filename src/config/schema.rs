@@ -153,6 +153,12 @@ pub enum Backend {
     LlamaCpp,
     #[serde(rename = "vllm")]
     Vllm,
+    /// Ollama (`ollama serve`, default port 11434).
+    #[serde(rename = "ollama")]
+    Ollama,
+    /// LM Studio's server (`lms server start`, default port 1234).
+    #[serde(rename = "lmstudio")]
+    LmStudio,
     #[serde(rename = "other")]
     Other,
 }
@@ -164,6 +170,8 @@ impl Backend {
                 Some(Backend::LlamaCpp)
             }
             "vllm" => Some(Backend::Vllm),
+            "ollama" => Some(Backend::Ollama),
+            "lmstudio" | "lm-studio" | "lm_studio" | "lms" => Some(Backend::LmStudio),
             "other" | "openai" | "anthropic" => Some(Backend::Other),
             _ => None,
         }
@@ -173,6 +181,8 @@ impl Backend {
         match self {
             Backend::LlamaCpp => "llama.cpp",
             Backend::Vllm => "vllm",
+            Backend::Ollama => "ollama",
+            Backend::LmStudio => "lmstudio",
             Backend::Other => "other",
         }
     }

@@ -146,6 +146,13 @@ pub enum ServerKind {
     /// vLLM's router (`/list_workers`), its replicas in `replicas`.
     #[serde(rename = "vllm-router")]
     VllmRouter,
+    /// Ollama (`/api/ps`, `/api/version`): loads models on demand.
+    #[serde(rename = "ollama")]
+    Ollama,
+    /// LM Studio (`/api/v1/models` `loaded_instances`, or its 200 carrying
+    /// `Unexpected endpoint or method.`): loads models on demand.
+    #[serde(rename = "lmstudio")]
+    LmStudio,
 }
 
 impl ServerKind {
@@ -155,6 +162,8 @@ impl ServerKind {
             ServerKind::LlamaSwap => "llama-swap",
             ServerKind::Sleeping => "sleeping",
             ServerKind::VllmRouter => "vllm-router",
+            ServerKind::Ollama => "ollama",
+            ServerKind::LmStudio => "lmstudio",
         }
     }
 }
@@ -234,8 +243,8 @@ pub struct EndpointStatus {
     /// Round trip of `GET /v1/models`.
     pub latency_ms: Option<u64>,
     /// `router` (llama.cpp router mode), `llama-swap`, `sleeping` (a
-    /// llama-server asleep) or `vllm-router` (vLLM's router in front of
-    /// `replicas`); none for a plain server.
+    /// llama-server asleep), `vllm-router` (vLLM's router in front of
+    /// `replicas`), `ollama` or `lmstudio`; none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ServerKind>,
     /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading

@@ -244,6 +244,29 @@ fn broken_entry_is_dropped_with_a_warning_others_survive() {
     assert!(w.contains("`nourl` has no base_url"), "{w}");
 }
 
+/// Ollama and LM Studio are known backends (issue 44): declared, they
+/// parse with no warning; an unknown name still warns and is detected.
+#[test]
+fn ollama_and_lmstudio_are_known_backends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  o:\n    base_url: http://127.0.0.1:11434\n    backend: ollama\n  l:\n    base_url: http://127.0.0.1:1234\n    backend: LM-Studio\n  t:\n    base_url: http://127.0.0.1:8080\n    backend: tgi\n",
+    );
+    let loaded = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap();
+    let backends: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.backend.map(config::Backend::as_str))
+        .collect();
+    assert_eq!(backends, [Some("ollama"), Some("lmstudio"), None]);
+    let w = loaded.warnings.join("\n");
+    assert!(w.contains("unknown backend `tgi`"), "{w}");
+    assert!(!w.contains("`ollama`") && !w.contains("LM-Studio"), "{w}");
+}
+
 #[test]
 fn edits_are_seen_on_the_next_load() {
     let tmp = tempfile::tempdir().unwrap();
