@@ -17,6 +17,7 @@ pub mod classify;
 pub mod client;
 mod fetch;
 pub mod load;
+mod local;
 pub mod metrics;
 mod read;
 pub mod replicas;

@@ -35,7 +35,9 @@ pub struct ServedModel {
     pub context: Option<u64>,
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
     /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
-    /// a model it has not loaded), or `config`.
+    /// a model it has not loaded), `config`, `api/ps context_length`
+    /// (Ollama), `loaded_instances.config.context_length` or
+    /// `loaded_context_length` (LM Studio).
     pub context_source: Option<ContextSource>,
     /// On servers that load models on demand: `loaded`, `unloaded`,
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
@@ -68,6 +70,15 @@ pub enum ContextSource {
     /// The model's `context` in the config.
     #[serde(rename = "config")]
     Config,
+    /// Ollama `/api/ps` `context_length` of a loaded model.
+    #[serde(rename = "api/ps context_length")]
+    OllamaPs,
+    /// LM Studio `/api/v1/models` `loaded_instances[].config.context_length`.
+    #[serde(rename = "loaded_instances.config.context_length")]
+    LmsInstance,
+    /// LM Studio `/api/v0/models` `loaded_context_length`.
+    #[serde(rename = "loaded_context_length")]
+    LmsV0,
 }
 
 impl ContextSource {
@@ -79,6 +90,9 @@ impl ContextSource {
             ContextSource::MaxModelLen => "max_model_len",
             ContextSource::Preset => "preset",
             ContextSource::Config => "config",
+            ContextSource::OllamaPs => "api/ps context_length",
+            ContextSource::LmsInstance => "loaded_instances.config.context_length",
+            ContextSource::LmsV0 => "loaded_context_length",
         }
     }
 }
