@@ -14,7 +14,7 @@
 use serde::Deserialize;
 
 use super::answer::{self, Field, Object};
-use super::{ContextSource, EndpointStatus, ModelState, ServedModel, ServerKind, Slots};
+use super::{ContextSource, EndpointStatus, MIN_WINDOW, ModelState, ServedModel, ServerKind, Slots};
 use crate::config::Backend;
 
 /// Ollama `GET /api/ps` (ollama api/types.go ProcessResponse).
@@ -152,6 +152,30 @@ pub(super) fn detect(declared: Option<Backend>, a: &Answers) -> Option<Backend> 
     } else {
         None
     }
+}
+
+/// Why no job starts on `id`, when its window is under [`MIN_WINDOW`] on
+/// Ollama or LM Studio, with the server's own fix. Both default to small
+/// windows and truncate a longer prompt without an error, so a job there
+/// would run on a conversation the model never saw. The same sentence is
+/// the status warning, doctor's line, `list_models`' and `run_agent`'s
+/// error. Never a setting sent to the server: the user's to change.
+pub fn small_window(backend: Backend, id: &str, window: u64) -> Option<String> {
+    let fix = match backend {
+        Backend::Ollama => "restart Ollama with `OLLAMA_CONTEXT_LENGTH=65536 ollama serve`, or set `PARAMETER num_ctx 65536` in the model's Modelfile".to_string(),
+        Backend::LmStudio => format!(
+            "load it with a larger context length: `lms load {id} --context-length 65536` (or the app's model settings)"
+        ),
+        _ => return None,
+    };
+    (window < MIN_WINDOW).then(|| {
+        format!(
+            "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt alone is larger), and {} truncates a longer prompt without an error, so no job starts on it: {fix}",
+            crate::fmt::thousands(window),
+            crate::fmt::thousands(MIN_WINDOW),
+            if backend == Backend::Ollama { "Ollama" } else { "LM Studio" },
+        )
+    })
 }
 
 /// The sentence of a model that is downloaded but not loaded.
@@ -402,6 +426,17 @@ mod tests {
         assert_eq!(models[0].context_source, Some(ContextSource::LmsV0));
         assert_eq!(models[1].state, Some(ModelState::Loading));
         assert_eq!(parallel, None);
+    }
+
+    #[test]
+    fn a_small_window_is_refused_on_these_two_only_with_their_fix() {
+        let o = small_window(Backend::Ollama, "gemma3:4b", 4096).unwrap();
+        assert!(o.contains("window 4,096 tokens per slot, under the 32,768"), "{o}");
+        assert!(o.contains("`OLLAMA_CONTEXT_LENGTH=65536 ollama serve`"), "{o}");
+        let l = small_window(Backend::LmStudio, "q", 4096).unwrap();
+        assert!(l.contains("`lms load q --context-length 65536`"), "{l}");
+        assert_eq!(small_window(Backend::Ollama, "m", MIN_WINDOW), None);
+        assert_eq!(small_window(Backend::LlamaCpp, "m", 4096), None);
     }
 
     #[test]

@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
-use crate::ollama::{by_id, env, status};
+use serde_json::json;
+
+use crate::ollama::{by_id, env, record, status};
 use crate::support::fake_lmstudio::{self, LModel};
+use crate::support::harness::{call, localagents, serve};
 
 pub(crate) fn model(key: &str, context: u64, loaded: bool) -> LModel {
     LModel {
@@ -64,4 +67,46 @@ async fn lmstudio_is_recognised_from_its_200_errors_and_model_list() {
         "{hits:?}"
     );
     assert!(fake.loads().is_empty(), "{:?}", fake.loads());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4096_window_is_refused_with_the_fix() {
+    let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 4096, true)]).await;
+    let e = env(fake.url(), None);
+    let fix = "lms load qwen3-coder-30b --context-length 65536";
+    let (ep, _) = status(&e).await;
+    assert_eq!(by_id(&ep, "qwen3-coder-30b")["context"], 4096, "{ep}");
+    assert!(ep["warnings"].to_string().contains(fix), "{ep}");
+
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say hi.", "model": "qwen3-coder-30b"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let v = v.to_string();
+    assert!(v.contains(fix) && v.contains("window 4,096 tokens"), "{v}");
+    assert!(
+        fake.messages().is_empty(),
+        "a job started: {:?}",
+        fake.hits()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
+    let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 65536, true)]).await;
+    let e = env(fake.url(), None);
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder-30b", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 65536, "{rec}");
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
 }

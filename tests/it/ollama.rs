@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::fake_ollama::{self, OModel};
-use crate::support::harness::{Harness, localagents_json};
+use crate::support::harness::{Harness, call, localagents, localagents_json, serve};
 
 pub(crate) fn model(name: &str, context: u64, loaded: bool) -> OModel {
     OModel {
@@ -94,4 +94,67 @@ async fn ollama_with_no_model_is_up_and_says_so() {
         ep["warnings"].to_string().contains("serves no model yet"),
         "{ep}"
     );
+}
+
+/// The job record `localagents run --json` printed.
+pub(crate) fn record(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4096_window_is_refused_with_the_fix() {
+    let fake = fake_ollama::spawn(vec![model("gemma3:4b", 4096, true)]).await;
+    let e = env(fake.url(), None);
+    let fix = "OLLAMA_CONTEXT_LENGTH=65536 ollama serve";
+    let (ep, _) = status(&e).await;
+    assert_eq!(by_id(&ep, "gemma3:4b")["context"], 4096, "{ep}");
+    let w = ep["warnings"].to_string();
+    assert!(w.contains(fix) && w.contains("no job starts on it"), "{w}");
+
+    let out = localagents(&e, &["doctor"]).await;
+    let doctor = String::from_utf8_lossy(&out.stdout);
+    assert!(doctor.contains(fix), "{doctor}");
+
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say hi.", "model": "gemma3:4b"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let v = v.to_string();
+    assert!(v.contains(fix) && v.contains("window 4,096 tokens"), "{v}");
+    let (err, v) = call(&c, "list_models", json!({})).await;
+    assert!(!err, "{v}");
+    assert!(v.to_string().contains(fix), "{v}");
+    assert!(
+        fake.messages().is_empty(),
+        "a job started: {:?}",
+        fake.hits()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
+    let fake = fake_ollama::spawn(vec![model("qwen3-coder:latest", 65536, true)]).await;
+    let e = env(fake.url(), None);
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder:latest", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 65536, "{rec}");
+    // CLAUDE_CODE_MAX_OUTPUT_TOKENS = 65536/8 is set only beside
+    // CLAUDE_CODE_MAX_CONTEXT_TOKENS=65536 (session_env.rs).
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
 }
