@@ -110,3 +110,30 @@ async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
     let first = fake.messages().into_iter().next().expect("a request");
     assert_eq!(first["max_tokens"], 8192, "{first}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_not_loaded_loads_on_first_use() {
+    let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 65536, false)]).await;
+    let e = env(fake.url(), None);
+    let (ep, _) = status(&e).await;
+    assert_eq!(by_id(&ep, "qwen3-coder-30b")["state"], "unloaded", "{ep}");
+
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder-30b", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert!(
+        rec["load_note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("loaded qwen3-coder-30b in ")),
+        "{rec}"
+    );
+    assert_eq!(rec["context"], 65536, "{rec}");
+    // No context_length sent: the window is the user's to set.
+    assert_eq!(fake.loads(), vec![json!({"model": "qwen3-coder-30b"})]);
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
+}

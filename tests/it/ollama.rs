@@ -158,3 +158,49 @@ async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
     let first = fake.messages().into_iter().next().expect("a request");
     assert_eq!(first["max_tokens"], 8192, "{first}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_not_loaded_loads_on_first_use() {
+    let fake = fake_ollama::spawn(vec![
+        model("qwen3-coder:latest", 65536, false),
+        model("gemma3:4b", 4096, false),
+    ])
+    .await;
+    let e = env(fake.url(), None);
+    let (ep, _) = status(&e).await;
+    assert_eq!(
+        by_id(&ep, "qwen3-coder:latest")["state"],
+        "unloaded",
+        "{ep}"
+    );
+
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder:latest", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert!(
+        rec["load_note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("loaded qwen3-coder:latest in ")),
+        "{rec}"
+    );
+    assert_eq!(rec["context"], 65536, "{rec}");
+    // The load carried the model and nothing else: no options, no num_ctx.
+    assert_eq!(fake.loads(), vec![json!({"model": "qwen3-coder:latest"})]);
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
+
+    // Loaded with a window too small: the job ends before the delegate.
+    let out = localagents(&e, &["run", "--model", "gemma3:4b", "--json", "Say hi."]).await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "failed", "{rec}");
+    assert!(
+        rec.to_string()
+            .contains("OLLAMA_CONTEXT_LENGTH=65536 ollama serve"),
+        "{rec}"
+    );
+    assert_eq!(fake.messages().len(), 1, "{:?}", fake.hits());
+}
