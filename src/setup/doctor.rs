@@ -70,7 +70,7 @@ fn claude_finding(ctx: &Context) -> (Level, String) {
 /// The doctor's lines on the config files and their warnings.
 fn config_findings(loaded: &config::Loaded, out: &mut Vec<(Level, String)>) {
     if loaded.files.is_empty() {
-        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port) and :9931 (its announced new default) (run `localagents setup` for a starter file)".into()));
+        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port), :9931 (its announced new default), :11434 (Ollama's) and :1234 (LM Studio's) (run `localagents setup` for a starter file)".into()));
     } else {
         let files: Vec<String> = loaded
             .files

@@ -151,12 +151,17 @@ fn zero_config_uses_builtin_local_endpoint() {
         eps,
         [
             ("local", "http://127.0.0.1:8080"),
-            ("local-9931", "http://127.0.0.1:9931")
+            ("local-9931", "http://127.0.0.1:9931"),
+            ("ollama", "http://127.0.0.1:11434"),
+            ("lmstudio", "http://127.0.0.1:1234")
         ]
     );
-    for e in &loaded.config.endpoints {
-        assert_eq!(e.backend, Some(config::Backend::LlamaCpp));
-    }
+    let backends: Vec<_> = loaded.config.endpoints.iter().map(|e| e.backend).collect();
+    use config::Backend::{LlamaCpp, LmStudio, Ollama};
+    assert_eq!(
+        backends,
+        [Some(LlamaCpp), Some(LlamaCpp), Some(Ollama), Some(LmStudio)]
+    );
     assert_eq!(loaded.config.defaults.permission_mode, "acceptEdits");
     assert_eq!(loaded.config.defaults.probe_timeout_s, 2.5);
     assert_eq!(loaded.config.defaults.max_turns, 60);
