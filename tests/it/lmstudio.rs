@@ -137,3 +137,50 @@ async fn a_model_not_loaded_loads_on_first_use() {
     let first = fake.messages().into_iter().next().expect("a request");
     assert_eq!(first["max_tokens"], 8192, "{first}");
 }
+
+/// The figure the issue asks for: one probe's time per server type, with
+/// and without `backend:` declared (the median of 21 probes each, against
+/// the stand-ins on loopback; llama.cpp's fake beside them for scale).
+/// Printed; asserted only to stay within the probe budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_time_per_server_type() {
+    use localagents::config::{Backend, Endpoint};
+    use localagents::probe;
+    let ollama =
+        crate::support::fake_ollama::spawn(vec![crate::ollama::model("q:latest", 65536, true)])
+            .await;
+    let lms = fake_lmstudio::spawn(vec![model("q", 65536, true)]).await;
+    let llama = crate::support::fake_llama::spawn(Default::default()).await;
+    let cases = [
+        ("ollama", ollama.url(), Backend::Ollama),
+        ("lmstudio", lms.url(), Backend::LmStudio),
+        ("llama.cpp", llama.url(), Backend::LlamaCpp),
+    ];
+    for (name, url, backend) in cases {
+        for declared in [None, Some(backend)] {
+            let ep = Endpoint {
+                backend: declared,
+                ..Endpoint::at("p", url)
+            };
+            let mut ms: Vec<f64> = Vec::new();
+            for _ in 0..21 {
+                let t = std::time::Instant::now();
+                let st = probe::probe(&ep, Duration::from_millis(2500)).await;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(st.backend, backend.as_str(), "{st:?}");
+            }
+            ms.sort_by(f64::total_cmp);
+            eprintln!(
+                "probe figures: {name}, {}: median {:.2} ms, max {:.2} ms",
+                if declared.is_some() {
+                    "backend declared"
+                } else {
+                    "base_url only"
+                },
+                ms[10],
+                ms[20]
+            );
+            assert!(ms[10] < 2500.0);
+        }
+    }
+}
