@@ -69,6 +69,26 @@ async fn lmstudio_is_recognised_from_its_200_errors_and_model_list() {
     assert!(fake.loads().is_empty(), "{:?}", fake.loads());
 }
 
+/// LM Studio 0.3.x has no `/api/v1`: recognised from its 200-with-error
+/// there and on `/props`, the window read from v0 `loaded_context_length`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmstudio_0_3_is_read_from_api_v0() {
+    let fake = fake_lmstudio::spawn(vec![
+        model("qwen3-coder-30b", 65536, true),
+        model("gemma-3-12b", 4096, false),
+    ])
+    .await;
+    fake.without_v1_api();
+    let e = env(fake.url(), None);
+    let (ep, _) = status(&e).await;
+    assert_eq!(ep["backend"], "lmstudio", "{ep}");
+    let q = by_id(&ep, "qwen3-coder-30b");
+    assert_eq!(q["context"], 65536, "{ep}");
+    assert_eq!(q["context_source"], "loaded_context_length", "{ep}");
+    assert_eq!(by_id(&ep, "gemma-3-12b")["state"], "unloaded", "{ep}");
+    assert!(fake.hits().iter().any(|h| h == "GET /api/v0/models"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4096_window_is_refused_with_the_fix() {
     let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 4096, true)]).await;

@@ -57,6 +57,8 @@ pub struct LmsState {
     pub loads: Mutex<Vec<Value>>,
     /// The bodies of `POST /v1/messages`, in order.
     pub messages: Mutex<Vec<Value>>,
+    /// False: 0.3.x, which has `/api/v0/models` only.
+    v1_api: std::sync::atomic::AtomicBool,
 }
 
 pub struct FakeLmStudio {
@@ -82,6 +84,12 @@ impl FakeLmStudio {
     }
     pub fn loaded(&self) -> Vec<String> {
         self.state.loaded.lock().unwrap().iter().cloned().collect()
+    }
+    /// Answer as 0.3.x does: `/api/v1/*` is an unknown path, v0 remains.
+    pub fn without_v1_api(&self) {
+        self.state
+            .v1_api
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -131,7 +139,10 @@ async fn v1_models(State(st): State<Arc<LmsState>>) -> Response {
 
 /// `GET /api/v1/models` (0.4.0+; LD:1_developer/2_rest/list.md:62-97,
 /// 153-197): an unloaded model has `loaded_instances: []`.
-async fn api_v1_models(State(st): State<Arc<LmsState>>) -> Response {
+async fn api_v1_models(State(st): State<Arc<LmsState>>, req: axum::extract::Request) -> Response {
+    if !st.v1_api.load(std::sync::atomic::Ordering::SeqCst) {
+        return unexpected(req).await;
+    }
     let loaded = st.loaded.lock().unwrap().clone();
     let models: Vec<Value> = st
         .models
@@ -257,6 +268,7 @@ pub async fn spawn(models: Vec<LModel>) -> FakeLmStudio {
         hits: Mutex::new(Vec::new()),
         loads: Mutex::new(Vec::new()),
         messages: Mutex::new(Vec::new()),
+        v1_api: std::sync::atomic::AtomicBool::new(true),
     });
     let app = Router::new()
         .route("/v1/models", get(v1_models))
