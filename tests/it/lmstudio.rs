@@ -69,6 +69,36 @@ async fn lmstudio_is_recognised_from_its_200_errors_and_model_list() {
     assert!(fake.loads().is_empty(), "{:?}", fake.loads());
 }
 
+/// With LM Studio's auth on, `api_key_env` sends the token on the probe,
+/// the load and every `/v1/messages`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmstudio_with_auth_on_takes_the_key_everywhere() {
+    let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 65536, false)]).await;
+    fake.require_token("sk-lm-test0123");
+    let e = crate::support::harness::Harness::new()
+        .config(&format!(
+            "endpoints:\n  local:\n    base_url: {}\n    api_key_env: LMS_TOKEN\ndefaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n",
+            fake.url()
+        ))
+        .env("LMS_TOKEN", "sk-lm-test0123");
+    let (ep, _) = status(&e).await;
+    assert_eq!(ep["backend"], "lmstudio", "{ep}");
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder-30b", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 65536, "{rec}");
+    assert!(!fake.messages().is_empty());
+    assert!(fake.unauthorized().is_empty(), "{:?}", fake.unauthorized());
+    assert!(
+        !rec.to_string().contains("sk-lm-test0123"),
+        "the key leaked: {rec}"
+    );
+}
+
 /// LM Studio 0.3.x has no `/api/v1`: recognised from its 200-with-error
 /// there and on `/props`, the window read from v0 `loaded_context_length`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,11 @@ pub struct LmsState {
     pub messages: Mutex<Vec<Value>>,
     /// False: 0.3.x, which has `/api/v0/models` only.
     v1_api: std::sync::atomic::AtomicBool,
+    /// With auth on: the token, sent as `Authorization: Bearer` or
+    /// `x-api-key` (LD:1_developer/4_anthropic-compat/index.mdx).
+    token: Mutex<Option<String>>,
+    /// Requests refused for want of the token, `METHOD /path`.
+    pub unauthorized: Mutex<Vec<String>>,
 }
 
 pub struct FakeLmStudio {
@@ -84,6 +89,13 @@ impl FakeLmStudio {
     }
     pub fn loaded(&self) -> Vec<String> {
         self.state.loaded.lock().unwrap().iter().cloned().collect()
+    }
+    /// Turn auth on: every request needs `token`.
+    pub fn require_token(&self, token: &str) {
+        *self.state.token.lock().unwrap() = Some(token.to_string());
+    }
+    pub fn unauthorized(&self) -> Vec<String> {
+        self.state.unauthorized.lock().unwrap().clone()
     }
     /// Answer as 0.3.x does: `/api/v1/*` is an unknown path, v0 remains.
     pub fn without_v1_api(&self) {
@@ -248,10 +260,28 @@ async fn record(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    st.hits
-        .lock()
-        .unwrap()
-        .push(format!("{} {}", req.method(), req.uri().path()));
+    let hit = format!("{} {}", req.method(), req.uri().path());
+    st.hits.lock().unwrap().push(hit.clone());
+    let token = st.token.lock().unwrap().clone();
+    if let Some(t) = token {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let ok = header("authorization") == Some(format!("Bearer {t}"))
+            || header("x-api-key") == Some(t);
+        if !ok {
+            st.unauthorized.lock().unwrap().push(hit);
+            // [inferred] body: the docs name the 401, not its body.
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": "Invalid or missing API token"})),
+            )
+                .into_response();
+        }
+    }
     next.run(req).await
 }
 
@@ -269,6 +299,8 @@ pub async fn spawn(models: Vec<LModel>) -> FakeLmStudio {
         loads: Mutex::new(Vec::new()),
         messages: Mutex::new(Vec::new()),
         v1_api: std::sync::atomic::AtomicBool::new(true),
+        token: Mutex::new(None),
+        unauthorized: Mutex::new(Vec::new()),
     });
     let app = Router::new()
         .route("/v1/models", get(v1_models))
