@@ -40,8 +40,8 @@ pub struct Report {
     pub models: Vec<MenuItem>,
 }
 
-/// With the zero-config pair (ports 8080 and 9931), the one that answered
-/// stands for both: the other is not a failure to report.
+/// With the zero-config endpoints (ports 8080, 9931, 11434 and 1234), the
+/// ones that answered stand for all: the others are not failures to report.
 pub fn builtin_answered(config: &Config, probes: Vec<EndpointStatus>) -> Vec<EndpointStatus> {
     if !config.endpoints_are_builtin() || !probes.iter().any(|p| p.up) {
         return probes;
@@ -56,13 +56,14 @@ pub fn builtin_sentence(probes: &[EndpointStatus]) -> String {
             "the built-in endpoint `{}` answered at {} ({})",
             p.name,
             p.base_url,
-            if p.name == config::BUILTIN_NEXT_PORT_NAME {
-                "llama.cpp's announced new default port"
-            } else {
-                "llama.cpp's default port"
+            match p.name.as_str() {
+                config::BUILTIN_NEXT_PORT_NAME => "llama.cpp's announced new default port",
+                "ollama" => "Ollama's default port",
+                "lmstudio" => "LM Studio's default port",
+                _ => "llama.cpp's default port",
             }
         ),
-        None => "nothing answered at http://127.0.0.1:8080 (llama.cpp's default port) nor at http://127.0.0.1:9931 (its announced new default)".into(),
+        None => "nothing answered at http://127.0.0.1:8080 (llama.cpp's default port), http://127.0.0.1:9931 (its announced new default), http://127.0.0.1:11434 (Ollama's) nor http://127.0.0.1:1234 (LM Studio's)".into(),
     }
 }
 

@@ -138,7 +138,7 @@ fn build_endpoint(
             Some(b) => Some(b),
             None => {
                 warnings.push(format!(
-                    "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm, vllm-router or other); it will be detected"
+                    "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm, vllm-router, ollama, lmstudio or other); it will be detected"
                 ));
                 None
             }

@@ -153,6 +153,12 @@ pub enum Backend {
     LlamaCpp,
     #[serde(rename = "vllm")]
     Vllm,
+    /// Ollama (`ollama serve`, default port 11434).
+    #[serde(rename = "ollama")]
+    Ollama,
+    /// LM Studio's server (`lms server start`, default port 1234).
+    #[serde(rename = "lmstudio")]
+    LmStudio,
     #[serde(rename = "other")]
     Other,
 }
@@ -164,6 +170,8 @@ impl Backend {
                 Some(Backend::LlamaCpp)
             }
             "vllm" => Some(Backend::Vllm),
+            "ollama" => Some(Backend::Ollama),
+            "lmstudio" | "lm-studio" | "lm_studio" | "lms" => Some(Backend::LmStudio),
             "other" | "openai" | "anthropic" => Some(Backend::Other),
             _ => None,
         }
@@ -173,6 +181,8 @@ impl Backend {
         match self {
             Backend::LlamaCpp => "llama.cpp",
             Backend::Vllm => "vllm",
+            Backend::Ollama => "ollama",
+            Backend::LmStudio => "lmstudio",
             Backend::Other => "other",
         }
     }
@@ -447,11 +457,18 @@ impl Config {
     /// `127.0.0.1:8080`, and the new default its README announces,
     /// `local-9931` at `127.0.0.1:9931` (ggml-org/llama.cpp PR 26508: the
     /// builds of late 2026 still listen on 8080 and print a notice).
+    /// Ollama's and LM Studio's default ports too (`ollama` at 11434,
+    /// `lmstudio` at 1234), declared so that their probe asks only their
+    /// own paths; all four are probed at once within the one budget.
     pub fn builtin() -> Config {
         let local = |name: &str, port: u16, notes: &str| Endpoint {
             name: name.into(),
             base_url: format!("http://127.0.0.1:{port}"),
-            backend: Some(Backend::LlamaCpp),
+            backend: Some(match port {
+                11434 => Backend::Ollama,
+                1234 => Backend::LmStudio,
+                _ => Backend::LlamaCpp,
+            }),
             host: Some("this machine".into()),
             notes: Some(notes.into()),
             env: IndexMap::new(),
@@ -472,6 +489,8 @@ impl Config {
                     9931,
                     "built-in default: llama.cpp's announced new default port",
                 ),
+                local("ollama", 11434, "built-in default: Ollama's default port"),
+                local("lmstudio", 1234, "built-in default: LM Studio's default port"),
             ],
             models: Vec::new(),
             defaults: Defaults::default(),

@@ -21,6 +21,7 @@ use super::record::{Isolation, JobError, JobRecord, Status, new_job_id};
 use super::runtime::{Runtime, Untrack};
 use super::store::{Store, UnreadableJob};
 use crate::context::Context;
+use crate::probe;
 use crate::registry;
 use crate::runner;
 use crate::shim::log::now_ts;
@@ -254,6 +255,12 @@ impl Manager {
         let target =
             registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
                 .await?;
+        if let Some(c) = target.resolved.context
+            && let Some(refusal) =
+                probe::small_window(target.backend, &target.resolved.served_id, c)
+        {
+            return Err(StartError::Invalid(refusal));
+        }
         if !plan.force {
             self.check_load(&target).await?;
         }

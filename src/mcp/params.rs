@@ -14,7 +14,7 @@ pub struct RegisterEndpointParams {
     pub name: String,
     /// Base URL of the server, http or https, without `/v1` (e.g. `http://10.0.0.5:8080`).
     pub base_url: String,
-    /// `llama.cpp`, `vllm` or `other`. Leave out to detect it.
+    /// `llama.cpp`, `vllm`, `ollama`, `lmstudio` or `other`. Leave out to detect it.
     #[serde(default)]
     pub backend: Option<String>,
     /// A label for the machine, used when asking the user to start a model there.

@@ -136,6 +136,14 @@ pub struct ModelList {
     pub data: Field<Vec<Object<ModelEntry>>>,
 }
 
+/// `GET /v1/models` with `"data": null`: Ollama's answer when it has no
+/// model (its `Data []Model` has no omitempty).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NullList {
+    pub data: Field<()>,
+}
+
 /// One entry of `/v1/models` `data`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]

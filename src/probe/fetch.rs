@@ -10,7 +10,7 @@ use super::read::{
 };
 use super::{
     EndpointStatus, FailureKind, Replica, ServerKind, TemplateCaps, answer, classify, client,
-    http_client, replicas,
+    http_client, local, replicas,
 };
 use crate::config::{Backend, Endpoint};
 
@@ -75,6 +75,8 @@ struct Answers {
     metrics: Option<Result<Fetched, reqwest::Error>>,
     /// `GET /list_workers`: a vLLM router answers it.
     list_workers: Option<Result<Fetched, reqwest::Error>>,
+    /// Ollama's and LM Studio's own paths, read.
+    local: local::Answers,
 }
 
 /// Fetch the paths this backend answers, in parallel; `/list_workers`
@@ -82,6 +84,7 @@ struct Answers {
 async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Answers {
     let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
     let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
+    let detect_router = detect_router && !matches!(ep.backend, Some(Backend::Ollama | Backend::LmStudio));
 
     let models_f = fetch(ep, "/v1/models", deadline);
     let props_f = async {
@@ -99,7 +102,11 @@ async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Ans
             .as_ref()
             .and_then(|r| r.as_ref().ok())
             .and_then(|f| answer::parse::<answer::Props>(&f.body))
-            .is_some_and(|p| p.sleeping() || p.router());
+            .is_some_and(|p| p.sleeping() || p.router())
+            || props
+                .as_ref()
+                .and_then(|r| ok_body(r))
+                .is_some_and(local::lmstudio_unexpected);
         let slots = if want_llama && !quiet {
             Some(fetch(ep, "/slots", deadline).await)
         } else {
@@ -121,14 +128,57 @@ async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Ans
             None
         }
     };
-    let (models, (props, slots), metrics, list_workers) =
-        tokio::join!(models_f, props_then_slots, metrics_f, workers_f);
+    let (models, (props, slots), metrics, list_workers, mut local) = tokio::join!(
+        models_f,
+        props_then_slots,
+        metrics_f,
+        workers_f,
+        fetch_local(ep, deadline)
+    );
+    local.unexpected |= props
+        .as_ref()
+        .and_then(ok_body)
+        .is_some_and(local::lmstudio_unexpected);
     Answers {
         models,
         props,
         slots,
         metrics,
         list_workers,
+        local,
+    }
+}
+
+/// Ollama's `/api/ps` and `/api/version`, LM Studio's `/api/v1/models`
+/// (then `/api/v0/models` when 0.3.x answers that one with its error), in
+/// the same round as the other paths; only what the backend may be.
+async fn fetch_local(ep: &Endpoint, deadline: Instant) -> local::Answers {
+    let want_ollama = matches!(ep.backend, None | Some(Backend::Ollama));
+    let want_lms = matches!(ep.backend, None | Some(Backend::LmStudio));
+    let get = |path: &'static str, want: bool| async move {
+        if want {
+            ok_body(&fetch(ep, path, deadline).await).map(<[u8]>::to_vec)
+        } else {
+            None
+        }
+    };
+    let lms = async {
+        let v1 = get("/api/v1/models", want_lms).await;
+        let old = v1.as_deref().is_some_and(local::lmstudio_unexpected);
+        let v0 = get("/api/v0/models", old).await;
+        (v1, v0, old)
+    };
+    let (ps, version, (v1, v0, old)) = tokio::join!(
+        get("/api/ps", want_ollama),
+        get("/api/version", want_ollama),
+        lms
+    );
+    local::Answers {
+        ps: ps.as_deref().and_then(answer::parse),
+        version: version.as_deref().and_then(answer::parse),
+        lms: v1.as_deref().and_then(answer::parse),
+        lms_v0: v0.as_deref().and_then(answer::parse),
+        unexpected: old,
     }
 }
 
@@ -165,6 +215,11 @@ pub(super) async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router
         Ok(data) => data,
         Err((kind, sentence)) => return st.fail(kind, sentence),
     };
+    if let Some(b) = local::detect(ep.backend, &answers.local) {
+        local::read(&mut st, b, &data, &answers.local);
+        add_warnings(&mut st, b, false);
+        return st;
+    }
     let props = answers
         .props
         .as_ref()
@@ -284,6 +339,10 @@ fn model_list(
     st.latency_ms = Some(f.elapsed.as_millis() as u64);
     if f.status != 200 {
         return Err(classify::http(ep, "/v1/models", f.status, &f.body));
+    }
+    // Ollama with no model at all says `"data": null`.
+    if answer::parse::<answer::NullList>(&f.body).is_some_and(|l| l.data.value().is_some()) {
+        return Ok(Vec::new());
     }
     answer::parse::<answer::ModelList>(&f.body)
         .and_then(|list| list.data.into_value())

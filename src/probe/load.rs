@@ -31,7 +31,12 @@ pub enum Need {
 pub fn need(kind: Option<ServerKind>, state: Option<&ModelState>) -> Option<Need> {
     match (kind, state) {
         (
-            Some(ServerKind::Router | ServerKind::LlamaSwap),
+            Some(
+                ServerKind::Router
+                | ServerKind::LlamaSwap
+                | ServerKind::Ollama
+                | ServerKind::LmStudio,
+            ),
             Some(ModelState::Unloaded | ModelState::Loading),
         ) => Some(Need::Load),
         (_, Some(ModelState::Sleeping)) => Some(Need::Wake),
@@ -146,6 +151,47 @@ async fn state_of(ep: &Endpoint, model: &str) -> Option<ModelState> {
         .cloned()
 }
 
+/// Ollama's and LM Studio's own load, with the server's own settings
+/// (never a `num_ctx` or `context_length`: the window is the user's to
+/// set). Both answer once the model is loaded.
+/// - Ollama: `POST /api/generate {"model"}` with no prompt loads it
+///   (ollama server/routes.go, GenerateHandler; `done_reason: "load"`).
+/// - LM Studio: `POST /api/v1/models/load {"model"}` (its REST API, 0.4.0+).
+async fn load_local(
+    ep: &Endpoint,
+    model: &str,
+    kind: Option<ServerKind>,
+    limit: Duration,
+) -> Result<(), String> {
+    let path = if kind == Some(ServerKind::Ollama) {
+        "/api/generate"
+    } else {
+        "/api/v1/models/load"
+    };
+    let r = request(ep, reqwest::Method::POST, path)
+        .json(&json!({ "model": model }))
+        .timeout(limit)
+        .send()
+        .await
+        .map_err(|e| format!("cannot ask `{}` to load {model}: {e}", ep.name))?;
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    // LM Studio answers a path it does not serve (0.3.x here) with a 200.
+    if status == 200 && !super::local::lmstudio_unexpected(body.as_bytes()) {
+        return Ok(());
+    }
+    let fix = if kind == Some(ServerKind::Ollama) {
+        format!("check `ollama ps` and the server's log, or load it with `ollama run {model}`")
+    } else {
+        format!("load it in LM Studio first: `lms load {model} --context-length 65536`")
+    };
+    Err(format!(
+        "`{}` refused to load {model} ({status}: {}): {fix}",
+        ep.name,
+        crate::fmt::cut(&body, 200)
+    ))
+}
+
 async fn sleeping(ep: &Endpoint) -> Option<bool> {
     let v: Value = request(ep, reqwest::Method::GET, "/props")
         .send()
@@ -166,12 +212,17 @@ pub async fn ready(
     ep: &Endpoint,
     model: &str,
     need: Need,
-    swap: bool,
+    kind: Option<ServerKind>,
     limit: Duration,
 ) -> Result<Duration, String> {
     let started = Instant::now();
     match need {
-        Need::Load if swap => {
+        Need::Load if matches!(kind, Some(ServerKind::Ollama | ServerKind::LmStudio)) => {
+            return load_local(ep, model, kind, limit)
+                .await
+                .map(|()| started.elapsed());
+        }
+        Need::Load if kind == Some(ServerKind::LlamaSwap) => {
             // llama-swap loads a model on any request routed to it.
             let _ = request(
                 ep,
@@ -295,6 +346,14 @@ mod tests {
 
     #[test]
     fn what_needs_doing() {
+        // Ollama and LM Studio load on demand, as a router does.
+        for kind in [ServerKind::Ollama, ServerKind::LmStudio] {
+            assert_eq!(
+                need(Some(kind), Some(&ModelState::Unloaded)),
+                Some(Need::Load)
+            );
+            assert_eq!(need(Some(kind), Some(&ModelState::Loaded)), None);
+        }
         assert_eq!(
             need(Some(ServerKind::Router), Some(&ModelState::Unloaded)),
             Some(Need::Load)

@@ -17,6 +17,7 @@ pub mod classify;
 pub mod client;
 mod fetch;
 pub mod load;
+mod local;
 pub mod metrics;
 mod read;
 pub mod replicas;
@@ -30,6 +31,7 @@ use crate::config::{Backend, Config, Endpoint};
 pub use classify::FailureKind;
 pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 pub use fetch::probe;
+pub use local::small_window;
 pub use read::preset_window;
 pub use replicas::Replica;
 pub use types::{

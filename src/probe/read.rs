@@ -184,6 +184,10 @@ pub(super) fn add_warnings(st: &mut EndpointStatus, backend: Backend, props_answ
     }
     for m in &st.models {
         if let Some(c) = m.context
+            && let Some(refusal) = super::small_window(backend, &m.id, c)
+        {
+            st.warnings.push(refusal);
+        } else if let Some(c) = m.context
             && c < MIN_WINDOW
         {
             st.warnings.push(format!(

@@ -35,7 +35,9 @@ pub struct ServedModel {
     pub context: Option<u64>,
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
     /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
-    /// a model it has not loaded), or `config`.
+    /// a model it has not loaded), `config`, `api/ps context_length`
+    /// (Ollama), `loaded_instances.config.context_length` or
+    /// `loaded_context_length` (LM Studio).
     pub context_source: Option<ContextSource>,
     /// On servers that load models on demand: `loaded`, `unloaded`,
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
@@ -68,6 +70,15 @@ pub enum ContextSource {
     /// The model's `context` in the config.
     #[serde(rename = "config")]
     Config,
+    /// Ollama `/api/ps` `context_length` of a loaded model.
+    #[serde(rename = "api/ps context_length")]
+    OllamaPs,
+    /// LM Studio `/api/v1/models` `loaded_instances[].config.context_length`.
+    #[serde(rename = "loaded_instances.config.context_length")]
+    LmsInstance,
+    /// LM Studio `/api/v0/models` `loaded_context_length`.
+    #[serde(rename = "loaded_context_length")]
+    LmsV0,
 }
 
 impl ContextSource {
@@ -79,6 +90,9 @@ impl ContextSource {
             ContextSource::MaxModelLen => "max_model_len",
             ContextSource::Preset => "preset",
             ContextSource::Config => "config",
+            ContextSource::OllamaPs => "api/ps context_length",
+            ContextSource::LmsInstance => "loaded_instances.config.context_length",
+            ContextSource::LmsV0 => "loaded_context_length",
         }
     }
 }
@@ -146,6 +160,13 @@ pub enum ServerKind {
     /// vLLM's router (`/list_workers`), its replicas in `replicas`.
     #[serde(rename = "vllm-router")]
     VllmRouter,
+    /// Ollama (`/api/ps`, `/api/version`): loads models on demand.
+    #[serde(rename = "ollama")]
+    Ollama,
+    /// LM Studio (`/api/v1/models` `loaded_instances`, or its 200 carrying
+    /// `Unexpected endpoint or method.`): loads models on demand.
+    #[serde(rename = "lmstudio")]
+    LmStudio,
 }
 
 impl ServerKind {
@@ -155,6 +176,8 @@ impl ServerKind {
             ServerKind::LlamaSwap => "llama-swap",
             ServerKind::Sleeping => "sleeping",
             ServerKind::VllmRouter => "vllm-router",
+            ServerKind::Ollama => "ollama",
+            ServerKind::LmStudio => "lmstudio",
         }
     }
 }
@@ -234,8 +257,8 @@ pub struct EndpointStatus {
     /// Round trip of `GET /v1/models`.
     pub latency_ms: Option<u64>,
     /// `router` (llama.cpp router mode), `llama-swap`, `sleeping` (a
-    /// llama-server asleep) or `vllm-router` (vLLM's router in front of
-    /// `replicas`); none for a plain server.
+    /// llama-server asleep), `vllm-router` (vLLM's router in front of
+    /// `replicas`), `ollama` or `lmstudio`; none for a plain server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ServerKind>,
     /// A router's `max_instances` (`--models-max`; 0 = unlimited): loading

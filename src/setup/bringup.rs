@@ -138,11 +138,10 @@ async fn bringup_served(
         "loading {} on `{}` through the endpoint…",
         r.served_id, r.endpoint
     )?;
-    let swap = kind == Some(probe::ServerKind::LlamaSwap);
     let limit = ask
         .timeout
         .min(Duration::from_secs(cfg.defaults.load_timeout_s.max(1)));
-    load_served(ep, r, need, swap, limit, out).await
+    load_served(ep, r, need, kind, limit, out).await
 }
 
 /// Unload a served model through its endpoint.
@@ -174,11 +173,11 @@ async fn load_served(
     ep: &config::Endpoint,
     r: &registry::Resolved,
     need: probe::load::Need,
-    swap: bool,
+    kind: Option<probe::ServerKind>,
     limit: Duration,
     out: &mut (impl Write + Send),
 ) -> std::io::Result<u8> {
-    match probe::load::ready(ep, &r.served_id, need, swap, limit).await {
+    match probe::load::ready(ep, &r.served_id, need, kind, limit).await {
         Ok(took) => {
             probe::invalidate();
             let now = probe::probe(ep, Duration::from_secs(5)).await;

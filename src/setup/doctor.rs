@@ -70,7 +70,7 @@ fn claude_finding(ctx: &Context) -> (Level, String) {
 /// The doctor's lines on the config files and their warnings.
 fn config_findings(loaded: &config::Loaded, out: &mut Vec<(Level, String)>) {
     if loaded.files.is_empty() {
-        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port) and :9931 (its announced new default) (run `localagents setup` for a starter file)".into()));
+        out.push((Level::Warn, "config: no models.yaml; probing the built-in endpoints at http://127.0.0.1:8080 (llama.cpp's default port), :9931 (its announced new default), :11434 (Ollama's) and :1234 (LM Studio's) (run `localagents setup` for a starter file)".into()));
     } else {
         let files: Vec<String> = loaded
             .files
@@ -125,8 +125,22 @@ fn endpoint_findings(
             continue;
         }
         up_endpoint_findings(ctx, &st, &losses, out);
+        small_window_refusals(&st, out);
         for l in runaways.iter().filter(|l| l.endpoint == st.name) {
             out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
+        }
+    }
+}
+
+/// Ollama and LM Studio below the smallest window: no job starts there,
+/// and the line says the server's own fix.
+fn small_window_refusals(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
+    let backend = crate::config::Backend::parse(&st.backend);
+    for m in &st.models {
+        if let (Some(b), Some(c)) = (backend, m.context)
+            && let Some(refusal) = probe::small_window(b, &m.id, c)
+        {
+            out.push((Level::Fail, format!("endpoint {}: {refusal}", st.name)));
         }
     }
 }

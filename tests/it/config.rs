@@ -151,12 +151,17 @@ fn zero_config_uses_builtin_local_endpoint() {
         eps,
         [
             ("local", "http://127.0.0.1:8080"),
-            ("local-9931", "http://127.0.0.1:9931")
+            ("local-9931", "http://127.0.0.1:9931"),
+            ("ollama", "http://127.0.0.1:11434"),
+            ("lmstudio", "http://127.0.0.1:1234")
         ]
     );
-    for e in &loaded.config.endpoints {
-        assert_eq!(e.backend, Some(config::Backend::LlamaCpp));
-    }
+    let backends: Vec<_> = loaded.config.endpoints.iter().map(|e| e.backend).collect();
+    use config::Backend::{LlamaCpp, LmStudio, Ollama};
+    assert_eq!(
+        backends,
+        [Some(LlamaCpp), Some(LlamaCpp), Some(Ollama), Some(LmStudio)]
+    );
     assert_eq!(loaded.config.defaults.permission_mode, "acceptEdits");
     assert_eq!(loaded.config.defaults.probe_timeout_s, 2.5);
     assert_eq!(loaded.config.defaults.max_turns, 60);
@@ -242,6 +247,29 @@ fn broken_entry_is_dropped_with_a_warning_others_survive() {
     let w = loaded.warnings.join("\n");
     assert!(w.contains("only http and https"), "{w}");
     assert!(w.contains("`nourl` has no base_url"), "{w}");
+}
+
+/// Ollama and LM Studio are known backends (issue 44): declared, they
+/// parse with no warning; an unknown name still warns and is detected.
+#[test]
+fn ollama_and_lmstudio_are_known_backends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("p");
+    write(
+        &proj.join("models.yaml"),
+        "endpoints:\n  o:\n    base_url: http://127.0.0.1:11434\n    backend: ollama\n  l:\n    base_url: http://127.0.0.1:1234\n    backend: LM-Studio\n  t:\n    base_url: http://127.0.0.1:8080\n    backend: tgi\n",
+    );
+    let loaded = config::load(&discovery(&proj, &tmp.path().join("u"))).unwrap();
+    let backends: Vec<_> = loaded
+        .config
+        .endpoints
+        .iter()
+        .map(|e| e.backend.map(config::Backend::as_str))
+        .collect();
+    assert_eq!(backends, [Some("ollama"), Some("lmstudio"), None]);
+    let w = loaded.warnings.join("\n");
+    assert!(w.contains("unknown backend `tgi`"), "{w}");
+    assert!(!w.contains("`ollama`") && !w.contains("LM-Studio"), "{w}");
 }
 
 #[test]

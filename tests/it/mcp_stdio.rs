@@ -153,7 +153,7 @@ async fn initialize_list_tools_list_models_register_endpoint() {
             "only http and https",
         ),
         (
-            json!({"name": "ok", "base_url": "http://127.0.0.1:1", "backend": "ollama"}),
+            json!({"name": "ok", "base_url": "http://127.0.0.1:1", "backend": "tgi"}),
             "unknown backend",
         ),
         (

@@ -366,12 +366,11 @@ impl JobRun<'_> {
         if let Some(need) = probe::load::need(job.target.probe.kind, state.as_ref()) {
             rec.model_loading(need);
             rt.keep(rec);
-            let swap = job.target.probe.kind == Some(probe::ServerKind::LlamaSwap);
             let took = probe::load::ready(
                 &job.target.endpoint,
                 rec.served_id(),
                 need,
-                swap,
+                job.target.probe.kind,
                 job.load_timeout,
             )
             .await
@@ -385,6 +384,12 @@ impl JobRun<'_> {
                 .and_then(|m| m.context);
             rec.model_loaded(need, took, context);
             rt.keep(rec);
+            // The window is known only now: a small one starts no job.
+            if let Some(refusal) = context
+                .and_then(|c| probe::small_window(job.target.backend, rec.served_id(), c))
+            {
+                return Err(LaunchError::Load(refusal));
+            }
         }
         Ok(())
     }

@@ -31,6 +31,8 @@ pub mod browser;
 pub mod claude;
 pub mod fake_bare;
 pub mod fake_llama;
+pub mod fake_lmstudio;
+pub mod fake_ollama;
 pub mod fake_swap;
 pub mod fake_vllm;
 pub mod git;

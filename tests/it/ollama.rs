@@ -1,0 +1,206 @@
+//! Ollama (issue 44), against the stand-in in tests/support/src/fake_ollama.rs:
+//! recognised from `base_url` alone with its real per-model window.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::fake_ollama::{self, OModel};
+use crate::support::harness::{Harness, call, localagents, localagents_json, serve};
+
+pub(crate) fn model(name: &str, context: u64, loaded: bool) -> OModel {
+    OModel {
+        name: name.into(),
+        context,
+        loaded,
+        load: Duration::ZERO,
+    }
+}
+
+/// An environment whose one endpoint is `url`, `backend` declared or not.
+pub(crate) fn env(url: &str, backend: Option<&str>) -> Harness {
+    let backend = backend
+        .map(|b| format!("    backend: {b}\n"))
+        .unwrap_or_default();
+    Harness::new().config(&format!(
+        "endpoints:\n  local:\n    base_url: {url}\n{backend}defaults:\n  max_turns: 6\n  setting_sources: []\n  prewarm: false\n"
+    ))
+}
+
+/// `status --json`'s one endpoint, and how long the command took.
+pub(crate) async fn status(e: &Harness) -> (Value, Duration) {
+    let t = Instant::now();
+    let st = localagents_json(e, &["status", "--json"]).await;
+    (st["endpoints"][0].clone(), t.elapsed())
+}
+
+pub(crate) fn by_id(ep: &Value, id: &str) -> Value {
+    ep["models"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["id"] == id))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {id} in {ep}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ollama_is_recognised_from_base_url_alone_with_its_window() {
+    let fake = fake_ollama::spawn(vec![
+        model("qwen3-coder:latest", 65536, true),
+        model("gemma3:4b", 4096, false),
+    ])
+    .await;
+    for backend in [None, Some("ollama")] {
+        let e = env(fake.url(), backend);
+        let (ep, took) = status(&e).await;
+        assert_eq!(ep["up"], true, "{ep}");
+        assert_eq!(ep["backend"], "ollama", "{ep}");
+        assert_eq!(ep["backend_detected"], backend.is_none(), "{ep}");
+        assert_eq!(ep["kind"], "ollama", "{ep}");
+        let q = by_id(&ep, "qwen3-coder:latest");
+        assert_eq!(q["context"], 65536, "{ep}");
+        assert_eq!(q["context_source"], "api/ps context_length", "{ep}");
+        assert_eq!(q["state"], "loaded", "{ep}");
+        let g = by_id(&ep, "gemma3:4b");
+        assert_eq!(g["state"], "unloaded", "{ep}");
+        assert!(g["context"].is_null(), "{ep}");
+        assert_eq!(ep["slots"]["total"], 1, "{ep}");
+        let w = ep["warnings"].to_string();
+        assert!(
+            w.contains("gemma3:4b: loads on first use; its window is known only once it is loaded"),
+            "{w}"
+        );
+        assert!(w.contains("OLLAMA_NUM_PARALLEL"), "{w}");
+        eprintln!(
+            "probe figures: ollama, backend {}: status --json took {} ms (latency_ms {})",
+            backend.unwrap_or("undeclared"),
+            took.as_millis(),
+            ep["latency_ms"]
+        );
+    }
+    // Nothing was loaded by a probe, and no settings were sent.
+    assert!(fake.loads().is_empty(), "{:?}", fake.loads());
+    assert!(fake.messages().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ollama_with_no_model_is_up_and_says_so() {
+    // `"data": null` (Ollama's empty store) is an empty list, not a bad body.
+    let fake = fake_ollama::spawn(Vec::new()).await;
+    let e = env(fake.url(), None);
+    let (ep, _) = status(&e).await;
+    assert_eq!(ep["up"], true, "{ep}");
+    assert_eq!(ep["backend"], "ollama", "{ep}");
+    assert!(
+        ep["warnings"].to_string().contains("serves no model yet"),
+        "{ep}"
+    );
+}
+
+/// The job record `localagents run --json` printed.
+pub(crate) fn record(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4096_window_is_refused_with_the_fix() {
+    let fake = fake_ollama::spawn(vec![model("gemma3:4b", 4096, true)]).await;
+    let e = env(fake.url(), None);
+    let fix = "OLLAMA_CONTEXT_LENGTH=65536 ollama serve";
+    let (ep, _) = status(&e).await;
+    assert_eq!(by_id(&ep, "gemma3:4b")["context"], 4096, "{ep}");
+    let w = ep["warnings"].to_string();
+    assert!(w.contains(fix) && w.contains("no job starts on it"), "{w}");
+
+    let out = localagents(&e, &["doctor"]).await;
+    let doctor = String::from_utf8_lossy(&out.stdout);
+    assert!(doctor.contains(fix), "{doctor}");
+
+    let c = serve(&e, None).await;
+    let (err, v) = call(
+        &c,
+        "run_agent",
+        json!({"task": "Say hi.", "model": "gemma3:4b"}),
+    )
+    .await;
+    assert!(err, "{v}");
+    let v = v.to_string();
+    assert!(v.contains(fix) && v.contains("window 4,096 tokens"), "{v}");
+    let (err, v) = call(&c, "list_models", json!({})).await;
+    assert!(!err, "{v}");
+    assert!(v.to_string().contains(fix), "{v}");
+    assert!(
+        fake.messages().is_empty(),
+        "a job started: {:?}",
+        fake.hits()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
+    let fake = fake_ollama::spawn(vec![model("qwen3-coder:latest", 65536, true)]).await;
+    let e = env(fake.url(), None);
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder:latest", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 65536, "{rec}");
+    // CLAUDE_CODE_MAX_OUTPUT_TOKENS = 65536/8 is set only beside
+    // CLAUDE_CODE_MAX_CONTEXT_TOKENS=65536 (session_env.rs).
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_not_loaded_loads_on_first_use() {
+    let fake = fake_ollama::spawn(vec![
+        model("qwen3-coder:latest", 65536, false),
+        model("gemma3:4b", 4096, false),
+    ])
+    .await;
+    let e = env(fake.url(), None);
+    let (ep, _) = status(&e).await;
+    assert_eq!(
+        by_id(&ep, "qwen3-coder:latest")["state"],
+        "unloaded",
+        "{ep}"
+    );
+
+    let out = localagents(
+        &e,
+        &["run", "--model", "qwen3-coder:latest", "--json", "Say hi."],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert!(
+        rec["load_note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("loaded qwen3-coder:latest in ")),
+        "{rec}"
+    );
+    assert_eq!(rec["context"], 65536, "{rec}");
+    // The load carried the model and nothing else: no options, no num_ctx.
+    assert_eq!(fake.loads(), vec![json!({"model": "qwen3-coder:latest"})]);
+    let first = fake.messages().into_iter().next().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
+
+    // Loaded with a window too small: the job ends before the delegate.
+    let out = localagents(&e, &["run", "--model", "gemma3:4b", "--json", "Say hi."]).await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "failed", "{rec}");
+    assert!(
+        rec.to_string()
+            .contains("OLLAMA_CONTEXT_LENGTH=65536 ollama serve"),
+        "{rec}"
+    );
+    assert_eq!(fake.messages().len(), 1, "{:?}", fake.hits());
+}
