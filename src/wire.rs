@@ -333,6 +333,15 @@ pub enum Note {
     /// `truncated`: the server dropped part of the request without saying
     /// so (the truncation guard); ends the job.
     Truncated,
+    /// `window_too_small`: LM Studio's `n_keep >= n_ctx`, the kept part
+    /// alone over the window; ends the job.
+    WindowTooSmall,
+    /// `tools_unsupported`: the model has no tools capability (Ollama);
+    /// ends the job.
+    ToolsUnsupported,
+    /// `error_in_200`: a 200 that carried an error (LM Studio); ends the
+    /// job.
+    ErrorIn200,
     /// Any other string (an older shim's note).
     Other(String),
 }
@@ -353,6 +362,9 @@ const FIXED: &[(&str, Note)] = &[
     ("stream_error_reshaped", Note::StreamErrorReshaped),
     ("stream_cut", Note::StreamCut),
     ("truncated", Note::Truncated),
+    ("window_too_small", Note::WindowTooSmall),
+    ("tools_unsupported", Note::ToolsUnsupported),
+    ("error_in_200", Note::ErrorIn200),
 ];
 
 impl fmt::Display for Note {
@@ -477,6 +489,9 @@ impl Note {
                 | Note::FatalRepeat
                 | Note::RunawayStop
                 | Note::Truncated
+                | Note::WindowTooSmall
+                | Note::ToolsUnsupported
+                | Note::ErrorIn200
         )
     }
 }
@@ -512,6 +527,9 @@ mod tests {
             "stream_error_reshaped",
             "stream_cut",
             "truncated",
+            "window_too_small",
+            "tools_unsupported",
+            "error_in_200",
             "something new",
         ];
         for s in all {

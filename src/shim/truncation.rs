@@ -315,7 +315,7 @@ pub fn fix(backend: &str, model: &str) -> String {
         "lmstudio" => format!(
             "load the model with a larger context length: `lms load {model} --context-length 65536` (or the app's model settings)"
         ),
-        "llamacpp" => "start llama-server without `--context-shift` and with a larger window per slot (`-c` divided by `-np`)".into(),
+        "llama.cpp" => "start llama-server without `--context-shift` and with a larger window per slot (`-c` divided by `-np`)".into(),
         _ => "serve the model with a larger window, and have the server refuse a prompt over it rather than cut it".into(),
     }
 }
