@@ -143,7 +143,12 @@ pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
             requested_output: None,
         });
     }
-    if msg.contains("Context size has been exceeded") {
+    // Ollama with context shift off (llm/llama_server.go:279-318 at
+    // v0.33.0-rc2): "the prompt is longer than the context length
+    // currently available to the model; …". Compacting helps.
+    if msg.contains("Context size has been exceeded")
+        || msg.contains("the prompt is longer than the context length")
+    {
         return Some(Overflow {
             prompt: None,
             max: window,
@@ -541,6 +546,18 @@ mod tests {
     }
 
     /// Ollama's and LM Studio's real error bodies, each with its source.
+    /// Ollama's 400 with context shift off (llm/llama_server.go:279-318
+    /// at v0.33.0-rc2) is the overflow Claude Code compacts on.
+    #[test]
+    fn ollamas_prompt_longer_than_the_context_is_an_overflow() {
+        let tr = t(
+            400,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length"},"request_id":"req_0123456789abcdef01234567"}),
+        );
+        assert_eq!(tr.status, 400);
+        assert!(msg(&tr).starts_with("prompt is too long"), "{}", msg(&tr));
+    }
+
     /// LM Studio's 200 carrying an error (lmstudio-bug-tracker#2322,
     /// #618): fatal, with the sentence.
     #[test]

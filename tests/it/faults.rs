@@ -747,3 +747,35 @@ async fn a_silent_truncation_stops_the_job_at_that_turn_with_the_sentence() {
         assert!(lb > 0 || r["status"] != 200, "{r}");
     }
 }
+
+/// LM Studio's observed overflow answers each end the job with the
+/// sentence, through the real Claude Code CLI: a 200 carrying the
+/// `n_keep >= n_ctx` error (lmstudio-bug-tracker#2322 with the wording of
+/// Gitlawb/openclaude#353), and a 200 with an empty stream and usage 0
+/// (lmstudio-bug-tracker#2339). Fails on the code before: the first was
+/// "stream ended before message_stop" and retried, the second succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmstudio_overflow_answers_each_end_the_job_with_the_sentence() {
+    let empty = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let nkeep = r#"{"error":"The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 13055>= n_ctx: 4096). Try to load the model with a larger context length, or provide a shorter input."}"#;
+    for (reply, want) in [
+        (
+            Reply::Raw {
+                content_type: "application/json; charset=utf-8",
+                body: nkeep.into(),
+            },
+            "lms load gemma3-270m --context-length 65536",
+        ),
+        (Reply::RawSse(empty.into()), "silent truncation"),
+    ] {
+        let fake = fake_llama::spawn(strict_fake_opts()).await;
+        fake.set_script(Arc::new(move |_: &Value| reply.clone()));
+        let e = Harness::with_fake(fake.url());
+        let rec = run_json(&e, &["Say hello."]).await;
+        assert_eq!(rec["status"], "failed", "{rec}");
+        let why = rec["error"].as_str().unwrap_or_default();
+        assert!(why.contains(want), "{want}: {rec}");
+        // Claude Code's re-sends are answered by the shim: the fake saw one.
+        assert_eq!(fake.bodies().len(), 1, "{want}: {rec}");
+    }
+}
