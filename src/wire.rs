@@ -111,6 +111,35 @@ impl Found {
     }
 }
 
+/// Which sign of a silent truncation fired (the shim's truncation guard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Sign {
+    /// The request's lower bound is above the window the server reported.
+    Window,
+    /// The server read fewer tokens than the request's lower bound.
+    Read,
+    /// The request grew, the server's count did not grow with it.
+    Append,
+}
+
+/// A silent truncation: the turn it was caught at, what was sent and
+/// what the server said it read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Truncation {
+    pub sign: Sign,
+    /// The job's `/v1/messages` request it was caught at (1 is the first).
+    pub turn: u64,
+    /// Bytes of the request sent.
+    pub bytes_sent: u64,
+    /// The least tokens the request holds (its words).
+    pub lower_bound: u64,
+    /// What the server said it read (`input_tokens` plus cached).
+    pub read: Option<u64>,
+    /// The window the registry knew.
+    pub window: Option<u64>,
+}
+
 /// The request log's file name in a job's (or a one-shot call's) dir.
 pub const REQUESTS: &str = "requests.jsonl";
 
@@ -191,6 +220,14 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(default, deserialize_with = "lenient")]
     pub runaway: Option<Found>,
+    /// The least tokens the request holds (the truncation guard's bound).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub lower_bound: Option<u64>,
+    /// The truncation guard stopped the job at this request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub truncated: Option<Truncation>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -293,6 +330,18 @@ pub enum Note {
     StreamErrorReshaped,
     /// `stream_cut`: the stream ended without `message_stop`.
     StreamCut,
+    /// `truncated`: the server dropped part of the request without saying
+    /// so (the truncation guard); ends the job.
+    Truncated,
+    /// `window_too_small`: LM Studio's `n_keep >= n_ctx`, the kept part
+    /// alone over the window; ends the job.
+    WindowTooSmall,
+    /// `tools_unsupported`: the model has no tools capability (Ollama);
+    /// ends the job.
+    ToolsUnsupported,
+    /// `error_in_200`: a 200 that carried an error (LM Studio); ends the
+    /// job.
+    ErrorIn200,
     /// Any other string (an older shim's note).
     Other(String),
 }
@@ -312,6 +361,10 @@ const FIXED: &[(&str, Note)] = &[
     ("no_response_headers", Note::NoResponseHeaders),
     ("stream_error_reshaped", Note::StreamErrorReshaped),
     ("stream_cut", Note::StreamCut),
+    ("truncated", Note::Truncated),
+    ("window_too_small", Note::WindowTooSmall),
+    ("tools_unsupported", Note::ToolsUnsupported),
+    ("error_in_200", Note::ErrorIn200),
 ];
 
 impl fmt::Display for Note {
@@ -435,6 +488,10 @@ impl Note {
                 | Note::LoopStuck
                 | Note::FatalRepeat
                 | Note::RunawayStop
+                | Note::Truncated
+                | Note::WindowTooSmall
+                | Note::ToolsUnsupported
+                | Note::ErrorIn200
         )
     }
 }
@@ -469,6 +526,10 @@ mod tests {
             "no_response_headers",
             "stream_error_reshaped",
             "stream_cut",
+            "truncated",
+            "window_too_small",
+            "tools_unsupported",
+            "error_in_200",
             "something new",
         ];
         for s in all {

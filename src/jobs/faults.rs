@@ -30,6 +30,11 @@ pub struct ModelFaults {
     /// over and over), with the first one's repeated unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runaway_output: Option<RunawayOutput>,
+    /// The server dropped part of a request without saying so: the turn
+    /// the shim caught it at, the bytes sent, their lower bound of tokens
+    /// and what the server said it read (the job ends there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<crate::wire::Truncation>,
 }
 
 /// The runaways of a job: how many, the first one's repeated unit, and
@@ -69,6 +74,9 @@ impl ModelFaults {
         }
         if r.empty {
             self.empty_responses += 1;
+        }
+        if self.truncated.is_none() {
+            self.truncated = r.truncated.clone();
         }
         if let Some(f) = r.runaway.clone() {
             match self.runaway_output.as_mut() {
@@ -155,6 +163,15 @@ pub fn note(faults: &ModelFaults, outcome: &Outcome) -> Option<String> {
             r.why.trim_start_matches("runaway output: ")
         ));
     }
+    if let Some(t) = &faults.truncated {
+        parts.push(format!(
+            "the server dropped part of the conversation without saying so at turn {} ({} bytes sent, at least {} tokens; it read {})",
+            t.turn,
+            t.bytes_sent,
+            t.lower_bound,
+            t.read.map_or("no count".to_string(), |r| format!("{r} tokens"))
+        ));
+    }
     if faults.empty_responses > 0 {
         parts.push(plural(
             faults.empty_responses,
@@ -192,6 +209,7 @@ mod tests {
                 max_tokens_retries: 1,
                 empty_responses: 1,
                 runaway_output: None,
+                truncated: None,
             }
         );
     }

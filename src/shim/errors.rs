@@ -143,7 +143,12 @@ pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
             requested_output: None,
         });
     }
-    if msg.contains("Context size has been exceeded") {
+    // Ollama with context shift off (llm/llama_server.go:279-318 at
+    // v0.33.0-rc2): "the prompt is longer than the context length
+    // currently available to the model; …". Compacting helps.
+    if msg.contains("Context size has been exceeded")
+        || msg.contains("the prompt is longer than the context length")
+    {
         return Some(Overflow {
             prompt: None,
             max: window,
@@ -288,14 +293,137 @@ pub fn stuck(why: &str) -> Translated {
     }
 }
 
+/// The answer to a request the server truncated without saying so (the
+/// truncation guard): the job's end, with the sentence.
+pub fn truncated(why: &str) -> Translated {
+    Translated {
+        status: 400,
+        body: anthropic_error("invalid_request_error", why),
+        note: Some(Note::Truncated.into()),
+    }
+}
+
+// Ollama (anthropic/anthropic.go, server/routes.go:2485,2500 at v0.33.0-rc2):
+// `model 'x' not found`.
+static OLLAMA_NO_MODEL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"model '([^']+)' not found").expect("regex"));
+// LM Studio's overflow when the kept part (system prompt and first user
+// message) is longer than the window: (a) Gitlawb/openclaude#353, (b)
+// anomalyco/opencode#11141 (0.4.6), (c) lmstudio-bug-tracker#546 (0.3.x).
+static LMS_NKEEP_A: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"n_keep:\s*(\d+)\s*>=\s*n_ctx:\s*(\d+)").expect("regex"));
+static LMS_NKEEP_B: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"n_keep \((\d+)\) >= n_ctx \((\d+)\)").expect("regex"));
+static LMS_NKEEP_C: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"keep the first (\d+) tokens.*context length of only (\d+) tokens").expect("regex")
+});
+
+/// LM Studio's fix for a window too small.
+pub fn lms_fix(model: &str) -> String {
+    format!(
+        "load the model with a larger context length: `lms load {model} --context-length 65536` (or the app's model settings)"
+    )
+}
+
+/// The errors of Ollama and LM Studio, each with one sentence, read from
+/// the message (the backend may be undeclared): none for another.
+pub fn local_server(base_url: &str, model: &str, status: u16, msg: &str) -> Option<Translated> {
+    let nkeep = LMS_NKEEP_A
+        .captures(msg)
+        .or_else(|| LMS_NKEEP_B.captures(msg))
+        .or_else(|| LMS_NKEEP_C.captures(msg));
+    if let Some(c) = nkeep {
+        let text = format!(
+            "the server at {base_url} has the model loaded with a window of {} tokens, smaller than the {} of the system prompt and first message it keeps (LM Studio: `{}`); compacting cannot help: {}",
+            c.get(2).map_or("?", |m| m.as_str()),
+            c.get(1).map_or("?", |m| m.as_str()),
+            crate::fmt::cut(msg, 160),
+            lms_fix(model)
+        );
+        return Some(fatal(&text, Note::WindowTooSmall));
+    }
+    if msg.contains("does not support tools") {
+        let text = format!(
+            "Ollama at {base_url}: the model `{model}` does not support tools (`{}`), and Claude Code always sends them: pick a model with the `tools` capability (`ollama show {model}` lists it)",
+            crate::fmt::cut(msg, 160)
+        );
+        return Some(fatal(&text, Note::ToolsUnsupported));
+    }
+    if status == 404
+        && let Some(c) = OLLAMA_NO_MODEL.captures(msg)
+    {
+        let x = c.get(1).map_or(model, |m| m.as_str());
+        let text = format!(
+            "Ollama at {base_url} has no model `{x}`: `ollama pull {x}`, or pick an id list_models shows"
+        );
+        return Some(Translated {
+            status: 404,
+            body: anthropic_error("not_found_error", &text),
+            note: Some(Note::Reshaped(404).into()),
+        });
+    }
+    if status == 503 && msg.contains("server busy") {
+        // server/sched.go:88,207: its queue of requests waiting for a
+        // load is full (OLLAMA_MAX_QUEUE).
+        let text = format!(
+            "Ollama at {base_url} is busy: its queue of requests waiting for a model is full (`{}`, OLLAMA_MAX_QUEUE); retrying",
+            crate::fmt::cut(msg, 160)
+        );
+        return Some(Translated {
+            status: 529,
+            body: anthropic_error("overloaded_error", &text),
+            note: Some(Note::Reshaped(503).into()),
+        });
+    }
+    None
+}
+
+/// A 200 that carries an error instead of an answer (LM Studio 0.4.21,
+/// lmstudio-bug-tracker#2322; its unknown-path answer, #618): the job's
+/// end, with the sentence (an overflow form names `lms load`).
+pub fn error_in_200(base_url: &str, model: &str, msg: &str) -> Translated {
+    if let Some(tr) = local_server(base_url, model, 200, msg) {
+        return tr;
+    }
+    let why = if msg.starts_with("Unexpected endpoint or method") {
+        "it does not serve /v1/messages (LM Studio serves it from 0.4.1: upgrade it)".to_string()
+    } else {
+        format!(
+            "the model may not be loaded, or its window is too small: {}",
+            lms_fix(model)
+        )
+    };
+    let text = format!(
+        "the server at {base_url} answered 200 carrying an error instead of an answer (`{}`): {why}",
+        crate::fmt::cut(msg, 200)
+    );
+    fatal(&text, Note::ErrorIn200)
+}
+
+fn fatal(text: &str, note: Note) -> Translated {
+    Translated {
+        status: 400,
+        body: anthropic_error("invalid_request_error", text),
+        note: Some(note.into()),
+    }
+}
+
 /// Translate an upstream error response (status and parsed body).
 pub fn translate(
     backend: Backend,
     base_url: &str,
+    model: &str,
     status: u16,
     body: &Value,
     window: Option<u64>,
 ) -> Translated {
+    let m = ErrorBody::of(body)
+        .message()
+        .or_else(|| body.as_str().map(str::to_string))
+        .unwrap_or_default();
+    if let Some(tr) = local_server(base_url, model, status, &m) {
+        return tr;
+    }
     if let Some(o) = overflow(body, window) {
         return overflow_answer(&o);
     }
@@ -406,6 +534,7 @@ mod tests {
         translate(
             Backend::LlamaCpp,
             "http://gpu:8080",
+            "m",
             status,
             &body,
             Some(32768),
@@ -414,6 +543,94 @@ mod tests {
 
     fn msg(tr: &Translated) -> &str {
         tr.body["error"]["message"].as_str().unwrap()
+    }
+
+    /// Ollama's and LM Studio's real error bodies, each with its source.
+    /// Ollama's 400 with context shift off (llm/llama_server.go:279-318
+    /// at v0.33.0-rc2) is the overflow Claude Code compacts on.
+    #[test]
+    fn ollamas_prompt_longer_than_the_context_is_an_overflow() {
+        let tr = t(
+            400,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length"},"request_id":"req_0123456789abcdef01234567"}),
+        );
+        assert_eq!(tr.status, 400);
+        assert!(msg(&tr).starts_with("prompt is too long"), "{}", msg(&tr));
+    }
+
+    /// LM Studio's 200 carrying an error (lmstudio-bug-tracker#2322,
+    /// #618): fatal, with the sentence.
+    #[test]
+    fn a_200_carrying_an_error_ends_the_job_with_the_sentence() {
+        let tr = error_in_200(
+            "http://h:1234",
+            "qwen/qwen3",
+            "Unexpected endpoint or method. (POST /v1/messages)",
+        );
+        assert!(is_fatal_note(tr.note.as_deref().unwrap()));
+        assert!(msg(&tr).contains("upgrade"), "{}", msg(&tr));
+        let tr = error_in_200(
+            "http://h:1234",
+            "qwen/qwen3",
+            "The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 13055>= n_ctx: 4096). Try to load the model with a larger context length, or provide a shorter input.",
+        );
+        assert_eq!(tr.note.as_deref(), Some("window_too_small"));
+        assert!(msg(&tr).contains("`lms load qwen/qwen3 --context-length 65536`"));
+        let tr = error_in_200("http://h:1234", "qwen/qwen3", "something broke");
+        assert_eq!(tr.note.as_deref(), Some("error_in_200"));
+        assert!(msg(&tr).contains("answered 200 carrying an error"), "{}", msg(&tr));
+    }
+
+    #[test]
+    fn ollama_and_lmstudio_errors_get_one_sentence_each() {
+        // Ollama: anthropic/anthropic.go:31-62 with routes.go:2485,2500
+        // (v0.33.0-rc2): the 404 for an unknown model, with request_id.
+        let tr = t(
+            404,
+            json!({"type":"error","error":{"type":"not_found_error","message":"model 'qwen3:8b' not found"},"request_id":"req_0123456789abcdef01234567"}),
+        );
+        assert_eq!(tr.status, 404);
+        assert!(msg(&tr).contains("`ollama pull qwen3:8b`"), "{}", msg(&tr));
+        // Ollama: server/sched.go:88,207 (two spaces), 503 -> overloaded.
+        let tr = t(
+            503,
+            json!({"type":"error","error":{"type":"overloaded_error","message":"server busy, please try again.  maximum pending requests exceeded"},"request_id":"req_0123456789abcdef01234567"}),
+        );
+        assert_eq!((tr.status, tr.body["error"]["type"].as_str()), (529, Some("overloaded_error")));
+        assert!(msg(&tr).contains("OLLAMA_MAX_QUEUE"), "{}", msg(&tr));
+        // Ollama: images.go:543-580, routes.go:2634-2641: a model without
+        // the tools capability; fatal.
+        let tr = t(
+            400,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"registry.ollama.ai/library/gemma3:270m does not support tools"},"request_id":"req_0123456789abcdef01234567"}),
+        );
+        assert_eq!(tr.status, 400);
+        assert!(is_fatal_note(tr.note.as_deref().unwrap()));
+        assert!(msg(&tr).contains("`ollama show m`"), "{}", msg(&tr));
+        // LM Studio's overflow forms: (a) Gitlawb/openclaude#353, (b)
+        // anomalyco/opencode#11141 (0.4.6), (c) lmstudio-bug-tracker#546.
+        for (body, n_ctx) in [
+            (
+                json!({"error":"The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 13055>= n_ctx: 4096). Try to load the model with a larger context length, or provide a shorter input."}),
+                "4096",
+            ),
+            (
+                json!({"type":"error","error":{"type":"api_error","message":"Cannot truncate prompt with n_keep (15028) >= n_ctx (7424)"}}),
+                "7424",
+            ),
+            (
+                json!({"error":"Trying to keep the first 19113 tokens when context the overflows. However, the model is loaded with context length of only 4096 tokens, which is not enough. Try to load the model with a larger context length, or provide a shorter input."}),
+                "4096",
+            ),
+        ] {
+            let tr = t(400, body.clone());
+            assert_eq!(tr.status, 400, "{body}");
+            assert_eq!(tr.note.as_deref(), Some("window_too_small"), "{body}");
+            assert!(is_fatal_note(tr.note.as_deref().unwrap()));
+            let m = msg(&tr);
+            assert!(m.contains(&format!("window of {n_ctx} tokens")), "{m}");
+            assert!(m.contains("`lms load m --context-length 65536`"), "{m}");
+        }
     }
 
     #[test]

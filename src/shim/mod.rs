@@ -34,6 +34,7 @@ pub mod runaway;
 #[path = "runaway_fixtures.rs"]
 pub mod runaway_fixtures;
 pub mod sse;
+pub mod truncation;
 
 pub mod count;
 pub mod pipeline;

@@ -274,6 +274,7 @@ pub(crate) async fn upstream_error(
     let tr = errors::translate(
         route.backend,
         &route.endpoint.base_url,
+        &route.served_id,
         status,
         &err_body,
         route.window,

@@ -23,6 +23,7 @@ use crate::shim::repair;
 use crate::shim::route::*;
 use crate::shim::runaway;
 use crate::shim::sse;
+use crate::shim::truncation;
 use crate::wire::Note;
 
 /// `POST /v1/messages` on `route` without an HTTP hop: what a one-shot
@@ -38,6 +39,8 @@ struct Turn {
     rec: RequestRecord,
     notes: Vec<String>,
     started: Instant,
+    /// What the truncation guard knows of the request sent.
+    sending: Option<Sending>,
 }
 
 /// Why a request ends without the backend's answer.
@@ -74,6 +77,7 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         rec,
         notes: Vec::new(),
         started,
+        sending: None,
     };
     let (mut out, tools) = match outgoing(&mut t, body) {
         Ok(o) => o,
@@ -95,8 +99,26 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(f) => return t.fail(f),
     };
+    // A request whose bound is above the window, answered 200: the
+    // server cut it. Nothing of the answer is read; it is closed.
+    if let Some(s) = &t.sending
+        && let Some((tr, why)) = t.route.truncation(s, None)
+    {
+        drop(resp);
+        t.rec.upstream_status = Some(200);
+        t.rec.truncated = Some(tr);
+        return t.fail(Failure::Answer(errors::truncated(&why)));
+    }
     t.rec.upstream_status = Some(resp.status().as_u16());
     t.rec.status = resp.status().as_u16();
+    if stream && !is_sse(&resp) {
+        // LM Studio answers an error with 200 and JSON (#2322).
+        let (_, v, text) = read_error(resp).await;
+        let m = crate::anthropic::ErrorBody::of(&v).message().unwrap_or(text);
+        t.rec.error = Some(crate::fmt::cut(&m, 500));
+        let tr = errors::error_in_200(&t.route.endpoint.base_url, &t.route.served_id, &m);
+        return t.fail(Failure::Answer(tr));
+    }
     if stream {
         return relayed(t, resp, tools);
     }
@@ -137,6 +159,11 @@ fn outgoing(t: &mut Turn, body: Bytes) -> Result<(Bytes, Option<repair::LazyTool
         return Err(errors::stuck(&why));
     }
     let out = Bytes::from(p.body);
+    if let Some(sent) = truncation::Sent::of(&out) {
+        t.rec.lower_bound = Some(sent.lower_bound);
+        let turn = t.route.guard.turns.fetch_add(1, Ordering::Relaxed) + 1;
+        t.sending = Some(Sending { turn, sent });
+    }
     let tools = p
         .tools_range
         .map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
@@ -184,6 +211,7 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
         return Err(Failure::Answer(errors::translate(
             route.backend,
             &route.endpoint.base_url,
+            &route.served_id,
             status,
             &err_body,
             route.window,
@@ -270,6 +298,18 @@ fn relayed(t: Turn, resp: reqwest::Response, tools: Option<repair::LazyTools>) -
             r.guard.runaway(f, r.backend == Backend::LlamaCpp)
         }));
     }
+    if let Some(s) = t.sending.clone() {
+        let r = route.clone();
+        relay = relay.with_truncation(Box::new(move |tap: &sse::Tap| {
+            let read = truncation::Read {
+                tokens: tap
+                    .input_seen
+                    .then(|| tap.usage.input.saturating_add(tap.usage.cache_read)),
+                empty: tap.tool_uses == 0 && tap.text_deltas == 0,
+            };
+            r.truncation(&s, Some(read))
+        }));
+    }
     let on_done: sse::OnDone =
         Box::new(move |tap: &sse::Tap, report: &repair::Report| streamed(t, tap, report));
     let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
@@ -291,6 +331,7 @@ fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
         mut rec,
         mut notes,
         started,
+        sending: _,
     } = t;
     rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
     rec.usage = tap.usage;
@@ -306,7 +347,8 @@ fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
     }
     notes.extend(tap.translated.iter().cloned());
     rec.runaway = tap.runaway.clone();
-    if tap.runaway.is_some() {
+    rec.truncated = tap.truncated.clone();
+    if tap.runaway.is_some() || tap.truncated.is_some() {
         // The model's fault, not the backend's: it answered.
         route.guard.backend_answered();
     } else if tap
@@ -336,6 +378,14 @@ fn whole(mut t: Turn, mut bytes: Bytes, tools: Option<&repair::LazyTools>) -> Re
         }
         // Read after the repair: it may have turned text into calls.
         let reply = Reply::deserialize(&v).unwrap_or_default();
+        if reply.content.is_none()
+            && let Some(m) = crate::anthropic::ErrorBody::of(&v).message()
+        {
+            // A 200 carrying an error (LM Studio, #2322).
+            t.rec.error = Some(crate::fmt::cut(&m, 500));
+            let tr = errors::error_in_200(&route.endpoint.base_url, &route.served_id, &m);
+            return t.fail(Failure::Answer(tr));
+        }
         if let Some(u) = &reply.usage {
             t.rec.usage.update(u);
         }
@@ -350,6 +400,14 @@ fn whole(mut t: Turn, mut bytes: Bytes, tools: Option<&repair::LazyTools>) -> Re
             t.rec.upstream_status = Some(200);
             route.guard.backend_answered();
             return t.fail(Failure::Answer(errors::runaway(typ, &message)));
+        }
+        if let Some(s) = &t.sending
+            && let Some((tr, why)) = route.truncation(s, Some(read_of(&reply)))
+        {
+            t.rec.truncated = Some(tr);
+            t.rec.upstream_status = Some(200);
+            route.guard.backend_answered();
+            return t.fail(Failure::Answer(errors::truncated(&why)));
         }
         t.rec.stop_reason = reply.stop_reason;
     }
@@ -427,6 +485,29 @@ pub(crate) async fn collect_stream(
                 note: relay.tap.translated.last().cloned(),
             })
         }
+    }
+}
+
+/// A streamed answer's headers say it is a stream (no content type: it
+/// is taken as one).
+fn is_sse(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|c| !c.contains("json"))
+}
+
+/// What a whole answer says the server read, for the truncation guard.
+fn read_of(reply: &Reply) -> truncation::Read {
+    let u = reply.usage.unwrap_or_default();
+    truncation::Read {
+        tokens: u
+            .input_tokens
+            .map(|i| i.saturating_add(u.cache_read_input_tokens.unwrap_or(0))),
+        empty: !reply
+            .blocks()
+            .iter()
+            .any(|b| matches!(b, Block::Text { .. } | Block::ToolUse { .. })),
     }
 }
 

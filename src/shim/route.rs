@@ -4,13 +4,14 @@
 //! notes).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::{Backend, Endpoint, Thinking};
 use crate::shim::log::{self, RequestLog};
 use crate::shim::loops;
 use crate::shim::runaway;
+use crate::shim::truncation::{self, Ledger, Read, Sent, Truncation};
 
 /// Where one job's traffic goes.
 #[derive(Debug)]
@@ -52,6 +53,10 @@ pub struct Guard {
     pub thinking_refused: AtomicBool,
     /// Answers the runaway guard stopped on this route.
     pub runaways: AtomicU32,
+    /// `/v1/messages` requests on this route so far (a job's turns).
+    pub turns: AtomicU64,
+    /// The truncation guard's chains of append-only requests.
+    pub ledger: Mutex<Ledger>,
     /// Whether the backend's last answers were faults, since when.
     health: Mutex<Health>,
 }
@@ -189,7 +194,50 @@ impl Default for Policy {
     }
 }
 
+/// One request as the truncation guard knows it: its turn and what was
+/// sent.
+#[derive(Debug, Clone)]
+pub struct Sending {
+    pub turn: u64,
+    pub sent: Sent,
+}
+
 impl Route {
+    /// The truncation guard on a 2xx answer: `read` is what the server
+    /// said it read (`None` for the window sign, checked before any of
+    /// the answer). A sign makes the route's fatal sentence; a request
+    /// that passes is kept in its chain.
+    pub fn truncation(&self, s: &Sending, read: Option<Read>) -> Option<(Truncation, String)> {
+        let mut detail = String::new();
+        let sign = match read {
+            None => truncation::over_window(&s.sent, self.window),
+            Some(r) => truncation::read_less(&s.sent, r).or_else(|| {
+                let c = r.tokens.filter(|c| *c > 0)?;
+                let mut l = self.guard.ledger.lock().ok()?;
+                let (sign, d) = l.append(s.turn, &s.sent, c)?;
+                detail = d;
+                Some(sign)
+            }),
+        }?;
+        let t = Truncation {
+            sign,
+            turn: s.turn,
+            bytes_sent: s.sent.bytes,
+            lower_bound: s.sent.lower_bound,
+            read: read.and_then(|r| r.tokens),
+            window: self.window,
+        };
+        let why = truncation::sentence(
+            &t,
+            self.backend.as_str(),
+            &self.endpoint.base_url,
+            &self.served_id,
+            &detail,
+        );
+        self.guard.set_fatal(&why);
+        Some((t, why))
+    }
+
     /// A route to `t`'s endpoint and model, told `window` (the target's,
     /// or what a load found), with the config's timeouts: the first-byte
     /// budget for that window, then `defaults.stream_idle_timeout_s`. Its

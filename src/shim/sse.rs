@@ -55,6 +55,10 @@ pub struct Tap {
     pub text_deltas: u64,
     /// The runaway guard stopped the answer.
     pub runaway: Option<runaway::Found>,
+    /// A `usage` with `input_tokens` came (a count of 0 included).
+    pub input_seen: bool,
+    /// The truncation guard stopped the answer.
+    pub truncated: Option<crate::wire::Truncation>,
 }
 
 impl Tap {
@@ -209,6 +213,19 @@ pub fn error_event(typ: &str, message: &str) -> Bytes {
 /// message (it counts the runaway, and may make it the job's end).
 pub type OnRunaway = Box<dyn FnMut(&mut runaway::Found) -> (&'static str, String) + Send>;
 
+/// The truncation guard at `message_delta` (the server's count is known
+/// by then): the record and the sentence when it fires.
+pub type OnUsage = Box<dyn FnMut(&Tap) -> Option<(crate::wire::Truncation, String)> + Send>;
+
+/// The truncation guard of one stream.
+struct Checked(OnUsage);
+
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Checked")
+    }
+}
+
 /// The runaway guard of one stream.
 struct Guarded {
     watch: runaway::Watch,
@@ -254,6 +271,8 @@ pub struct Relay {
     first_wait: Duration,
     /// The runaway guard, when on.
     runaway: Option<Guarded>,
+    /// The truncation guard, when on.
+    truncation: Option<Checked>,
     /// The guard stopped the stream: nothing more is forwarded.
     stopped: bool,
 }
@@ -269,8 +288,16 @@ impl Relay {
             repair: None,
             first_wait: Duration::ZERO,
             runaway: None,
+            truncation: None,
             stopped: false,
         }
+    }
+
+    /// Check the server's count at `message_delta`; `check` says when the
+    /// server dropped part of the request.
+    pub fn with_truncation(mut self, check: OnUsage) -> Self {
+        self.truncation = Some(Checked(check));
+        self
     }
 
     /// Watch the answer for a runaway; `answer` decides the closing error.
@@ -398,6 +425,12 @@ impl Relay {
         {
             return Emit::Out(vec![self.stop_runaway(found)]);
         }
+        if name == "message_delta"
+            && let Some(check) = self.truncation.as_mut()
+            && let Some((t, why)) = (check.0)(&self.tap)
+        {
+            return Emit::Out(vec![self.stop_truncated(t, why)]);
+        }
         if let Some(new) = replacement {
             let mut out = self.repair.as_mut().map(|r| r.flush()).unwrap_or_default();
             out.push(new);
@@ -452,6 +485,17 @@ impl Relay {
         error_event(typ, &message)
     }
 
+    /// End the stream on a silent truncation: the answer is to a prompt
+    /// the model never saw whole, so none of it is kept.
+    fn stop_truncated(&mut self, t: crate::wire::Truncation, why: String) -> Bytes {
+        self.stopped = true;
+        self.tap.saw_error = true;
+        self.tap.error = Some(why.clone());
+        self.tap.translated.push(Note::Truncated.into());
+        self.tap.truncated = Some(t);
+        error_event("invalid_request_error", &why)
+    }
+
     /// Update the tap; return a replacement for error events.
     fn observe(&mut self, name: &str, data: &str, raw: &[u8]) -> Option<Bytes> {
         self.tap.events += 1;
@@ -472,11 +516,13 @@ impl Relay {
                 match StreamEvent::read(Some(name), data) {
                     StreamEvent::MessageStart(s) => {
                         if let Some(u) = s.message.and_then(|m| m.typed.usage) {
+                            self.tap.input_seen |= u.input_tokens.is_some();
                             self.tap.usage.update(&u);
                         }
                     }
                     StreamEvent::MessageDelta(d) => {
                         if let Some(u) = d.usage {
+                            self.tap.input_seen |= u.typed.input_tokens.is_some();
                             self.tap.usage.update(&u.typed);
                         }
                         if let Some(s) = d.delta.and_then(|d| d.typed.stop_reason) {
@@ -1246,6 +1292,57 @@ mod tests {
         assert_eq!(f.cause, runaway::Cause::Line);
         assert!(tap.translated.iter().any(|t| t == "runaway_output"));
         assert!(!tap.translated.iter().any(|t| t == "stream_cut"));
+    }
+
+    /// LM Studio's empty stream with usage 0 (BT#2339): the truncation
+    /// guard stops it at `message_delta`, before `message_stop`, and the
+    /// tap has the record.
+    #[tokio::test]
+    async fn a_truncation_is_stopped_at_message_delta() {
+        let input = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":0}}}\n\n\
+            event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}\n\n\
+            event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let sent = crate::shim::truncation::Sent {
+            lower_bound: 5000,
+            bytes: 40_000,
+            ..Default::default()
+        };
+        let r = relay_new().with_truncation(Box::new(move |tap: &Tap| {
+            let read = crate::shim::truncation::Read {
+                tokens: tap.input_seen.then_some(tap.usage.input),
+                empty: tap.text_deltas == 0 && tap.tool_uses == 0,
+            };
+            let sign = crate::shim::truncation::read_less(&sent, read)?;
+            Some((
+                crate::wire::Truncation {
+                    sign,
+                    turn: 3,
+                    bytes_sent: sent.bytes,
+                    lower_bound: sent.lower_bound,
+                    read: read.tokens,
+                    window: None,
+                },
+                "silent truncation: it read 0".to_string(),
+            ))
+        }));
+        let up = futures::stream::iter(vec![Ok::<Bytes, String>(Bytes::from(input))]);
+        let seen = Arc::new(Mutex::new(None));
+        let seen2 = seen.clone();
+        let s = relay(
+            up,
+            r,
+            Duration::from_secs(5),
+            Box::new(move |t: &Tap, _: &repair::Report| {
+                *seen2.lock().unwrap() = Some(t.clone());
+            }),
+        );
+        let out: Vec<Bytes> = s.map(|r| r.unwrap()).collect().await;
+        let text = String::from_utf8(out.concat()).unwrap();
+        assert!(text.contains("event: error") && text.contains("silent truncation"), "{text}");
+        assert!(!text.contains("message_stop") && !text.contains("message_delta"), "{text}");
+        let tap = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(tap.truncated.map(|t| t.turn), Some(3));
+        assert!(tap.translated.iter().any(|t| t == "truncated"));
     }
 
     /// The repeated unit cut across deltas at every offset, and the stream

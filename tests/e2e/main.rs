@@ -71,6 +71,29 @@ fn requests(state: &Path, id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Issue 44: the truncation guard never fires on the real llama-server:
+/// no record is `truncated`, and every answered request's count (input
+/// plus cached) is at least its lower bound of tokens.
+fn assert_read_at_least_its_bound(reqs: &[Value]) {
+    for r in reqs.iter().filter(|r| r["path"] == "/v1/messages") {
+        assert!(r["truncated"].is_null(), "the guard fired: {r}");
+        if r["status"] != 200 {
+            continue;
+        }
+        let lb = r["lower_bound"]
+            .as_u64()
+            .expect("every request has its bound");
+        let read = r["usage"]["input"].as_u64().unwrap_or(0)
+            + r["usage"]["cache_read"].as_u64().unwrap_or(0);
+        assert!(read >= lb, "read {read} < lower bound {lb}: {r}");
+        eprintln!(
+            "bound: {} bytes in, lower bound {lb}, read {read} ({:.2} of it)",
+            r["bytes_in"],
+            lb as f64 / read.max(1) as f64
+        );
+    }
+}
+
 /// A "Say hello." run either succeeds or fails for one reason outside our
 /// control: the tiny model's answer ran into the 64-token output cap
 /// (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`, which keeps the tier fast), so Claude
@@ -160,6 +183,7 @@ fn t2_the_whole_loop_through_the_shim() {
         .filter(|l| l["path"] == "/v1/messages")
         .collect();
     assert_succeeded_or_output_capped(&rec, &reqs);
+    assert_read_at_least_its_bound(&reqs);
     for r in &reqs {
         assert!(
             r["upstream_status"].as_u64().unwrap_or(0) < 500 && r["status"].as_u64().unwrap() < 500,
@@ -1791,4 +1815,50 @@ async fn t20_a_subagent_profile_on_the_real_server() {
         "the next job with the profile finds its prefix cached: {next:?}"
     );
     drop(relay);
+}
+
+/// Issue 44: a whitespace-heavy text (indented, padded lines: about 20
+/// bytes a token on llama-bpe) sent through the shim to the real server:
+/// the truncation guard does not fire, and the server read at least the
+/// request's lower bound. A byte ratio would have called it truncated.
+#[test]
+fn t21_a_whitespace_heavy_prompt_does_not_trip_the_truncation_guard() {
+    let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    let mut text = String::from("Say hello. Here is a table you may ignore:\n");
+    for i in 0..300 {
+        text.push_str(&format!(
+            "{:>40}{:<40}|{:-<30}|\n",
+            format!("row {i}"),
+            "",
+            ""
+        ));
+    }
+    let out = localagents(
+        &d,
+        &[
+            "run",
+            "--model",
+            "gemma-3-270m",
+            "--max-turns",
+            "1",
+            "--json",
+            &text,
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let reqs = requests(&d.state, rec["id"].as_str().unwrap());
+    assert!(
+        !rec["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("silent truncation"),
+        "{rec}"
+    );
+    assert!(rec["model_faults"]["truncated"].is_null(), "{rec}");
+    assert!(
+        reqs.iter().any(|r| r["status"] == 200),
+        "an answered request: {reqs:?}"
+    );
+    assert_read_at_least_its_bound(&reqs);
 }

@@ -105,7 +105,7 @@ async fn a_failed_acceptance_resumes_the_same_session_until_it_passes() {
         "{log}"
     );
     // Figures: the whole job to the second pass; the prompt of the resumed
-    // turn against the job's first request (the fake counts bytes / 4).
+    // turn against the job's first request (the fake counts pre-tokens).
     let reqs: Vec<Value> =
         std::fs::read_to_string(e.state_dir().join("jobs").join(id).join("requests.jsonl"))
             .unwrap()

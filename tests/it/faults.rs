@@ -666,3 +666,116 @@ async fn a_csv_a_quoted_marker_and_a_long_answer_are_not_runaways() {
         "{rec}"
     );
 }
+
+/// A server that truncates silently past its window (Ollama's way: the
+/// oldest messages go, `input_tokens` is the count after the cut): the
+/// job stops at the turn the shim catches it, with the sentence, and the
+/// fake gets no request after it but Claude Code's re-sends, which the
+/// shim answers. Fails on the code before: the job succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_truncation_stops_the_job_at_that_turn_with_the_sentence() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        truncate_past: Some(25_000),
+        ..strict_fake_opts()
+    })
+    .await;
+    let e = Harness::with_fake(fake.url());
+    let dir = e.work().join("big");
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<std::path::PathBuf> = (0..12)
+        .map(|i| {
+            let p = dir.join(format!("part{i}.txt"));
+            let text: String = (0..600)
+                .map(|l| format!("line {l} of part {i}: the quick brown fox jumps over it\n"))
+                .collect();
+            std::fs::write(&p, text).unwrap();
+            p
+        })
+        .collect();
+    let paths = files.clone();
+    fake.set_script(Arc::new(move |req: &Value| {
+        let n = script::tool_results(req);
+        match paths.get(n) {
+            Some(p) => Reply::Tool {
+                name: "Read".into(),
+                input: json!({"file_path": p}),
+            },
+            None => Reply::Text("Read them all.".into()),
+        }
+    }));
+    let rec = run_json(&e, &["Read every file under big/, one at a time."]).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let why = rec["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("dropped part of the conversation")
+            && why.contains("without `--context-shift`"),
+        "{rec}"
+    );
+    let t = &rec["model_faults"]["truncated"];
+    let turn = t["turn"].as_u64().expect("the turn it was caught at");
+    let cuts = fake.state.truncations.lock().unwrap().clone();
+    let first_cut = cuts
+        .iter()
+        .position(|(_, whole, kept)| kept < whole)
+        .expect("the fake cut a request");
+    eprintln!(
+        "silent truncation caught at turn {turn} ({} sign): {} bytes sent, at least {} tokens, the server reported {}; the fake's requests (bytes, tokens, reported): {cuts:?}",
+        t["sign"], t["bytes_sent"], t["lower_bound"], t["read"]
+    );
+    // Caught at the first cut request, or the one after it; never later.
+    let logged = requests(&rec);
+    let caught = logged
+        .iter()
+        .position(|r| r["truncated"].is_object())
+        .expect("a request record has it");
+    assert!(
+        logged[caught]["translated"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("truncated"),
+        "{}",
+        logged[caught]
+    );
+    assert!(
+        caught <= first_cut + 1,
+        "caught at request {caught}, the fake first cut request {first_cut}: {cuts:?}"
+    );
+    // Nothing reached the fake after the caught request.
+    assert_eq!(cuts.len(), caught + 1, "{cuts:?}");
+    for r in &logged {
+        let lb = r["lower_bound"].as_u64().unwrap_or(0);
+        assert!(lb > 0 || r["status"] != 200, "{r}");
+    }
+}
+
+/// LM Studio's observed overflow answers each end the job with the
+/// sentence, through the real Claude Code CLI: a 200 carrying the
+/// `n_keep >= n_ctx` error (lmstudio-bug-tracker#2322 with the wording of
+/// Gitlawb/openclaude#353), and a 200 with an empty stream and usage 0
+/// (lmstudio-bug-tracker#2339). Fails on the code before: the first was
+/// "stream ended before message_stop" and retried, the second succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmstudio_overflow_answers_each_end_the_job_with_the_sentence() {
+    let empty = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let nkeep = r#"{"error":"The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 13055>= n_ctx: 4096). Try to load the model with a larger context length, or provide a shorter input."}"#;
+    for (reply, want) in [
+        (
+            Reply::Raw {
+                content_type: "application/json; charset=utf-8",
+                body: nkeep.into(),
+            },
+            "lms load gemma3-270m --context-length 65536",
+        ),
+        (Reply::RawSse(empty.into()), "silent truncation"),
+    ] {
+        let fake = fake_llama::spawn(strict_fake_opts()).await;
+        fake.set_script(Arc::new(move |_: &Value| reply.clone()));
+        let e = Harness::with_fake(fake.url());
+        let rec = run_json(&e, &["Say hello."]).await;
+        assert_eq!(rec["status"], "failed", "{rec}");
+        let why = rec["error"].as_str().unwrap_or_default();
+        assert!(why.contains(want), "{want}: {rec}");
+        // Claude Code's re-sends are answered by the shim: the fake saw one.
+        assert_eq!(fake.bodies().len(), 1, "{want}: {rec}");
+    }
+}

@@ -663,7 +663,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
         rb["finished"]
     );
     // Usage on each record is what the fake served that job: the fake
-    // answers every request with input + cache_read = its body's bytes / 4
+    // answers every request with input + cache_read = its body's pre-tokens
     // and output_tokens 9.
     assert!(
         fake.statuses().iter().all(|s| *s == 200),
@@ -678,7 +678,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
             .filter(|b| b.to_string().contains(word))
             .collect();
         counted += mine.len();
-        let served_in: u64 = mine.iter().map(|b| b.to_string().len() as u64 / 4).sum();
+        let served_in: u64 = mine.iter().map(|b| crate::support::tokens::count(b)).sum();
         let u = &rec["usage"];
         assert_eq!(
             u["input"].as_u64().unwrap() + u["cache_read"].as_u64().unwrap(),

@@ -160,8 +160,20 @@ const JOBS_ORDER: &[&str] = &[
 ];
 const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
 const SHIM_ORDER: &[&str] = &[
-    "errors", "loops", "repair", "runaway", "fold", "sse", "log", "route", "pipeline", "count",
-    "reply", "server", "mod",
+    "errors",
+    "loops",
+    "repair",
+    "runaway",
+    "truncation",
+    "fold",
+    "sse",
+    "log",
+    "route",
+    "pipeline",
+    "count",
+    "reply",
+    "server",
+    "mod",
 ];
 
 /// The code of a file without its unit-test module and comments.

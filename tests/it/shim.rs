@@ -550,6 +550,93 @@ async fn count_tokens_is_folded_or_estimated() {
     assert_eq!(l["upstream_status"], 404);
 }
 
+/// Neither Ollama nor LM Studio serves count_tokens: each one's real
+/// answer gives an estimate. Ollama: gin's default 404, text/plain
+/// (server/routes.go:1870-1926 at v0.33.0-rc2, no such route); LM Studio:
+/// 200 with an error (lmstudio-bug-tracker#2055).
+#[tokio::test]
+async fn count_tokens_falls_back_on_each_servers_real_answer() {
+    for (status, content_type, body) in [
+        (404, "text/plain", "404 page not found".to_string()),
+        (
+            200,
+            "application/json; charset=utf-8",
+            r#"{"error":"Unexpected endpoint or method. (POST /v1/messages/count_tokens?beta=true)"}"#
+                .to_string(),
+        ),
+    ] {
+        let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+            count_tokens_answer: Some((status, content_type, body)),
+            ..strict()
+        })
+        .await;
+        let h = Harness::new();
+        let (_s, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
+        let r = client()
+            .post(format!("{}/v1/messages/count_tokens", reg.base_url))
+            .body(cc_body(false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let n = r.json::<Value>().await.unwrap()["input_tokens"]
+            .as_u64()
+            .unwrap();
+        assert!(n > 50, "{status}: {n}");
+        let l = &log_lines(h.dir())[0];
+        assert_eq!(l["estimated"], true, "{l}");
+        assert_eq!(l["upstream_status"], status, "{l}");
+    }
+}
+
+/// Ollama's errors through the shim, each with its sentence: the 404 of
+/// an unknown model (routes.go:2485,2500) names `ollama pull`; the 503
+/// `server busy` (sched.go:88,207) is overloaded; `does not support
+/// tools` is a 400 no retry mends.
+#[tokio::test]
+async fn ollama_errors_get_one_sentence_each() {
+    let rid = "req_0123456789abcdef01234567";
+    for (status, message, want_status, want) in [
+        (
+            404,
+            "model 'qwen3:8b' not found",
+            404,
+            "`ollama pull qwen3:8b`",
+        ),
+        (
+            503,
+            "server busy, please try again.  maximum pending requests exceeded",
+            529,
+            "OLLAMA_MAX_QUEUE",
+        ),
+        (
+            400,
+            "registry.ollama.ai/library/gemma3:270m does not support tools",
+            400,
+            "the `tools` capability",
+        ),
+    ] {
+        let fake = fake_llama::spawn(strict()).await;
+        let body = json!({"type": "error", "error": {"type": "api_error", "message": message}, "request_id": rid});
+        fake.set_script(std::sync::Arc::new(move |_: &Value| Reply::Error {
+            status,
+            body: body.clone(),
+        }));
+        let h = Harness::new();
+        let (_s, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
+        let r = client()
+            .post(format!("{}/v1/messages", reg.base_url))
+            .body(cc_body(false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want_status, "{message}");
+        let v: Value = r.json().await.unwrap();
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains(want), "{m}");
+    }
+}
+
 #[tokio::test]
 async fn vllm_max_tokens_is_lowered_once_when_only_it_overflows() {
     let fake = fake_vllm::spawn(fake_vllm::VllmOpts {

@@ -36,7 +36,7 @@ pub struct LlamaOpts {
     /// A strict template (like Qwen's): any `role:"system"` entry inside
     /// `messages` gets llama.cpp's 500 Jinja error.
     pub strict_template: bool,
-    /// Prompt tokens to report; None: body bytes / 4.
+    /// Prompt tokens to report; None: the body's pre-tokens ([`super::tokens`]).
     pub prompt_tokens: Option<u64>,
     /// Serve /v1/messages/count_tokens.
     pub count_tokens: bool,
@@ -47,6 +47,16 @@ pub struct LlamaOpts {
     /// slot from scratch. Off: every request after the first is nine
     /// tenths cached.
     pub prefix_cache: bool,
+    /// A server that truncates silently, like Ollama past its window
+    /// (server/prompt.go: the oldest messages go, the system prompt and
+    /// the last message stay) with `usage.input_tokens` the count after
+    /// the cut: a prompt over this many tokens is answered 200 all the
+    /// same. Each request's (bytes, count before, count reported) is kept
+    /// in [`LlamaState::truncations`].
+    pub truncate_past: Option<u64>,
+    /// `/v1/messages/count_tokens` answers this status, content type and
+    /// body as they are (another server's real answer).
+    pub count_tokens_answer: Option<(u16, &'static str, String)>,
 }
 
 impl Default for LlamaOpts {
@@ -63,6 +73,8 @@ impl Default for LlamaOpts {
             prompt_tokens: None,
             count_tokens: true,
             prefix_cache: false,
+            truncate_past: None,
+            count_tokens_answer: None,
         }
     }
 }
@@ -101,6 +113,9 @@ pub struct LlamaState {
     /// Streamed runaway answers ([`Reply::Runaway`]), in order: the events
     /// sent, of how many, and whether the client went away before the end.
     pub runaways: Mutex<Vec<Arc<RunawaySend>>>,
+    /// With [`LlamaOpts::truncate_past`]: each /v1/messages request's
+    /// bytes, its count, and the count reported after the silent cut.
+    pub truncations: Mutex<Vec<(u64, u64, u64)>>,
 }
 
 /// One streamed runaway answer, as the fake saw it go out.
@@ -498,7 +513,10 @@ async fn messages(
         record(500);
         return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(jinja_error())).into_response();
     }
-    let input = st.opts.prompt_tokens.unwrap_or(body.len() as u64 / 4);
+    let input = st
+        .opts
+        .prompt_tokens
+        .unwrap_or_else(|| super::tokens::count(&req));
     if input > st.opts.n_ctx {
         record(400);
         return (
@@ -511,6 +529,10 @@ async fn messages(
         )
             .into_response();
     }
+    let input = match st.opts.truncate_past {
+        Some(w) => silently_cut(&st, &req, body.len() as u64, input, w),
+        None => input,
+    };
     let script = st.script.lock().map(|s| s.clone()).ok();
     let reply = match script {
         Some(f) => f(&req),
@@ -579,8 +601,8 @@ async fn messages(
     axum::Json(script::message_json(&model, &reply, input - cached, cached)).into_response()
 }
 
-/// The prompt's tokens (a quarter of the bytes of its system, tools and
-/// messages), and those already in a slot (of the longest common prefix
+/// The prompt's tokens (the pre-tokens of its system, tools and
+/// messages, [`super::tokens`]), and those already in a slot (of the longest common prefix
 /// with a slot's last prompt); the prompt then takes the slot it matched,
 /// else the least recently used one.
 fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
@@ -589,7 +611,7 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
     let mut parts = json!([req["system"], req["tools"], req["messages"]]);
     strip_cache_control(&mut parts);
     let prompt = serde_json::to_string(&parts).unwrap_or_default();
-    let total = prompt.len() as u64 / 4;
+    let total = super::tokens::count_str(&prompt);
     let Ok(mut slots) = st.cached_prompts.lock() else {
         return (total, 0);
     };
@@ -620,8 +642,28 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
             0
         }
     };
+    let cached = super::tokens::count_prefix(&prompt, cached);
     slots.push(prompt);
-    (total, cached as u64 / 4)
+    (total, cached)
+}
+
+/// The count after Ollama's silent cut to `window`: whole messages
+/// dropped from the front (the system prompt and tools, and the last
+/// message, stay) until the prompt fits. Kept in `st.truncations`.
+fn silently_cut(st: &LlamaState, req: &Value, bytes: u64, whole: u64, window: u64) -> u64 {
+    let mut kept = whole;
+    if let Some(ms) = req["messages"].as_array() {
+        let each: Vec<u64> = ms.iter().map(super::tokens::count).collect();
+        let mut i = 0;
+        while kept > window && i + 1 < each.len() {
+            kept = kept.saturating_sub(each[i]);
+            i += 1;
+        }
+    }
+    if let Ok(mut t) = st.truncations.lock() {
+        t.push((bytes, whole, kept));
+    }
+    kept
 }
 
 fn strip_cache_control(v: &mut Value) {
@@ -636,6 +678,14 @@ fn strip_cache_control(v: &mut Value) {
 }
 
 async fn count_tokens(State(st): State<Arc<LlamaState>>, body: axum::body::Bytes) -> Response {
+    if let Some((status, content_type, answer)) = st.opts.count_tokens_answer.clone() {
+        return (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+            [("content-type", content_type)],
+            answer,
+        )
+            .into_response();
+    }
     if !st.opts.count_tokens {
         return err(404, "not_found_error", "File Not Found");
     }
@@ -679,6 +729,7 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         cached_prompts: Mutex::new(Vec::new()),
         model_path: Mutex::new(None),
         runaways: Mutex::new(Vec::new()),
+        truncations: Mutex::new(Vec::new()),
     })
 }
 

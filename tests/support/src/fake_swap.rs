@@ -188,7 +188,7 @@ async fn messages(State(st): State<Arc<SwapState>>, body: axum::body::Bytes) -> 
         )
             .into_response();
     }
-    let input = body.len() as u64 / 4;
+    let input = super::tokens::count(&req);
     if req["stream"] == true {
         let text = script::message_sse(&model, &reply, input, 0);
         return (

@@ -164,7 +164,7 @@ async fn messages(State(st): State<Arc<VllmState>>, body: axum::body::Bytes) -> 
         record(200);
         let model = req["model"].as_str().unwrap_or(&st.opts.served).to_string();
         if req["stream"] == true {
-            let text = super::script::message_sse(&model, &reply, 100, 0);
+            let text = super::script::message_sse(&model, &reply, super::tokens::count(&req), 0);
             return (
                 StatusCode::OK,
                 [("content-type", "text/event-stream")],
@@ -172,7 +172,13 @@ async fn messages(State(st): State<Arc<VllmState>>, body: axum::body::Bytes) -> 
             )
                 .into_response();
         }
-        return axum::Json(super::script::message_json(&model, &reply, 100, 0)).into_response();
+        return axum::Json(super::script::message_json(
+            &model,
+            &reply,
+            super::tokens::count(&req),
+            0,
+        ))
+        .into_response();
     }
     let max_tokens = req["max_tokens"].as_u64().unwrap_or(0);
     st.max_tokens_seen.lock().unwrap().push(max_tokens);
@@ -194,7 +200,7 @@ async fn messages(State(st): State<Arc<VllmState>>, body: axum::body::Bytes) -> 
     axum::Json(super::script::message_json(
         &st.opts.served,
         &reply,
-        prompt,
+        prompt.max(super::tokens::count(&req)),
         0,
     ))
     .into_response()

@@ -43,6 +43,7 @@ pub mod route;
 pub mod script;
 pub mod session;
 pub mod stats;
+pub mod tokens;
 pub mod vllm_router;
 
 /// The running test's or bench's `target/<profile>/deps` directory.
