@@ -227,6 +227,18 @@ pub(super) fn read(
         .map(|m| on_first_use(&m.id, ceiling(a, &m.id)))
         .collect();
     st.warnings.extend(unloaded);
+    st.warnings.push(figures(backend));
+}
+
+/// What a job's figures cannot say on these two: neither serves
+/// `/metrics`, so a job's figures come from each answer's `usage`; and
+/// Ollama's `usage` has no cache fields (anthropic.go:219-222 at
+/// v0.33.0-rc2), so its cache reads as unknown, not as none.
+fn figures(backend: Backend) -> String {
+    match backend {
+        Backend::Ollama => "figures: Ollama has no /metrics and reports no cached tokens, so a job's figures come from usage alone and its prompt cache is unknown (not zero)".into(),
+        _ => "figures: LM Studio has no /metrics, so a job's figures come from usage alone".into(),
+    }
 }
 
 /// LM Studio's `max_context_length` of a model, the most it can be loaded with.

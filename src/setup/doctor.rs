@@ -100,7 +100,7 @@ fn endpoint_findings(
         };
         let mut line = crate::registry::builtin_sentence(&probes);
         if level == Level::Fail {
-            line.push_str(": start llama-server, or write a models.yaml with `localagents setup`");
+            line.push_str(": start llama-server, Ollama or LM Studio, or name your server under `endpoints:` in models.yaml (`localagents setup` writes a starter)");
         }
         out.push((level, line));
     }

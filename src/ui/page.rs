@@ -71,6 +71,19 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map(|v| esc(&v.to_string())).unwrap_or_default()
 }
 
+/// Ollama's and LM Studio's models whose window is too small for a job,
+/// each with the server's own fix (the sentence status and doctor say).
+fn refusals(e: &EndpointStatus) -> String {
+    let Some(backend) = crate::config::Backend::parse(&e.backend) else {
+        return String::new();
+    };
+    e.models
+        .iter()
+        .filter_map(|m| crate::probe::small_window(backend, &m.id, m.context?))
+        .map(|r| format!(r#"<p class="refused">{}</p>"#, esc(&r)))
+        .collect()
+}
+
 /// The overview's endpoint table (also its live fragment).
 pub fn endpoints(list: Result<&[EndpointStatus], &str>) -> String {
     let list = match list {
@@ -121,9 +134,10 @@ pub fn endpoints(list: Result<&[EndpointStatus], &str>) -> String {
             .collect();
         let _ = write!(
             s,
-            r#"<tr class="endpoint" data-name="{name}"><td>{name}<br><small>{url}</small></td><td class="{up}">{up}</td><td>{slots}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr class="endpoint" data-name="{name}"><td>{name}<br><small>{url}</small></td><td class="{up}">{up}</td><td>{slots}</td><td>{}</td><td>{}{}</td></tr>"#,
             models.join("<br>"),
             opt(&e.error),
+            refusals(e),
             name = esc(&e.name),
             url = esc(&e.base_url),
             up = if e.up { "up" } else { "down" },
@@ -701,6 +715,31 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("router: unhealthy, 0 in flight<br>replica http://gpu2:8080 is down: &lt;start it&gt;"), "{html}");
+    }
+
+    /// The page says what status and doctor say of a window too small
+    /// on Ollama: no job starts, and the server's own fix.
+    #[test]
+    fn a_window_too_small_on_ollama_is_said_with_the_fix() {
+        let ep = crate::config::Config::builtin().endpoints[2].clone();
+        let mut e = crate::probe::EndpointStatus::new(&ep);
+        e.up = true;
+        e.backend = "ollama".into();
+        let model = |id: &str, c: u64| crate::probe::ServedModel {
+            id: id.into(),
+            context: Some(c),
+            context_source: None,
+            state: None,
+            file: None,
+        };
+        e.models = vec![model("gemma3:4b", 4096), model("qwen3-coder:latest", 65536)];
+        let html = endpoints(Ok(&[e]));
+        assert_eq!(html.matches("class=\"refused\"").count(), 1, "{html}");
+        assert!(
+            html.contains("gemma3:4b: window 4,096 tokens per slot")
+                && html.contains("OLLAMA_CONTEXT_LENGTH=65536 ollama serve"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -34,5 +34,6 @@ mod slots;
 mod swap;
 mod tasks;
 mod transport;
+mod truncation;
 mod trust;
 mod ui;

@@ -204,3 +204,57 @@ async fn a_model_not_loaded_loads_on_first_use() {
     );
     assert_eq!(fake.messages().len(), 1, "{:?}", fake.hits());
 }
+
+/// Ollama's thinking models think by default (routes.go:2613-2631 at
+/// v0.33.0-rc2) and stream a thinking block with no signature
+/// (anthropic.go:749-980): the job goes on through a tool call, and the
+/// next request carries the thinking back to Ollama (the round trip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_with_no_signature_round_trips() {
+    use crate::support::script::{self, Reply};
+    let fake = fake_ollama::spawn(vec![model("qwen3:latest", 65536, true)]).await;
+    let e = env(fake.url(), None);
+    let path = e.work().join("notes.txt");
+    std::fs::write(&path, "the answer is 42\n").unwrap();
+    let thought = "I should read notes.txt before I answer.";
+    fake.set_script(std::sync::Arc::new(
+        move |req: &Value| match script::tool_results(req) {
+            0 => Reply::ThinkThen {
+                thinking: thought.into(),
+                then: Box::new(Reply::Tool {
+                    name: "Read".into(),
+                    input: json!({"file_path": path}),
+                }),
+            },
+            _ => Reply::Text("It says 42.".into()),
+        },
+    ));
+    let out = localagents(
+        &e,
+        &[
+            "run",
+            "--model",
+            "qwen3:latest",
+            "--json",
+            "What does notes.txt say?",
+        ],
+    )
+    .await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["result"], "It says 42.", "{rec}");
+    let sent = fake.messages();
+    let last = sent.last().expect("requests");
+    let thinking: Vec<Value> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "thinking")
+        .cloned()
+        .collect();
+    assert_eq!(thinking.len(), 1, "{last}");
+    assert_eq!(thinking[0]["thinking"], thought, "{last}");
+}

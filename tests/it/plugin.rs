@@ -105,6 +105,23 @@ fn setup_writes_config_and_registers_the_plugin_idempotently() {
     );
     assert!(text.contains("wrote a starter"), "{text}");
     assert!(h.home().join(".config/localagents/models.yaml").is_file());
+    // The starter probes the local defaults (llama.cpp, Ollama, LM
+    // Studio); the remote examples are comments, so a newcomer's first
+    // doctor names no example host (issue 44). Before, it printed a
+    // failure for gpu-server.lan.
+    let doctor = setup.command(["doctor"]).output().unwrap();
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(!said.contains("gpu-server"), "{said}");
+    assert!(said.contains("127.0.0.1:11434"), "{said}");
+    let st = setup.command(["status", "--json"]).output().unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let names: Vec<&str> = st["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["local", "local-9931", "ollama", "lmstudio"], "{st}");
     assert!(
         h.home()
             .join(".local/share/localagents/plugin/plugin/localagents")

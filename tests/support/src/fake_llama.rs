@@ -647,19 +647,10 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
     (total, cached)
 }
 
-/// The count after Ollama's silent cut to `window`: whole messages
-/// dropped from the front (the system prompt and tools, and the last
-/// message, stay) until the prompt fits. Kept in `st.truncations`.
+/// The count after Ollama's silent cut to `window`
+/// ([`super::tokens::silently_cut`]). Kept in `st.truncations`.
 fn silently_cut(st: &LlamaState, req: &Value, bytes: u64, whole: u64, window: u64) -> u64 {
-    let mut kept = whole;
-    if let Some(ms) = req["messages"].as_array() {
-        let each: Vec<u64> = ms.iter().map(super::tokens::count).collect();
-        let mut i = 0;
-        while kept > window && i + 1 < each.len() {
-            kept = kept.saturating_sub(each[i]);
-            i += 1;
-        }
-    }
+    let kept = super::tokens::silently_cut(req, whole, window);
     if let Ok(mut t) = st.truncations.lock() {
         t.push((bytes, whole, kept));
     }

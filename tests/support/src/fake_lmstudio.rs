@@ -32,6 +32,28 @@ use serde_json::{Value, json};
 use super::fake_llama::Running;
 use super::script::{self, Reply, Script};
 
+/// What the fake does with a prompt longer than the loaded window. No
+/// documentation says what the Anthropic endpoint does; these are the
+/// answers users saw on the other endpoints
+/// (../shared/reference/ollama-lmstudio.md B5).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Overflow {
+    /// HTTP 400 `{"error": "… (n_keep: N>= n_ctx: W) …"}`
+    /// (Gitlawb/openclaude#353, 2026-04, the OpenAI endpoint).
+    #[default]
+    Error400,
+    /// HTTP 200 carrying that error (BT#2322 on 0.4.21).
+    Error200,
+    /// HTTP 200, an empty stream with usage 0 (BT#2339, GGUF, 2026-08).
+    EmptyStream,
+    // Not here: the SDK's default policy, `truncateMiddle`
+    // (lmstudio-js `packages/lms-kv-config/src/schema.ts:74`), which no
+    // report shows through the API, nor what count it would give.
+}
+
+/// The empty stream of BT#2339: no content block, usage 0.
+pub const EMPTY_STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
 /// One downloaded model.
 #[derive(Debug, Clone)]
 pub struct LModel {
@@ -64,6 +86,10 @@ pub struct LmsState {
     token: Mutex<Option<String>>,
     /// Requests refused for want of the token, `METHOD /path`.
     pub unauthorized: Mutex<Vec<String>>,
+    overflow: Mutex<Overflow>,
+    /// Each `/v1/messages` request's bytes, its tokens, and the tokens
+    /// reported as read.
+    pub truncations: Mutex<Vec<(u64, u64, u64)>>,
 }
 
 pub struct FakeLmStudio {
@@ -96,6 +122,14 @@ impl FakeLmStudio {
     }
     pub fn unauthorized(&self) -> Vec<String> {
         self.state.unauthorized.lock().unwrap().clone()
+    }
+    /// What a prompt over the window gets.
+    pub fn set_overflow(&self, o: Overflow) {
+        *self.state.overflow.lock().unwrap() = o;
+    }
+    /// Each request's (bytes, tokens, tokens reported).
+    pub fn truncations(&self) -> Vec<(u64, u64, u64)> {
+        self.state.truncations.lock().unwrap().clone()
     }
     /// Answer as 0.3.x does: `/api/v1/*` is an unknown path, v0 remains.
     pub fn without_v1_api(&self) {
@@ -242,7 +276,40 @@ async fn messages(State(st): State<Arc<LmsState>>, body: axum::body::Bytes) -> R
         )
             .into_response();
     }
-    let input = body.len() as u64 / 4;
+    let window = st
+        .models
+        .iter()
+        .find(|m| m.key == model)
+        .map_or(u64::MAX, |m| m.context);
+    let whole = super::tokens::count(&req);
+    let over = whole > window;
+    let overflow = *st.overflow.lock().unwrap();
+    let input = if over { 0 } else { whole };
+    st.truncations
+        .lock()
+        .unwrap()
+        .push((body.len() as u64, whole, input));
+    if over && matches!(overflow, Overflow::Error400 | Overflow::Error200) {
+        let error = format!(
+            "The number of tokens to keep from the initial prompt is greater than the context length (n_keep: {whole}>= n_ctx: {window}). Try to load the model with a larger context length, or provide a shorter input."
+        );
+        let status = if overflow == Overflow::Error400 {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        return (
+            status,
+            [("content-type", "application/json; charset=utf-8")],
+            json!({ "error": error }).to_string(),
+        )
+            .into_response();
+    }
+    let reply = if over && overflow == Overflow::EmptyStream {
+        Reply::RawSse(EMPTY_STREAM.into())
+    } else {
+        reply
+    };
     if req["stream"] == true {
         let text = script::message_sse(&model, &reply, input, 0);
         return (
@@ -301,6 +368,8 @@ pub async fn spawn(models: Vec<LModel>) -> FakeLmStudio {
         v1_api: std::sync::atomic::AtomicBool::new(true),
         token: Mutex::new(None),
         unauthorized: Mutex::new(Vec::new()),
+        overflow: Mutex::new(Overflow::default()),
+        truncations: Mutex::new(Vec::new()),
     });
     let app = Router::new()
         .route("/v1/models", get(v1_models))

@@ -14,7 +14,9 @@
 //!
 //! A model's window is the one it is loaded with (`OModel::context`): on
 //! the real server the Modelfile's `num_ctx`, `OLLAMA_CONTEXT_LENGTH` or
-//! the VRAM default (4096 below 23 GiB).
+//! the VRAM default (4096 below 23 GiB). A prompt over it is cut
+//! silently, as the real one does ([`super::tokens::silently_cut`]): the
+//! count (`tokens::count`, pre-tokens) is what it kept.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -52,6 +54,9 @@ pub struct OllamaState {
     pub loads: Mutex<Vec<Value>>,
     /// The bodies of `POST /v1/messages`, in order.
     pub messages: Mutex<Vec<Value>>,
+    /// Each `/v1/messages` request's bytes, its tokens, and the tokens
+    /// kept after the silent cut (and reported as `input_tokens`).
+    pub truncations: Mutex<Vec<(u64, u64, u64)>>,
 }
 
 pub struct FakeOllama {
@@ -74,6 +79,10 @@ impl FakeOllama {
     }
     pub fn messages(&self) -> Vec<Value> {
         self.state.messages.lock().unwrap().clone()
+    }
+    /// Each request's (bytes, tokens, tokens kept and reported).
+    pub fn truncations(&self) -> Vec<(u64, u64, u64)> {
+        self.state.truncations.lock().unwrap().clone()
     }
     pub fn loaded(&self) -> Vec<String> {
         self.state.loaded.lock().unwrap().iter().cloned().collect()
@@ -216,9 +225,23 @@ async fn messages(
         )
             .into_response();
     }
-    let input = body.len() as u64 / 4;
+    // Ollama cuts a prompt over the window silently and counts what it
+    // kept (routes.go:2695 truncate on; prompt.go:20-92).
+    let window = st
+        .models
+        .iter()
+        .find(|m| m.name == model)
+        .map_or(u64::MAX, |m| m.context);
+    let whole = super::tokens::count(&req);
+    let input = super::tokens::silently_cut(&req, whole, window);
+    st.truncations
+        .lock()
+        .unwrap()
+        .push((body.len() as u64, whole, input));
     if req["stream"] == true {
-        let text = script::message_sse(&model, &reply, input, 0);
+        // anthropic.go:1077-1117: the start's count is len(chars)/4.
+        let estimate = body.len() as u64 / 4;
+        let text = script::message_sse_estimated(&model, &reply, estimate, input);
         return (
             StatusCode::OK,
             [("content-type", "text/event-stream")],
@@ -226,7 +249,12 @@ async fn messages(
         )
             .into_response();
     }
-    axum::Json(script::message_json(&model, &reply, input, 0)).into_response()
+    let mut answer = script::message_json(&model, &reply, input, 0);
+    // anthropic.go:219-222: no cache fields.
+    if let Some(u) = answer["usage"].as_object_mut() {
+        u.remove("cache_read_input_tokens");
+    }
+    axum::Json(answer).into_response()
 }
 
 async fn record(
@@ -254,6 +282,7 @@ pub async fn spawn(models: Vec<OModel>) -> FakeOllama {
         hits: Mutex::new(Vec::new()),
         loads: Mutex::new(Vec::new()),
         messages: Mutex::new(Vec::new()),
+        truncations: Mutex::new(Vec::new()),
     });
     let app = Router::new()
         // O:server/routes.go:1877-1878.

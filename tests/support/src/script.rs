@@ -146,6 +146,35 @@ pub fn message_json(model: &str, reply: &Reply, input: u64, cached: u64) -> Valu
 
 /// The SSE events of a Messages response, as llama.cpp sends them.
 pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> String {
+    sse_with(
+        model,
+        reply,
+        json!({"input_tokens": input, "cache_read_input_tokens": cached, "output_tokens": 0}),
+        json!({"output_tokens": 9}),
+        true,
+    )
+}
+
+/// A stream as Ollama's `/v1/messages` sends it
+/// (`anthropic/anthropic.go` at v0.33.0-rc2; ../shared/reference/
+/// ollama-lmstudio.md A4): `message_start` carries an estimate
+/// (`len(chars)/4` of the request), `message_delta` the real count,
+/// `input_tokens` and `output_tokens` only; a thinking block has no
+/// signature (anthropic.go:749-980).
+pub fn message_sse_estimated(model: &str, reply: &Reply, estimate: u64, input: u64) -> String {
+    sse_with(
+        model,
+        reply,
+        json!({"input_tokens": estimate, "output_tokens": 0}),
+        json!({"input_tokens": input, "output_tokens": 9}),
+        false,
+    )
+}
+
+/// The events of `reply`, `start` and `end` the usage of `message_start`
+/// and `message_delta`; `signature`: a thinking block ends with an empty
+/// `signature_delta` (llama.cpp), or with none (Ollama).
+fn sse_with(model: &str, reply: &Reply, start: Value, end: Value, signature: bool) -> String {
     if let Reply::RawSse(s) = reply {
         return s.clone();
     }
@@ -160,7 +189,7 @@ pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> Strin
         json!({"type": "message_start", "message": {
             "id": msg_id(), "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input, "cache_read_input_tokens": cached, "output_tokens": 0}
+            "usage": start
         }}),
     )];
     for (i, b) in content.iter().enumerate() {
@@ -174,7 +203,9 @@ pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> Strin
         } else if b["type"] == "thinking" {
             ev.push(("content_block_start".into(), json!({"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": ""}})));
             ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": b["thinking"]}})));
-            ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": ""}})));
+            if signature {
+                ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": ""}})));
+            }
         } else {
             ev.push(("content_block_start".into(), json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})));
             ev.push(("content_block_delta".into(), json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": b["input"].to_string()}})));
@@ -184,7 +215,7 @@ pub fn message_sse(model: &str, reply: &Reply, input: u64, cached: u64) -> Strin
             json!({"type": "content_block_stop", "index": i}),
         ));
     }
-    ev.push(("message_delta".into(), json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 9}})));
+    ev.push(("message_delta".into(), json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": end})));
     ev.push(("message_stop".into(), json!({"type": "message_stop"})));
     ev.iter()
         .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
