@@ -1862,3 +1862,46 @@ fn t21_a_whitespace_heavy_prompt_does_not_trip_the_truncation_guard() {
     );
     assert_read_at_least_its_bound(&reqs);
 }
+
+/// Issue 44: the truncation guard's bound (`shim::truncation::words`: runs
+/// of letters and of ASCII digits within words) is never above what the
+/// real server's tokenizer counts (`POST /tokenize`), on the texts that
+/// press it hardest: dense code, hashes and identifiers that mix letters
+/// and digits, other scripts' digits, padded tables, compact JSON.
+#[test]
+fn t22_the_truncation_bound_is_below_the_real_tokenizer_count() {
+    let url = need("LOCALAGENTS_E2E_URL");
+    let dense: String = (0..200)
+        .map(|l| format!("a[{l}] = b[{}] + c[{}];\n", l % 97, l % 89))
+        .collect();
+    let table: String = (0..100)
+        .map(|i| format!("{:>40}{:<40}|{:-<30}|\n", format!("row {i}"), "", ""))
+        .collect();
+    let texts = [
+        dense,
+        table,
+        "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 uuid 3f2a9c1e-7b4d-4e8a-9c2f-1a2b3c4d5e6f".repeat(20),
+        "int64 x86_64 utf8 h264 mp3 0x1fA3 v1.2.3 2026-12-04T21:14:15Z md5sum base64 i18n k8s".repeat(30),
+        "১২শ অধ্যায় 第3章 Привет2мир 日本語123 ٣٤٥abc ⅷ² x²+y²".repeat(30),
+        json!({"file_path": "/src/a1/b2.rs", "old_string": "let x1 = v[0]+v[1];", "new_string": "let x2=v[2]*3;", "n": [1, 22, 333, 4444]}).to_string().repeat(30),
+    ];
+    for text in &texts {
+        let out = Command::new("curl")
+            .args(["-fsS", "-H", "content-type: application/json", "-d"])
+            .arg(json!({"content": text}).to_string())
+            .arg(format!("{url}/tokenize"))
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let real = v["tokens"].as_array().expect("tokens").len() as u64;
+        let bound = localagents::shim::truncation::words(text);
+        eprintln!(
+            "bound {bound} of {real} real tokens ({:.2}), {} bytes: {}",
+            bound as f64 / real as f64,
+            text.len(),
+            text.chars().take(40).collect::<String>()
+        );
+        assert!(bound <= real, "bound {bound} > {real} real tokens: {text}");
+    }
+}
