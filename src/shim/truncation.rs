@@ -25,6 +25,9 @@
 //!   baichuan's HTML tags `<h1>` to `<h6>`), so each switch is a token
 //!   boundary.
 //!
+//! (e2e `t23_no_token_of_any_shipped_vocabulary_holds_two_runs` reads
+//! each vocabulary; `t22_the_truncation_bound_is_below_the_real_tokenizer_count`
+//! checks the bound against the real server's `/tokenize`.)
 //! So a text has at least as many tokens as runs. Measured, the bound is
 //! 0.1 to 0.3 of the real count for prose; for dense code (`a[1] =
 //! b[2];`) counting runs instead of words lifts it from about 0.25 to

@@ -15,9 +15,10 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/e2e-real.sh")
 /// The variables the script provisions or reads, cleared so a developer's
 /// own environment (an `eval` of `scripts/e2e-real.sh provision`) plays no
 /// part; the test sets those it means.
-const SEAMS: [&str; 8] = [
+const SEAMS: [&str; 9] = [
     "LOCALAGENTS_E2E_SERVER",
     "LOCALAGENTS_E2E_MODEL",
+    "LOCALAGENTS_E2E_VOCABS",
     "LOCALAGENTS_E2E_LLAMA_BUILD",
     "LOCALAGENTS_E2E_URL",
     "LOCALAGENTS_CLAUDE",
@@ -83,6 +84,7 @@ exec python3 "$@"
         cmd.env("XDG_CACHE_HOME", self.path("cache"))
             .env("PYTHON", self.path("python"))
             .env("LOCALAGENTS_E2E_MODEL", self.path("model.gguf"))
+            .env("LOCALAGENTS_E2E_VOCABS", self.path("vocabs"))
             .env("LOCALAGENTS_CLAUDE", "/nonexistent/claude")
             .env("LOCALAGENTS_VLLM_ROUTER", "/nonexistent/vllm-router");
         for (k, v) in env {
