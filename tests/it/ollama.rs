@@ -258,3 +258,45 @@ async fn thinking_with_no_signature_round_trips() {
     assert_eq!(thinking.len(), 1, "{last}");
     assert_eq!(thinking[0]["thinking"], thought, "{last}");
 }
+
+/// With no config at all, Ollama and LM Studio on their default ports
+/// (11434, 1234) are found beside llama.cpp's (8080, 9931), in the one
+/// probe round, each with its window; the ports that do not answer are
+/// not reported. The stand-ins take the real ports: when either is taken
+/// on this machine (a real server), the skip is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_finds_both_on_their_default_ports() {
+    let test = "zero_config_finds_both_on_their_default_ports";
+    let Some(ollama) =
+        fake_ollama::spawn_on(vec![model("qwen3-coder:latest", 65536, true)], 11434).await
+    else {
+        return crate::support::skip(test, "port 11434 is taken (an Ollama running here?)");
+    };
+    let Some(lms) = crate::support::fake_lmstudio::spawn_on(
+        vec![crate::lmstudio::model("qwen/qwen3-coder-30b", 32768, true)],
+        1234,
+    )
+    .await
+    else {
+        return crate::support::skip(test, "port 1234 is taken (an LM Studio running here?)");
+    };
+    let e = Harness::new().no_config();
+    let t = Instant::now();
+    let st = localagents_json(&e, &["status", "--json"]).await;
+    let took = t.elapsed();
+    let eps = st["endpoints"].as_array().unwrap();
+    let names: Vec<&str> = eps.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["ollama", "lmstudio"], "{st}");
+    assert_eq!(
+        by_id(&eps[0], "qwen3-coder:latest")["context"],
+        65536,
+        "{st}"
+    );
+    assert_eq!(
+        by_id(&eps[1], "qwen/qwen3-coder-30b")["context"],
+        32768,
+        "{st}"
+    );
+    assert!(!ollama.hits().is_empty() && !lms.hits().is_empty());
+    eprintln!("zero config, status --json with Ollama and LM Studio on their ports: {took:?}");
+}

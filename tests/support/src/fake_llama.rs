@@ -213,18 +213,24 @@ pub struct Running {
 
 impl Running {
     pub async fn serve(app: Router) -> Running {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Running::serve_on(app, 0).await.expect("bind")
+    }
+
+    /// Serve `app` on loopback `port` (0: any free one); `None` when the
+    /// port is taken.
+    pub async fn serve_on(app: Router, port: u16) -> Option<Running> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
-            .expect("bind");
+            .ok()?;
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Running {
+        Some(Running {
             addr,
             url: format!("http://{addr}"),
             task,
-        }
+        })
     }
 }
 

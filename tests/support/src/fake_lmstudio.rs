@@ -353,6 +353,12 @@ async fn record(
 }
 
 pub async fn spawn(models: Vec<LModel>) -> FakeLmStudio {
+    spawn_on(models, 0).await.expect("bind")
+}
+
+/// The fake on loopback `port` (its real default port, say); `None` when
+/// the port is taken.
+pub async fn spawn_on(models: Vec<LModel>, port: u16) -> Option<FakeLmStudio> {
     let loaded = models
         .iter()
         .filter(|m| m.loaded)
@@ -380,6 +386,6 @@ pub async fn spawn(models: Vec<LModel>) -> FakeLmStudio {
         .fallback(unexpected)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))
         .with_state(state.clone());
-    let server = Running::serve(app).await;
-    FakeLmStudio { server, state }
+    let server = Running::serve_on(app, port).await?;
+    Some(FakeLmStudio { server, state })
 }

@@ -270,6 +270,12 @@ async fn record(
 }
 
 pub async fn spawn(models: Vec<OModel>) -> FakeOllama {
+    spawn_on(models, 0).await.expect("bind")
+}
+
+/// The fake on loopback `port` (its real default port, say); `None` when
+/// the port is taken.
+pub async fn spawn_on(models: Vec<OModel>, port: u16) -> Option<FakeOllama> {
     let loaded = models
         .iter()
         .filter(|m| m.loaded)
@@ -299,6 +305,6 @@ pub async fn spawn(models: Vec<OModel>) -> FakeOllama {
         .fallback(|| async { not_found() })
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))
         .with_state(state.clone());
-    let server = Running::serve(app).await;
-    FakeOllama { server, state }
+    let server = Running::serve_on(app, port).await?;
+    Some(FakeOllama { server, state })
 }
