@@ -190,7 +190,7 @@ pub fn http(ep: &Endpoint, path: &str, status: u16, body: &[u8]) -> (FailureKind
         ),
         404 => (
             FailureKind::Http,
-            format!("GET {path} answered 404: this does not look like a llama.cpp, vLLM or OpenAI-compatible server; check base_url"),
+            format!("GET {path} answered 404: this does not look like a llama.cpp, vLLM, Ollama, LM Studio or OpenAI-compatible server; check base_url"),
         ),
         _ => (
             FailureKind::Http,

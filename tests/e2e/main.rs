@@ -1091,6 +1091,17 @@ fn t14_eval_on_the_real_server() {
             t["name"], t["passed"], t["elapsed_s"], t["overhead_ms"], t["failure"]
         );
     }
+    // Issue 44: the truncation guard never fired over the whole suite.
+    let mut reqs = Vec::new();
+    for job in std::fs::read_dir(d.state.join("jobs")).unwrap().flatten() {
+        let id = job.file_name().to_string_lossy().to_string();
+        reqs.extend(requests(&d.state, &id));
+    }
+    assert!(
+        reqs.iter().filter(|r| r["path"] == "/v1/messages").count() >= tasks.len(),
+        "every task's requests: {reqs:?}"
+    );
+    assert_read_at_least_its_bound(&reqs);
     let report: localagents::eval::EvalReport = serde_json::from_value(r.clone()).unwrap();
     eprintln!(
         "t14: the quick suite took {:.1} s\n{}",
