@@ -82,6 +82,16 @@ fn main() {
         }
         FOLD_MS.with(|f| f.set((b.len() / 1024, t.elapsed().as_secs_f64())));
     }
+    // The truncation guard's read of a request (issue 44), in process.
+    let sent_ms = {
+        let b = body_of(false, 105);
+        let n = if smoke { 100 } else { 1000 };
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(localagents::shim::truncation::Sent::of(&b));
+        }
+        t.elapsed().as_secs_f64() * 1000.0 / n as f64
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -147,7 +157,7 @@ fn main() {
         let (d50, s50) = (pct(&mut d, 0.5), pct(&mut s, 0.5));
         let (added, limit) = (s50 - d50, SMOKE_ADDED_PER_HOP * d50);
         println!(
-            "smoke shim: {body_kb:.0} KB request, p50 of {runs} runs: a bare loopback hop (straight to the fake) {d50:.3} ms, through the shim {s50:.3} ms, added {added:.3} ms = {:.2}x the hop; limit {SMOKE_ADDED_PER_HOP}x ({limit:.3} ms)",
+            "smoke shim: {body_kb:.0} KB request, p50 of {runs} runs: a bare loopback hop (straight to the fake) {d50:.3} ms, through the shim {s50:.3} ms, added {added:.3} ms = {:.2}x the hop; limit {SMOKE_ADDED_PER_HOP}x ({limit:.3} ms); of it, the truncation guard's read of the request {sent_ms:.3} ms",
             added / d50
         );
         if added > limit {
@@ -304,6 +314,7 @@ fn main() {
     );
     let (fkb, fms) = FOLD_MS.with(|f| f.get());
     println!("| fold_raw of a {fkb} KB Claude-Code-shaped body, in process | | {fms:.3} ms | | |");
+    println!("| the truncation guard's read (`Sent::of`) of a {body_kb:.0} KB body, in process | | {sent_ms:.3} ms | | |");
     println!(
         "| relay throughput | | {:.0} events/s | | |",
         EVENTS as f64 / (stot50 / 1000.0)

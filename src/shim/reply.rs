@@ -41,6 +41,9 @@ struct Turn {
     started: Instant,
     /// What the truncation guard knows of the request sent.
     sending: Option<Sending>,
+    /// Its read of the request, on the blocking pool while the request
+    /// goes out, and the turn it was sent at.
+    reading: Option<(u64, tokio::task::JoinHandle<Option<truncation::Sent>>)>,
 }
 
 /// Why a request ends without the backend's answer.
@@ -53,6 +56,17 @@ enum Failure {
 
 impl Turn {
     /// Answer with `f`, and log it.
+    /// The guard's read of the request sent, once it is done.
+    async fn read_sent(&mut self) {
+        let Some((turn, reading)) = self.reading.take() else {
+            return;
+        };
+        if let Ok(Some(sent)) = reading.await {
+            self.rec.lower_bound = Some(sent.lower_bound);
+            self.sending = Some(Sending { turn, sent });
+        }
+    }
+
     fn fail(self, f: Failure) -> Response {
         match f {
             Failure::Answer(tr) => reply_error(&self.route, tr, self.rec, self.started, self.notes),
@@ -78,6 +92,7 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         notes: Vec::new(),
         started,
         sending: None,
+        reading: None,
     };
     let (mut out, tools) = match outgoing(&mut t, body) {
         Ok(o) => o,
@@ -99,6 +114,7 @@ pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(f) => return t.fail(f),
     };
+    t.read_sent().await;
     // A request whose bound is above the window, answered 200: the
     // server cut it. Nothing of the answer is read; it is closed.
     if let Some(s) = &t.sending
@@ -159,11 +175,12 @@ fn outgoing(t: &mut Turn, body: Bytes) -> Result<(Bytes, Option<repair::LazyTool
         return Err(errors::stuck(&why));
     }
     let out = Bytes::from(p.body);
-    if let Some(sent) = truncation::Sent::of(&out) {
-        t.rec.lower_bound = Some(sent.lower_bound);
-        let turn = t.route.guard.turns.fetch_add(1, Ordering::Relaxed) + 1;
-        t.sending = Some(Sending { turn, sent });
-    }
+    // The guard's read of the request (a parse and a walk of the whole
+    // body) runs on the blocking pool while the request is sent.
+    let turn = t.route.guard.turns.fetch_add(1, Ordering::Relaxed) + 1;
+    let body = out.clone();
+    let reading = tokio::task::spawn_blocking(move || truncation::Sent::of(&body));
+    t.reading = Some((turn, reading));
     let tools = p
         .tools_range
         .map(|(a, b)| repair::LazyTools::new(out.slice(a..b)));
@@ -332,6 +349,7 @@ fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
         mut notes,
         started,
         sending: _,
+        reading: _,
     } = t;
     rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
     rec.usage = tap.usage;
