@@ -314,7 +314,9 @@ fn main() {
     );
     let (fkb, fms) = FOLD_MS.with(|f| f.get());
     println!("| fold_raw of a {fkb} KB Claude-Code-shaped body, in process | | {fms:.3} ms | | |");
-    println!("| the truncation guard's read (`Sent::of`) of a {body_kb:.0} KB body, in process | | {sent_ms:.3} ms | | |");
+    println!(
+        "| the truncation guard's read (`Sent::of`) of a {body_kb:.0} KB body, in process | | {sent_ms:.3} ms | | |"
+    );
     println!(
         "| relay throughput | | {:.0} events/s | | |",
         EVENTS as f64 / (stot50 / 1000.0)

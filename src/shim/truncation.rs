@@ -107,37 +107,35 @@ impl Words {
         let mut i = 0;
         while i < b.len() && b[i].is_ascii() {
             let c = b[i];
-            if c.is_ascii_whitespace() || c == 0x0b {
-                self.last = None;
-            } else if c.is_ascii_alphanumeric() {
-                let class = if c.is_ascii_digit() {
-                    Class::Digit
-                } else {
-                    Class::Other
-                };
-                if self.last != Some(class) {
-                    self.n += 1;
-                    self.last = Some(class);
-                }
-            }
+            self.step(
+                c.is_ascii_whitespace() || c == 0x0b,
+                c.is_ascii_alphanumeric(),
+                c.is_ascii_digit(),
+            );
             i += 1;
         }
         if i == b.len() {
             return;
         }
         for c in s[i..].chars() {
-            if c.is_whitespace() {
-                self.last = None;
-            } else if c.is_alphanumeric() {
-                let class = if c.is_ascii_digit() {
-                    Class::Digit
-                } else {
-                    Class::Other
-                };
-                if self.last != Some(class) {
-                    self.n += 1;
-                    self.last = Some(class);
-                }
+            self.step(c.is_whitespace(), c.is_alphanumeric(), c.is_ascii_digit());
+        }
+    }
+
+    /// One character: white space ends a word; a letter or digit of
+    /// another class than the word's last starts a run.
+    fn step(&mut self, space: bool, alnum: bool, ascii_digit: bool) {
+        if space {
+            self.last = None;
+        } else if alnum {
+            let class = if ascii_digit {
+                Class::Digit
+            } else {
+                Class::Other
+            };
+            if self.last != Some(class) {
+                self.n += 1;
+                self.last = Some(class);
             }
         }
     }

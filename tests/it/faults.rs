@@ -22,7 +22,7 @@ async fn run_json(e: &Harness, args: &[&str]) -> Value {
 }
 
 /// The job's `requests.jsonl`, the /v1/messages lines.
-fn requests(rec: &Value) -> Vec<Value> {
+pub(crate) fn requests(rec: &Value) -> Vec<Value> {
     let dir = std::path::Path::new(rec["log_dir"].as_str().unwrap());
     std::fs::read_to_string(dir.join("requests.jsonl"))
         .unwrap_or_default()

@@ -532,10 +532,19 @@ async fn count_tokens_is_folded_or_estimated() {
         ..strict()
     })
     .await;
-    let h2 = Harness::new();
-    let (_s2, reg2) = ShimFor::new(fake2.url()).start(h2.dir()).await;
+    let (n, l) = count_through(fake2.url()).await;
+    assert!(n > 50, "{n}");
+    assert_eq!(l["estimated"], true);
+    assert_eq!(l["upstream_status"], 404);
+}
+
+/// A count_tokens of Claude Code's body through a shim to `url`: the
+/// count answered and the request log's line.
+async fn count_through(url: &str) -> (u64, Value) {
+    let h = Harness::new();
+    let (_s, reg) = ShimFor::new(url).start(h.dir()).await;
     let r = client()
-        .post(format!("{}/v1/messages/count_tokens", reg2.base_url))
+        .post(format!("{}/v1/messages/count_tokens", reg.base_url))
         .body(cc_body(false).to_string())
         .send()
         .await
@@ -544,46 +553,22 @@ async fn count_tokens_is_folded_or_estimated() {
     let n = r.json::<Value>().await.unwrap()["input_tokens"]
         .as_u64()
         .unwrap();
-    assert!(n > 50, "{n}");
-    let l = &log_lines(h2.dir())[0];
-    assert_eq!(l["estimated"], true);
-    assert_eq!(l["upstream_status"], 404);
+    (n, log_lines(h.dir())[0].clone())
 }
 
-/// Neither Ollama nor LM Studio serves count_tokens: each one's real
-/// answer gives an estimate. Ollama: gin's default 404, text/plain
-/// (server/routes.go:1870-1926 at v0.33.0-rc2, no such route); LM Studio:
-/// 200 with an error (lmstudio-bug-tracker#2055).
+/// Neither Ollama nor LM Studio serves count_tokens: the stand-ins answer
+/// it as the servers do, and the shim estimates. Ollama: gin's default 404,
+/// text/plain (server/routes.go:1870-1926 at v0.33.0-rc2, no such route);
+/// LM Studio: 200 with an error (lmstudio-bug-tracker#2055).
 #[tokio::test]
 async fn count_tokens_falls_back_on_each_servers_real_answer() {
-    for (status, content_type, body) in [
-        (404, "text/plain", "404 page not found".to_string()),
-        (
-            200,
-            "application/json; charset=utf-8",
-            r#"{"error":"Unexpected endpoint or method. (POST /v1/messages/count_tokens?beta=true)"}"#
-                .to_string(),
-        ),
-    ] {
-        let fake = fake_llama::spawn(fake_llama::LlamaOpts {
-            count_tokens_answer: Some((status, content_type, body)),
-            ..strict()
-        })
-        .await;
-        let h = Harness::new();
-        let (_s, reg) = ShimFor::new(fake.url()).start(h.dir()).await;
-        let r = client()
-            .post(format!("{}/v1/messages/count_tokens", reg.base_url))
-            .body(cc_body(false).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        let n = r.json::<Value>().await.unwrap()["input_tokens"]
-            .as_u64()
-            .unwrap();
+    let ollama =
+        crate::support::fake_ollama::spawn(vec![crate::ollama::model("m", 65536, true)]).await;
+    let lms =
+        crate::support::fake_lmstudio::spawn(vec![crate::lmstudio::model("m", 65536, true)]).await;
+    for (url, status) in [(ollama.url(), 404), (lms.url(), 200)] {
+        let (n, l) = count_through(url).await;
         assert!(n > 50, "{status}: {n}");
-        let l = &log_lines(h.dir())[0];
         assert_eq!(l["estimated"], true, "{l}");
         assert_eq!(l["upstream_status"], status, "{l}");
     }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::faults::requests;
 use crate::jobs::strict_fake_opts;
 use crate::support::fake_llama;
 use crate::support::fake_lmstudio::{self, LModel, Overflow};
@@ -85,15 +86,23 @@ fn env(url: &str) -> Harness {
     ))
 }
 
-/// The job's `requests.jsonl`, the /v1/messages lines.
-fn requests(rec: &Value) -> Vec<Value> {
-    let dir = std::path::Path::new(rec["log_dir"].as_str().unwrap());
-    std::fs::read_to_string(dir.join("requests.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v["path"] == "/v1/messages")
-        .collect()
+/// A job on `model` at `url` (a 32,768 window) whose model Reads
+/// [`dense_file`] (`script` sets the fake's script): its environment
+/// (which holds its logs) and its record.
+async fn read_dense(
+    url: &str,
+    model: &str,
+    script: impl FnOnce(script::Script),
+) -> (Harness, Value) {
+    let e = env(url);
+    script(reading(vec![dense_file(&e)]));
+    let rec = localagents_json(
+        &e,
+        &["run", "--model", model, "--json", "Read dense/table.c."],
+    )
+    .await;
+    assert_eq!(rec["context"], 32768, "{rec}");
+    (e, rec)
 }
 
 /// The job failed with the truncation sentence and `fix`; it was caught
@@ -122,7 +131,7 @@ fn caught_at_the_first_cut(server: &str, rec: &Value, cuts: &[(u64, u64, u64)], 
     let caught = logged
         .iter()
         .position(|r| r["truncated"].is_object())
-        .expect("a request record has it");
+        .unwrap_or_else(|| panic!("a request record has it: {logged:#?}"));
     assert!(
         logged[caught]["translated"]
             .as_str()
@@ -179,20 +188,7 @@ async fn ollama_cutting_past_its_window_stops_the_job_with_its_fix() {
         true,
     )])
     .await;
-    let e = env(fake.url());
-    fake.set_script(reading(vec![dense_file(&e)]));
-    let rec = localagents_json(
-        &e,
-        &[
-            "run",
-            "--model",
-            "qwen3-coder:latest",
-            "--json",
-            "Read dense/table.c.",
-        ],
-    )
-    .await;
-    assert_eq!(rec["context"], 32768, "{rec}");
+    let (_e, rec) = read_dense(fake.url(), "qwen3-coder:latest", |s| fake.set_script(s)).await;
     caught_at_the_first_cut(
         "Ollama",
         &rec,
@@ -225,20 +221,8 @@ async fn lmstudio_overflow_answers_each_end_the_job_with_its_fix() {
     ] {
         let fake = fake_lmstudio::spawn(vec![lms_model()]).await;
         fake.set_overflow(overflow);
-        let e = env(fake.url());
-        fake.set_script(reading(vec![dense_file(&e)]));
-        let rec = localagents_json(
-            &e,
-            &[
-                "run",
-                "--model",
-                "qwen/qwen3-coder-30b",
-                "--json",
-                "Read dense/table.c.",
-            ],
-        )
-        .await;
-        assert_eq!(rec["context"], 32768, "{overflow:?}: {rec}");
+        let (_e, rec) =
+            read_dense(fake.url(), "qwen/qwen3-coder-30b", |s| fake.set_script(s)).await;
         let fix = "lms load qwen/qwen3-coder-30b --context-length 65536";
         let cuts = fake.truncations();
         if overflow == Overflow::EmptyStream {

@@ -54,9 +54,6 @@ pub struct LlamaOpts {
     /// same. Each request's (bytes, count before, count reported) is kept
     /// in [`LlamaState::truncations`].
     pub truncate_past: Option<u64>,
-    /// `/v1/messages/count_tokens` answers this status, content type and
-    /// body as they are (another server's real answer).
-    pub count_tokens_answer: Option<(u16, &'static str, String)>,
 }
 
 impl Default for LlamaOpts {
@@ -74,7 +71,6 @@ impl Default for LlamaOpts {
             count_tokens: true,
             prefix_cache: false,
             truncate_past: None,
-            count_tokens_answer: None,
         }
     }
 }
@@ -675,14 +671,6 @@ fn strip_cache_control(v: &mut Value) {
 }
 
 async fn count_tokens(State(st): State<Arc<LlamaState>>, body: axum::body::Bytes) -> Response {
-    if let Some((status, content_type, answer)) = st.opts.count_tokens_answer.clone() {
-        return (
-            StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
-            [("content-type", content_type)],
-            answer,
-        )
-            .into_response();
-    }
     if !st.opts.count_tokens {
         return err(404, "not_found_error", "File Not Found");
     }
