@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::ollama::{by_id, env, record, status};
 use crate::support::fake_lmstudio::{self, LModel};
-use crate::support::harness::{call, localagents, serve};
+use crate::support::harness::localagents;
 
 pub(crate) fn model(key: &str, context: u64, loaded: bool) -> LModel {
     LModel {
@@ -124,20 +124,7 @@ async fn a_4096_window_is_refused_with_the_fix() {
     let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 4096, true)]).await;
     let e = env(fake.url(), None);
     let fix = "lms load qwen3-coder-30b --context-length 65536";
-    let (ep, _) = status(&e).await;
-    assert_eq!(by_id(&ep, "qwen3-coder-30b")["context"], 4096, "{ep}");
-    assert!(ep["warnings"].to_string().contains(fix), "{ep}");
-
-    let c = serve(&e, None).await;
-    let (err, v) = call(
-        &c,
-        "run_agent",
-        json!({"task": "Say hi.", "model": "qwen3-coder-30b"}),
-    )
-    .await;
-    assert!(err, "{v}");
-    let v = v.to_string();
-    assert!(v.contains(fix) && v.contains("window 4,096 tokens"), "{v}");
+    crate::ollama::refused_with_the_fix(&e, "qwen3-coder-30b", fix).await;
     assert!(
         fake.messages().is_empty(),
         "a job started: {:?}",
@@ -149,16 +136,7 @@ async fn a_4096_window_is_refused_with_the_fix() {
 async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
     let fake = fake_lmstudio::spawn(vec![model("qwen3-coder-30b", 65536, true)]).await;
     let e = env(fake.url(), None);
-    let out = localagents(
-        &e,
-        &["run", "--model", "qwen3-coder-30b", "--json", "Say hi."],
-    )
-    .await;
-    let rec = record(&out);
-    assert_eq!(rec["status"], "succeeded", "{rec}");
-    assert_eq!(rec["context"], 65536, "{rec}");
-    let first = fake.messages().into_iter().next().expect("a request");
-    assert_eq!(first["max_tokens"], 8192, "{first}");
+    crate::ollama::a_64k_job(&e, "qwen3-coder-30b", || fake.messages().into_iter().next()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

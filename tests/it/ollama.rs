@@ -107,33 +107,47 @@ pub(crate) fn record(out: &std::process::Output) -> Value {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_4096_window_is_refused_with_the_fix() {
-    let fake = fake_ollama::spawn(vec![model("gemma3:4b", 4096, true)]).await;
-    let e = env(fake.url(), None);
-    let fix = "OLLAMA_CONTEXT_LENGTH=65536 ollama serve";
-    let (ep, _) = status(&e).await;
-    assert_eq!(by_id(&ep, "gemma3:4b")["context"], 4096, "{ep}");
+/// `model`'s 4,096 window on the server behind `e` is refused with `fix`
+/// in `status`, `doctor`, `run_agent` and `list_models`.
+pub(crate) async fn refused_with_the_fix(e: &Harness, model: &str, fix: &str) {
+    let (ep, _) = status(e).await;
+    assert_eq!(by_id(&ep, model)["context"], 4096, "{ep}");
     let w = ep["warnings"].to_string();
     assert!(w.contains(fix) && w.contains("no job starts on it"), "{w}");
 
-    let out = localagents(&e, &["doctor"]).await;
+    let out = localagents(e, &["doctor"]).await;
     let doctor = String::from_utf8_lossy(&out.stdout);
     assert!(doctor.contains(fix), "{doctor}");
 
-    let c = serve(&e, None).await;
-    let (err, v) = call(
-        &c,
-        "run_agent",
-        json!({"task": "Say hi.", "model": "gemma3:4b"}),
-    )
-    .await;
+    let c = serve(e, None).await;
+    let (err, v) = call(&c, "run_agent", json!({"task": "Say hi.", "model": model})).await;
     assert!(err, "{v}");
     let v = v.to_string();
     assert!(v.contains(fix) && v.contains("window 4,096 tokens"), "{v}");
     let (err, v) = call(&c, "list_models", json!({})).await;
     assert!(!err, "{v}");
     assert!(v.to_string().contains(fix), "{v}");
+}
+
+/// A job on `model` (a 65,536 window) succeeds, and the delegate is told
+/// the window: `CLAUDE_CODE_MAX_OUTPUT_TOKENS` = 65536/8 is set only
+/// beside `CLAUDE_CODE_MAX_CONTEXT_TOKENS=65536` (session_env.rs), so the
+/// first request's `max_tokens` is 8192. `first` is the server's first
+/// request.
+pub(crate) async fn a_64k_job(e: &Harness, model: &str, first: impl FnOnce() -> Option<Value>) {
+    let out = localagents(e, &["run", "--model", model, "--json", "Say hi."]).await;
+    let rec = record(&out);
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 65536, "{rec}");
+    let first = first().expect("a request");
+    assert_eq!(first["max_tokens"], 8192, "{first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4096_window_is_refused_with_the_fix() {
+    let fake = fake_ollama::spawn(vec![model("gemma3:4b", 4096, true)]).await;
+    let e = env(fake.url(), None);
+    refused_with_the_fix(&e, "gemma3:4b", "OLLAMA_CONTEXT_LENGTH=65536 ollama serve").await;
     assert!(
         fake.messages().is_empty(),
         "a job started: {:?}",
@@ -145,18 +159,10 @@ async fn a_4096_window_is_refused_with_the_fix() {
 async fn a_64k_job_succeeds_and_the_delegate_is_told_65536() {
     let fake = fake_ollama::spawn(vec![model("qwen3-coder:latest", 65536, true)]).await;
     let e = env(fake.url(), None);
-    let out = localagents(
-        &e,
-        &["run", "--model", "qwen3-coder:latest", "--json", "Say hi."],
-    )
+    a_64k_job(&e, "qwen3-coder:latest", || {
+        fake.messages().into_iter().next()
+    })
     .await;
-    let rec = record(&out);
-    assert_eq!(rec["status"], "succeeded", "{rec}");
-    assert_eq!(rec["context"], 65536, "{rec}");
-    // CLAUDE_CODE_MAX_OUTPUT_TOKENS = 65536/8 is set only beside
-    // CLAUDE_CODE_MAX_CONTEXT_TOKENS=65536 (session_env.rs).
-    let first = fake.messages().into_iter().next().expect("a request");
-    assert_eq!(first["max_tokens"], 8192, "{first}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
