@@ -157,7 +157,7 @@ fn main() {
         let (d50, s50) = (pct(&mut d, 0.5), pct(&mut s, 0.5));
         let (added, limit) = (s50 - d50, SMOKE_ADDED_PER_HOP * d50);
         println!(
-            "smoke shim: {body_kb:.0} KB request, p50 of {runs} runs: a bare loopback hop (straight to the fake) {d50:.3} ms, through the shim {s50:.3} ms, added {added:.3} ms = {:.2}x the hop; limit {SMOKE_ADDED_PER_HOP}x ({limit:.3} ms); of it, the truncation guard's read of the request {sent_ms:.3} ms",
+            "smoke shim: {body_kb:.0} KB request, p50 of {runs} runs: a bare loopback hop (straight to the fake) {d50:.3} ms, through the shim {s50:.3} ms, added {added:.3} ms = {:.2}x the hop; limit {SMOKE_ADDED_PER_HOP}x ({limit:.3} ms); the truncation guard's read of the request, on the blocking pool while it is sent, {sent_ms:.3} ms in process",
             added / d50
         );
         if added > limit {
