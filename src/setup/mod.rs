@@ -158,7 +158,7 @@ pub fn setup(ctx: &Context, root: Option<&Path>, out: &mut impl Write) -> std::i
                 crate::paths::write_atomic(&t, EXAMPLE_CONFIG.as_bytes())?;
                 writeln!(
                     out,
-                    "config: wrote a starter {} (edit base_url to point at your server)",
+                    "config: wrote a starter {} (it probes the local defaults: llama.cpp, Ollama, LM Studio; name your servers under `endpoints:` there)",
                     t.display()
                 )?;
             }
