@@ -154,6 +154,18 @@ pub(super) fn detect(declared: Option<Backend>, a: &Answers) -> Option<Backend> 
     }
 }
 
+/// Each model of `st` that [`small_window`] refuses, with its sentence
+/// (doctor's lines and the page's note say these).
+pub fn refusals(st: &EndpointStatus) -> Vec<String> {
+    let Some(backend) = Backend::parse(&st.backend) else {
+        return Vec::new();
+    };
+    st.models
+        .iter()
+        .filter_map(|m| small_window(backend, &m.id, m.context?))
+        .collect()
+}
+
 /// Why no job starts on `id`, when its window is under [`MIN_WINDOW`] on
 /// Ollama or LM Studio, with the server's own fix. Both default to small
 /// windows and truncate a longer prompt without an error, so a job there

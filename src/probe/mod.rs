@@ -31,7 +31,7 @@ use crate::config::{Backend, Config, Endpoint};
 pub use classify::FailureKind;
 pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 pub use fetch::probe;
-pub use local::small_window;
+pub use local::{refusals, small_window};
 pub use read::preset_window;
 pub use replicas::Replica;
 pub use types::{

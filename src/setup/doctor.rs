@@ -135,13 +135,8 @@ fn endpoint_findings(
 /// Ollama and LM Studio below the smallest window: no job starts there,
 /// and the line says the server's own fix.
 fn small_window_refusals(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
-    let backend = crate::config::Backend::parse(&st.backend);
-    for m in &st.models {
-        if let (Some(b), Some(c)) = (backend, m.context)
-            && let Some(refusal) = probe::small_window(b, &m.id, c)
-        {
-            out.push((Level::Fail, format!("endpoint {}: {refusal}", st.name)));
-        }
+    for refusal in probe::refusals(st) {
+        out.push((Level::Fail, format!("endpoint {}: {refusal}", st.name)));
     }
 }
 

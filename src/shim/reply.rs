@@ -55,7 +55,6 @@ enum Failure {
 }
 
 impl Turn {
-    /// Answer with `f`, and log it.
     /// The guard's read of the request sent, once it is done.
     async fn read_sent(&mut self) {
         let Some((turn, reading)) = self.reading.take() else {
@@ -67,6 +66,7 @@ impl Turn {
         }
     }
 
+    /// Answer with `f`, and log it.
     fn fail(self, f: Failure) -> Response {
         match f {
             Failure::Answer(tr) => reply_error(&self.route, tr, self.rec, self.started, self.notes),

@@ -74,13 +74,9 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 /// Ollama's and LM Studio's models whose window is too small for a job,
 /// each with the server's own fix (the sentence status and doctor say).
 fn refusals(e: &EndpointStatus) -> String {
-    let Some(backend) = crate::config::Backend::parse(&e.backend) else {
-        return String::new();
-    };
-    e.models
+    crate::probe::refusals(e)
         .iter()
-        .filter_map(|m| crate::probe::small_window(backend, &m.id, m.context?))
-        .map(|r| format!(r#"<p class="refused">{}</p>"#, esc(&r)))
+        .map(|r| format!(r#"<p class="refused">{}</p>"#, esc(r)))
         .collect()
 }
 
