@@ -130,7 +130,12 @@ async fn async_main() {
 
     // 2. Overhead of a whole job over the same claude run straight at the fake.
     fake.set_script(support::script::write_then_report("o.txt", "x\n"));
-    let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(131072));
+    let env = localagents::session_env::session_env(
+        fake.url(),
+        "gemma3-270m",
+        Some(131072),
+        localagents::session_env::WindowRule::Budget,
+    );
     let (mut direct, mut via) = (Vec::new(), Vec::new());
     for i in 0..6 {
         let d = work.join(format!("d{i}"));

@@ -290,6 +290,7 @@ case "${1:-run}" in
     cargo bench --locked --bench oneshot
     cargo bench --locked --bench prefix_cache
     cargo bench --locked --bench window
+    cargo bench --locked --bench long_jobs_real
     cargo bench --locked --bench slots
     ;;
   builds)

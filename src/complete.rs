@@ -264,6 +264,7 @@ pub fn route(target: &Target, log_dir: &Path) -> Route {
         thinking: target.config.defaults.thinking,
         repair: false,
         stop_on_fatal: false,
+        clear: crate::config::ClearToolResults::Off,
     };
     let mut route = Route::for_target(
         "complete".into(),

@@ -118,7 +118,8 @@ fn line(b: &RecordBrief, net: Option<String>) -> String {
         _ if tokens > 0 => format!(", {} tokens local", crate::fmt::thousands(tokens)),
         _ => String::new(),
     } + &net.unwrap_or_default();
-    let model = [&b.model_note, &b.cache_note]
+    let window = b.window.as_ref().and_then(|w| w.line());
+    let model = [&b.model_note, &b.cache_note, &window]
         .into_iter()
         .flatten()
         .map(|n| format!("; {n}"))
@@ -276,6 +277,22 @@ mod tests {
         assert_eq!(
             line(&b, None),
             "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 1m00s, 0 files changed; lost its cache on 6 of 7 turns: 15,900 tokens re-processed; another job shared the slot; review with job_status."
+        );
+    }
+
+    #[test]
+    fn the_line_says_where_the_window_went() {
+        let b: RecordBrief = serde_json::from_value(serde_json::json!({
+            "id": "20261130-041200-ab12cd34", "served_id": "qwen3.8-27b", "status": "succeeded",
+            "finished": "2026-11-30T04:15:12Z", "elapsed_s": 60.0, "origin_cwd": "/p",
+            "window": {"compactions": 1, "compacted": [{"trigger": "auto", "pre_tokens": 15672, "post_tokens": 4473}],
+                "clearings": 2, "results_cleared": 9,
+                "largest_tool_result": {"call": "Read src/lib.rs", "bytes": 16380, "tokens": 4095}}
+        }))
+        .unwrap();
+        assert_eq!(
+            line(&b, None),
+            "localagents job 20261130-041200-ab12cd34 (qwen3.8-27b) finished: succeeded in 1m00s, 0 files changed; compacted once (15,672 → 4,473 tokens last), cleared old tool results twice (9 results), largest tool result 4,095 tokens (Read src/lib.rs); review with job_status."
         );
     }
 

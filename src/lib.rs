@@ -17,6 +17,8 @@
 //! - [`complete`]: one-shot completions (no tools, no session).
 //! - [`mcp`]: the MCP server on stdio.
 //! - [`cli`]: argument parsing and human-readable output.
+//! - [`budget`]: how a job's window is split, and the settings that hold
+//!   Claude Code to it.
 //! - [`session_env`]: the env that points Claude Code at a shim.
 //! - [`hook`]: the prompt hook that reports finished jobs.
 //! - [`session_start`]: the session-start hook's one line for the user.
@@ -48,6 +50,7 @@ macro_rules! unix_only {
 unix_only! {
     pub mod anthropic;
     pub mod api;
+    pub mod budget;
     pub mod cli;
     pub mod complete;
     pub mod config;

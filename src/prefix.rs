@@ -237,6 +237,7 @@ pub fn job_launch_with(
     let s = RunSettings {
         served_id: "capture",
         window: Some(131_072),
+        window_rule: crate::session_env::WindowRule::Budget,
         permission_mode: &d.permission_mode,
         allowed_tools: &d.allowed_tools,
         disallowed_tools: &d.disallowed_tools,

@@ -186,6 +186,8 @@ pub fn mcp_config_path(s: &str) -> Result<PathBuf, String> {
 pub struct RunSettings<'a> {
     pub served_id: &'a str,
     pub window: Option<u64>,
+    /// How the session is held to `window` (`defaults.window_budget`).
+    pub window_rule: crate::session_env::WindowRule,
     pub permission_mode: &'a str,
     pub allowed_tools: &'a [String],
     pub disallowed_tools: &'a [String],
@@ -328,7 +330,7 @@ pub fn launch(
         args.extend(["--resume".into(), session.to_string()]);
     }
 
-    let mut env = crate::session_env::session_env(base_url, s.served_id, s.window);
+    let mut env = crate::session_env::session_env(base_url, s.served_id, s.window, s.window_rule);
     if let Some(d) = s.shim_silence {
         env.push(crate::session_env::stream_idle_env(d));
     }
@@ -403,6 +405,24 @@ pub struct EventInfo {
     pub files_touched: Vec<String>,
     pub last_activity: Option<String>,
     pub result: Option<ResultEvent>,
+    /// `system/compact_boundary`: Claude Code compacted the conversation.
+    pub compaction: Option<Compaction>,
+    /// Tool calls: their id and what they were (`Read src/a.rs`).
+    pub tool_uses: Vec<(String, String)>,
+    /// Tool results: the id of their call and their size in bytes.
+    pub tool_results: Vec<(String, u64)>,
+}
+
+/// One compaction, from its `compact_boundary` event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Compaction {
+    /// `auto` (the window filled) or `manual`.
+    pub trigger: String,
+    /// Claude Code's count of the conversation before it.
+    pub pre_tokens: Option<u64>,
+    /// And after, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_tokens: Option<u64>,
 }
 
 /// The final `result` event.
@@ -447,6 +467,7 @@ mod events {
     pub enum SystemKind {
         Init,
         ApiRetry,
+        CompactBoundary,
         #[serde(other)]
         Unknown,
     }
@@ -465,6 +486,19 @@ mod events {
         pub attempt: Option<u64>,
         #[serde(default, deserialize_with = "lenient")]
         pub error_status: Option<u64>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub compact_metadata: Option<CompactMetadata>,
+    }
+
+    /// `system/compact_boundary`'s `compact_metadata`.
+    #[derive(Debug, Deserialize)]
+    pub struct CompactMetadata {
+        #[serde(default, deserialize_with = "lenient")]
+        pub trigger: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub pre_tokens: Option<u64>,
+        #[serde(default, deserialize_with = "lenient")]
+        pub post_tokens: Option<u64>,
     }
 
     /// An assistant or user message.
@@ -524,34 +558,59 @@ mod events {
     }
 }
 
+/// A `system` event: the session's start, a retry, a compaction.
+fn system_event(s: events::System, info: &mut EventInfo) {
+    use events::SystemKind;
+    match s.subtype {
+        Some(SystemKind::Init) => {
+            info.session_id = s.session_id;
+            info.init_tools = s.tools;
+            info.claude_version = s.claude_code_version;
+            info.last_activity = Some("session started".into());
+        }
+        Some(SystemKind::ApiRetry) => {
+            let l = format!(
+                "[retry] attempt {} after HTTP {}",
+                s.attempt.unwrap_or(0),
+                s.error_status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "?".into())
+            );
+            info.last_activity = Some(l.clone());
+            info.transcript.push(l);
+        }
+        Some(SystemKind::CompactBoundary) => {
+            let m = s.compact_metadata;
+            let c = Compaction {
+                trigger: m
+                    .as_ref()
+                    .and_then(|m| m.trigger.clone())
+                    .unwrap_or_else(|| "auto".into()),
+                pre_tokens: m.as_ref().and_then(|m| m.pre_tokens),
+                post_tokens: m.as_ref().and_then(|m| m.post_tokens),
+            };
+            let l = format!(
+                "[compacted] {} at {} tokens",
+                c.trigger,
+                c.pre_tokens.map(|t| t.to_string()).unwrap_or_else(|| "?".into())
+            );
+            info.last_activity = Some(l.clone());
+            info.transcript.push(l);
+            info.compaction = Some(c);
+        }
+        _ => {}
+    }
+}
+
 /// Read one stream-json line.
 pub fn parse_event(line: &str) -> EventInfo {
-    use events::{Block, Event, SystemKind};
+    use events::{Block, Event};
     let mut info = EventInfo::default();
     let Ok(event) = serde_json::from_str::<Event>(line) else {
         return info;
     };
     match event {
-        Event::System(s) => match s.subtype {
-            Some(SystemKind::Init) => {
-                info.session_id = s.session_id;
-                info.init_tools = s.tools;
-                info.claude_version = s.claude_code_version;
-                info.last_activity = Some("session started".into());
-            }
-            Some(SystemKind::ApiRetry) => {
-                let l = format!(
-                    "[retry] attempt {} after HTTP {}",
-                    s.attempt.unwrap_or(0),
-                    s.error_status
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| "?".into())
-                );
-                info.last_activity = Some(l.clone());
-                info.transcript.push(l);
-            }
-            _ => {}
-        },
+        Event::System(s) => system_event(s, &mut info),
         Event::Assistant(turn) => {
             for b in turn.message.and_then(|m| m.content).unwrap_or_default() {
                 match b {
@@ -562,10 +621,14 @@ pub fn parse_event(line: &str) -> EventInfo {
                             info.last_activity = Some(format!("said: {}", one_line(&t, 120)));
                         }
                     }
-                    Block::ToolUse { name, input, .. } => {
+                    Block::ToolUse { id, name, input } => {
                         let name = name.as_deref().unwrap_or("?");
                         let arg = tool_arg(name, &input);
                         info.tool_calls += 1;
+                        if let Some(id) = id {
+                            info.tool_uses
+                                .push((id, format!("{name} {arg}").trim_end().to_string()));
+                        }
                         if matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit")
                             && let Ok(f) = serde_json::from_value::<events::FileInput>(input)
                             && let Some(p) = f.file_path.or(f.notebook_path)
@@ -582,16 +645,22 @@ pub fn parse_event(line: &str) -> EventInfo {
         }
         Event::User(turn) => {
             for b in turn.message.and_then(|m| m.content).unwrap_or_default() {
-                if let Block::ToolResult {
-                    is_error: Some(true),
+                let Block::ToolResult {
+                    tool_use_id,
+                    is_error,
                     content,
-                    ..
                 } = b
-                {
-                    let c = match content {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
+                else {
+                    continue;
+                };
+                let c = match content {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                if let Some(id) = tool_use_id {
+                    info.tool_results.push((id, c.len() as u64));
+                }
+                if is_error == Some(true) {
                     info.transcript
                         .push(format!("[tool error] {}", one_line(&c, 300)));
                 }
@@ -700,6 +769,7 @@ mod tests {
         let s = RunSettings {
             served_id: "m",
             window: Some(65536),
+            window_rule: crate::session_env::WindowRule::Budget,
             permission_mode: "acceptEdits",
             allowed_tools: &[],
             disallowed_tools: &["Agent".into()],
@@ -856,6 +926,7 @@ mod tests {
         let s = RunSettings {
             served_id: "m",
             window: None,
+            window_rule: crate::session_env::WindowRule::Budget,
             permission_mode: "acceptEdits",
             allowed_tools: &d.allowed_tools,
             disallowed_tools: &d.disallowed_tools,

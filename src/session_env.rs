@@ -4,19 +4,37 @@
 //! (which sets it on the delegate). Each variable's reason is given beside
 //! it, because every one of them was learned from a failure.
 
-/// Below this window Claude Code needs a smaller output budget: its
-/// auto-compact threshold is window minus max output, which would otherwise
-/// sit near zero.
-pub use crate::probe::SMALL_WINDOW;
+use crate::budget::Budget;
 
-/// The output budget for a window: window/8 under 128k, else none (keep
-/// Claude Code's default).
-pub fn output_budget(window: u64) -> Option<u64> {
-    (window < SMALL_WINDOW).then(|| (window / 8).max(1024))
+/// How a session is held to its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowRule {
+    /// The job's budget ([`crate::budget`]): under 128k, output, one tool
+    /// result and the compaction point are set from the window.
+    Budget,
+    /// Claude Code told the real window, and an output budget of window/8
+    /// under 128k (`defaults.window_budget: false`).
+    Plain,
+}
+
+impl WindowRule {
+    /// The rule `defaults.window_budget` says.
+    pub fn of(d: &crate::config::Defaults) -> WindowRule {
+        if d.window_budget {
+            WindowRule::Budget
+        } else {
+            WindowRule::Plain
+        }
+    }
 }
 
 /// `(name, value)` pairs, in a stable order.
-pub fn session_env(base_url: &str, served_id: &str, window: Option<u64>) -> Vec<(String, String)> {
+pub fn session_env(
+    base_url: &str,
+    served_id: &str,
+    window: Option<u64>,
+    rule: WindowRule,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("ANTHROPIC_BASE_URL".into(), base_url.into()),
         // Every alias to the served id, so no background call goes elsewhere.
@@ -31,12 +49,15 @@ pub fn session_env(base_url: &str, served_id: &str, window: Option<u64>) -> Vec<
         // Local servers do not understand deferred tools.
         ("ENABLE_TOOL_SEARCH".into(), "false".into()),
     ];
-    if let Some(w) = window {
-        // Claude Code assumes 200k for a model it does not know.
-        env.push(("CLAUDE_CODE_MAX_CONTEXT_TOKENS".into(), w.to_string()));
-        if let Some(out) = output_budget(w) {
-            env.push(("CLAUDE_CODE_MAX_OUTPUT_TOKENS".into(), out.to_string()));
+    let Some(w) = window else { return env };
+    match (rule, Budget::of(w)) {
+        (WindowRule::Budget, Some(b)) => env.extend(b.env()),
+        (WindowRule::Plain, Some(b)) => {
+            env.push(("CLAUDE_CODE_MAX_CONTEXT_TOKENS".into(), w.to_string()));
+            env.push(("CLAUDE_CODE_MAX_OUTPUT_TOKENS".into(), b.output.to_string()));
         }
+        // Claude Code assumes 200k for a model it does not know.
+        (_, None) => env.push(("CLAUDE_CODE_MAX_CONTEXT_TOKENS".into(), w.to_string())),
     }
     env
 }
@@ -83,16 +104,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_windows_shrink_output() {
-        assert_eq!(output_budget(32768), Some(4096));
-        assert_eq!(output_budget(4096), Some(1024));
-        assert_eq!(output_budget(131072), None);
-        let env = session_env("http://127.0.0.1:1/j/t", "m", Some(65536));
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), Some("65536"));
-        assert_eq!(get("CLAUDE_CODE_MAX_OUTPUT_TOKENS"), Some("8192"));
-        assert_eq!(get("ANTHROPIC_DEFAULT_HAIKU_MODEL"), Some("m"));
-        assert_eq!(get("CLAUDE_CODE_ATTRIBUTION_HEADER"), Some("0"));
+    fn small_windows_get_their_budget() {
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        };
+        let env = session_env("http://127.0.0.1:1/j/t", "m", Some(65536), WindowRule::Budget);
+        let b = Budget::of(65536).unwrap();
+        assert_eq!(
+            get(&env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS"),
+            Some(b.claude_window.to_string())
+        );
+        assert_eq!(get(&env, "CLAUDE_CODE_MAX_OUTPUT_TOKENS").as_deref(), Some("8192"));
+        assert_eq!(
+            get(&env, "CLAUDE_CODE_FILE_READ_MAX_OUTPUT_TOKENS").as_deref(),
+            Some("8192")
+        );
+        assert_eq!(get(&env, "ANTHROPIC_DEFAULT_HAIKU_MODEL").as_deref(), Some("m"));
+        assert_eq!(get(&env, "CLAUDE_CODE_ATTRIBUTION_HEADER").as_deref(), Some("0"));
+        // Plain: the real window, window/8 of output, no caps.
+        let env = session_env("http://127.0.0.1:1/j/t", "m", Some(32768), WindowRule::Plain);
+        assert_eq!(get(&env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS").as_deref(), Some("32768"));
+        assert_eq!(get(&env, "CLAUDE_CODE_MAX_OUTPUT_TOKENS").as_deref(), Some("4096"));
+        assert_eq!(get(&env, "CLAUDE_CODE_FILE_READ_MAX_OUTPUT_TOKENS"), None);
+        // 128k and more: Claude Code's defaults but the window.
+        for rule in [WindowRule::Budget, WindowRule::Plain] {
+            let env = session_env("http://127.0.0.1:1/j/t", "m", Some(131072), rule);
+            assert_eq!(get(&env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS").as_deref(), Some("131072"));
+            assert_eq!(get(&env, "CLAUDE_CODE_MAX_OUTPUT_TOKENS"), None);
+        }
     }
 
     #[test]

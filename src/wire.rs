@@ -228,6 +228,15 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(default, deserialize_with = "lenient")]
     pub truncated: Option<Truncation>,
+    /// Old tool results this request sent as stubs (the shim's clearing).
+    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub cleared: u64,
+    /// Results a new batch of clearing stubbed at this request (0: none
+    /// began here).
+    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub clearing: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

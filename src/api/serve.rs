@@ -75,8 +75,9 @@ pub async fn run_job(
 pub fn shim_settings_env(target: &Target, port: u16) -> Vec<(String, String)> {
     let r = &target.resolved;
     let url = format!("http://127.0.0.1:{port}");
-    let mut env = crate::session_env::session_env(&url, &r.served_id, r.context);
     let d = &target.config.defaults;
+    let mut env =
+        crate::session_env::session_env(&url, &r.served_id, r.context, crate::session_env::WindowRule::of(d));
     env.push(crate::session_env::stream_idle_env(
         crate::shim::first_byte_timeout(d.first_byte_timeout_s, r.context)
             .max(Duration::from_secs(d.stream_idle_timeout_s)),
@@ -113,7 +114,9 @@ impl ShimServing {
     /// The session environment that points claude at this shim.
     pub fn session_env(&self, target: &Target) -> Vec<(String, String)> {
         let r = &target.resolved;
-        let mut env = crate::session_env::session_env(&self.reg.base_url, &r.served_id, r.context);
+        let rule = crate::session_env::WindowRule::of(&target.config.defaults);
+        let mut env =
+            crate::session_env::session_env(&self.reg.base_url, &r.served_id, r.context, rule);
         env.push(crate::session_env::stream_idle_env(
             self.reg.route.longest_silence(),
         ));
@@ -141,6 +144,7 @@ pub async fn serve_shim(
         thinking: target.config.defaults.thinking,
         repair: true,
         stop_on_fatal: false,
+        clear: target.config.defaults.clear_tool_results,
     };
     let mut route = Route::for_target(
         "standalone".into(),

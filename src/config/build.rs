@@ -10,7 +10,7 @@ use serde_yaml_ng::Value;
 use super::schema::{
     Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER, Defaults, DefaultsShape,
     Endpoint, EndpointShape, FileShape, ModelEntry, ModelShape, PriceShape, RESERVED_HEADERS,
-    Thinking, home_path, key_safe_url,
+    ClearToolResults, Thinking, home_path, key_safe_url,
 };
 
 /// A string that says something (empty ones count as unset).
@@ -375,6 +375,17 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
             Some(t) => defaults.thinking = t,
             None => warnings.push(format!(
                 "defaults.thinking = `{v}` is not auto, keep or drop; using auto"
+            )),
+        }
+    }
+    if let Some(v) = d.window_budget {
+        defaults.window_budget = v;
+    }
+    if let Some(v) = d.clear_tool_results.as_deref() {
+        match ClearToolResults::parse(v) {
+            Some(c) => defaults.clear_tool_results = c,
+            None => warnings.push(format!(
+                "defaults.clear_tool_results = `{v}` is not auto, on or off; using auto"
             )),
         }
     }

@@ -36,7 +36,7 @@ pub mod trust;
 pub use build::check_base_url;
 pub use schema::{
     BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER,
-    Defaults, Endpoint, ModelEntry, Thinking, home_path, key_safe_url,
+    ClearToolResults, Defaults, Endpoint, ModelEntry, Thinking, home_path, key_safe_url,
 };
 
 use std::collections::HashMap;

@@ -96,6 +96,8 @@ pub(super) struct DefaultsShape {
     pub loop_limit: Option<u32>,
     pub runaway_limit: Option<u32>,
     pub thinking: Option<String>,
+    pub window_budget: Option<bool>,
+    pub clear_tool_results: Option<String>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -361,6 +363,46 @@ pub struct Defaults {
     pub runaway_limit: u32,
     /// What the shim does with thinking blocks in the history.
     pub thinking: Thinking,
+    /// Under 128k, hold the delegate to a budget of its window
+    /// ([`crate::budget`]): its output, one tool result, and where it
+    /// compacts. Off: Claude Code's own settings for the window.
+    pub window_budget: bool,
+    /// Whether the shim replaces old tool results with a one-line stub
+    /// once the prompt fills a share of the window.
+    pub clear_tool_results: ClearToolResults,
+}
+
+/// `defaults.clear_tool_results`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClearToolResults {
+    /// On for windows under 128k.
+    #[default]
+    Auto,
+    /// On for every window.
+    On,
+    /// Never.
+    Off,
+}
+
+impl ClearToolResults {
+    pub fn parse(s: &str) -> Option<ClearToolResults> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(ClearToolResults::Auto),
+            "on" | "true" => Some(ClearToolResults::On),
+            "off" | "false" => Some(ClearToolResults::Off),
+            _ => None,
+        }
+    }
+
+    /// Whether clearing is on for a job on `window`.
+    pub fn on_for(self, window: Option<u64>) -> bool {
+        match self {
+            ClearToolResults::Auto => window.is_some_and(|w| w < 131_072),
+            ClearToolResults::On => window.is_some(),
+            ClearToolResults::Off => false,
+        }
+    }
 }
 
 /// `defaults.thinking`: thinking blocks that Claude Code sends back in the
@@ -433,6 +475,8 @@ impl Default for Defaults {
             loop_limit: 3,
             runaway_limit: DEFAULT_RUNAWAY_LIMIT,
             thinking: Thinking::Auto,
+            window_budget: true,
+            clear_tool_results: ClearToolResults::Auto,
         }
     }
 }

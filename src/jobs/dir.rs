@@ -134,6 +134,9 @@ pub struct RecordBrief {
     pub model_note: Option<String>,
     #[serde(default)]
     pub cache_note: Option<String>,
+    /// Where the job's window went.
+    #[serde(default)]
+    pub window: Option<super::window::WindowUse>,
     /// The subagent profile the job ran as (its name).
     #[serde(default)]
     pub agent: Option<BriefAgent>,

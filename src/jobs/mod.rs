@@ -33,6 +33,7 @@ mod runtime;
 pub mod status;
 pub mod store;
 pub mod summary;
+pub mod window;
 
 /// Per-job figures (see [`metrics`]).
 pub use metrics::JobMetrics;

@@ -11,5 +11,6 @@ pub fn job_policy(d: &crate::config::Defaults) -> crate::shim::Policy {
         thinking: d.thinking,
         repair: true,
         stop_on_fatal: true,
+        clear: d.clear_tool_results,
     }
 }

@@ -26,6 +26,7 @@ use super::accept;
 use super::dir;
 use super::faults;
 use super::metrics;
+use super::window::{Compaction, WindowUse};
 pub use super::status::Status;
 use crate::config::Config;
 use crate::process;
@@ -282,6 +283,10 @@ pub struct JobRecord {
     /// The sentence about the model ("the model answered in text only: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     model_note: Option<String>,
+    /// Where the job's window went: compactions, clearings, the largest
+    /// tool result.
+    #[serde(default, skip_serializing_if = "WindowUse::is_empty")]
+    window: WindowUse,
     /// The sentence about the server's cache, when it lost the job's
     /// conversation ("lost its cache on 6 of 7 turns: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -430,6 +435,7 @@ impl JobRecord {
             outcome: None,
             model_note: None,
             cache_note: None,
+            window: WindowUse::default(),
             permission_mode: d.permission_mode.clone(),
             max_turns: 0,
             timeout_s: d.timeout_s,
@@ -625,6 +631,21 @@ impl JobRecord {
         if activity.is_some() {
             self.last_activity = activity;
         }
+    }
+
+    /// Claude Code compacted the conversation.
+    pub fn window_compacted(&mut self, c: Compaction) {
+        self.window.compacted(c);
+    }
+
+    /// The delegate got a tool result of `bytes` for `call`.
+    pub fn window_tool_result(&mut self, call: &str, bytes: u64) {
+        self.window.tool_result(call, bytes);
+    }
+
+    /// The shim's clearings of old tool results on the job's route.
+    pub fn window_cleared(&mut self, batches: u64, results: u64) {
+        self.window.cleared(batches, results);
     }
 
     /// The session's own report: its answer (whole when it is at most

@@ -111,6 +111,14 @@ pub struct JobSummary {
     /// does not allow them): WebFetch; …" when it ran as one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Where the window went, when it was compacted or cleared: counts,
+    /// tokens before and after each compaction, the largest tool result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<super::window::WindowUse>,
+    /// The same in one line: "compacted 3 times (…), cleared old tool
+    /// results twice (14 results), largest tool result 2,048 tokens (…)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_note: Option<String>,
 }
 
 /// One line of `list_jobs`.
@@ -196,6 +204,8 @@ impl JobRecord {
             model_note: self.model_note().map(str::to_string),
             cache_note: self.cache_note().map(str::to_string),
             agent: self.agent().map(super::record::AgentUse::line),
+            window: (!self.window().is_empty()).then(|| self.window().clone()),
+            window_note: self.window().line(),
         }
     }
 

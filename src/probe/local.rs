@@ -182,7 +182,7 @@ pub fn small_window(backend: Backend, id: &str, window: u64) -> Option<String> {
     };
     (window < MIN_WINDOW).then(|| {
         format!(
-            "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt alone is larger), and {} truncates a longer prompt without an error, so no job starts on it: {fix}",
+            "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt and one tool result leave the conversation no room), and {} truncates a longer prompt without an error, so no job starts on it: {fix}",
             crate::fmt::thousands(window),
             crate::fmt::thousands(MIN_WINDOW),
             if backend == Backend::Ollama { "Ollama" } else { "LM Studio" },
@@ -455,11 +455,14 @@ mod tests {
     #[test]
     fn a_small_window_is_refused_on_these_two_only_with_their_fix() {
         let o = small_window(Backend::Ollama, "gemma3:4b", 4096).unwrap();
-        assert!(o.contains("window 4,096 tokens per slot, under the 32,768"), "{o}");
+        assert!(o.contains("window 4,096 tokens per slot, under the 16,384"), "{o}");
         assert!(o.contains("`OLLAMA_CONTEXT_LENGTH=65536 ollama serve`"), "{o}");
         let l = small_window(Backend::LmStudio, "q", 4096).unwrap();
         assert!(l.contains("`lms load q --context-length 65536`"), "{l}");
         assert_eq!(small_window(Backend::Ollama, "m", MIN_WINDOW), None);
+        // Issue 45 settled 16,384: a 24k window runs a job (with its budget).
+        assert_eq!(small_window(Backend::Ollama, "m", 24_576), None);
+        assert!(small_window(Backend::LmStudio, "m", MIN_WINDOW - 1).is_some());
         assert_eq!(small_window(Backend::LlamaCpp, "m", 4096), None);
     }
 

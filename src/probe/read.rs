@@ -191,8 +191,11 @@ pub(super) fn add_warnings(st: &mut EndpointStatus, backend: Backend, props_answ
             && c < MIN_WINDOW
         {
             st.warnings.push(format!(
-                "{}: window {} per slot is under 32k; even a short job makes Claude Code compact (it starts near window - window/8 - 13k): give each slot 32k or more, 64k+ for jobs that read several files",
-                m.id, c
+                "{}: window {} per slot is under the {} a delegate needs (Claude Code's fixed prompt and one tool result leave the conversation no room): give each slot {} or more, 32k+ for jobs that read several files",
+                m.id,
+                c,
+                crate::fmt::thousands(MIN_WINDOW),
+                crate::fmt::thousands(MIN_WINDOW)
             ));
         }
     }
@@ -409,7 +412,7 @@ vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen\"} 0.25\n";
         assert!(st.warnings[1].contains("/props did not answer"));
         let mut st = EndpointStatus::new(&ep);
         st.models = served_models(
-            &entries(r#"{"data": [{"id": "m", "max_model_len": 16384}]}"#),
+            &entries(r#"{"data": [{"id": "m", "max_model_len": 12288}]}"#),
             None,
             None,
             Backend::Vllm,
@@ -417,6 +420,10 @@ vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen\"} 0.25\n";
         );
         add_warnings(&mut st, Backend::Vllm, false);
         assert_eq!(st.warnings.len(), 1, "{:?}", st.warnings);
-        assert!(st.warnings[0].starts_with("m: window 16384 per slot is under 32k"));
+        assert!(
+            st.warnings[0].starts_with("m: window 12288 per slot is under the 16,384 a delegate needs"),
+            "{:?}",
+            st.warnings
+        );
     }
 }

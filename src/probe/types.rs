@@ -15,17 +15,22 @@ use crate::config::Endpoint;
 /// How long a probe result is reused.
 pub const CACHE_TTL: Duration = Duration::from_millis(1000);
 
-/// Below this per-slot window a delegate's output budget shrinks to
-/// window/8: Claude Code's auto-compact threshold is window minus max
-/// output, which would otherwise sit near zero.
+/// Below this per-slot window a delegate runs on a window budget
+/// ([`crate::budget`]): Claude Code's defaults (32k of output, compaction
+/// at window − 33k) do not fit it.
 pub const SMALL_WINDOW: u64 = 131_072;
 
-/// Below this per-slot window `status` warns. Measured with the lean
-/// delegate (`cargo bench --bench window`): a scripted 6-turn job peaks at
-/// about 9.3k prompt tokens, and Claude Code 2.1.328 starts compacting
-/// near window − window/8 − 13k, so 26,624 is the smallest window that ran
-/// it without compacting; 32k leaves a little room.
-pub const MIN_WINDOW: u64 = 32_768;
+/// The smallest per-slot window a delegate is supported on (issue 45):
+/// under it `status` warns, and on Ollama and LM Studio (which truncate a
+/// longer prompt without an error) no job starts. With the window budget
+/// ([`crate::budget`]) Claude Code 2.1.328 compacts at
+/// `window − 2·output − one tool result − 1.7k`, and below 16k that point
+/// is under its fixed prompt (4,581 tokens lean) plus one whole tool
+/// result: the conversation cannot hold what the model just read. At
+/// 16,384 the reader job of `cargo bench --bench long_jobs` (20 files of
+/// 4,500 tokens) finishes on the fake and on the real llama-server
+/// (e2e t24); docs/benchmarks.md has the figures.
+pub const MIN_WINDOW: u64 = 16_384;
 
 /// One model id a server serves.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]

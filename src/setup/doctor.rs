@@ -167,7 +167,7 @@ fn up_endpoint_findings(
         .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
     let lvl = if small { Level::Warn } else { Level::Ok };
     let extra = if small {
-        "; under 32k per slot even a short job makes Claude Code compact: raise -c or lower --parallel"
+        "; under 16,384 per slot a delegate's conversation has no room (issue 45's measure): raise -c or lower --parallel"
     } else {
         ""
     };

@@ -16,7 +16,8 @@
 //! itself gets a note and then is stopped ([`loops`]), an answer that
 //! runs away (a line or its template's markers over and over) is cut off
 //! and its backend request closed ([`runaway`]), and thinking blocks in
-//! the history are kept or dropped as the backend needs ([`Guard`]).
+//! the history are kept or dropped as the backend needs ([`Guard`]). On a
+//! small window, old tool results are sent as one-line stubs ([`clear`]).
 
 //!
 //! The route and its guard are in [`route`], the server and route table in
@@ -24,6 +25,7 @@
 //! [`reply`], `count_tokens` and `models` in [`count`]; this file declares
 //! them and re-exports their public items.
 
+pub mod clear;
 pub mod errors;
 pub mod fold;
 pub mod log;

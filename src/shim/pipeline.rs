@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::shim::clear;
 use crate::shim::errors::{self, Translated};
 use crate::shim::fold;
 use crate::shim::log::RequestRecord;
@@ -76,16 +77,18 @@ pub(crate) struct Prepared {
 }
 
 /// Fold, set `model`, cap `max_tokens`, on the raw bytes; fill the record.
+/// `turn`: a request of the conversation (not `count_tokens`): the loop
+/// guard and the clearing of old tool results see it.
 pub(crate) fn prepare(
     route: &Route,
     body: &[u8],
     rec: &mut RequestRecord,
     notes: &mut Vec<String>,
-    guard_loops: bool,
+    turn: bool,
 ) -> Result<Prepared, Translated> {
     let p = route.guard.policy;
     let extras = fold::Extras {
-        loops: (guard_loops && p.loop_limit > 0).then_some((&route.guard.marks, p.loop_limit)),
+        loops: (turn && p.loop_limit > 0).then_some((&route.guard.marks, p.loop_limit)),
         drop_thinking: route.guard.drops_thinking(),
     };
     let (out, facts) = fold::fold_raw_with(body, Some(&route.served_id), route.window, extras)
@@ -125,11 +128,27 @@ pub(crate) fn prepare(
             .into(),
         );
     }
-    Ok(Prepared {
+    let mut prepared = Prepared {
         body: out,
-        tools_range: facts.tools_range.filter(|_| p.repair && facts.tools > 0),
+        tools_range: facts.tools_range,
         stuck: facts.loops.stuck,
-    })
+    };
+    if turn
+        && let Some(w) = route.window.filter(|w| p.clear.on_for(Some(*w)))
+        && let Some(c) = route
+            .guard
+            .clearing
+            .apply(&prepared.body, w, clear::Marks::of(w))
+    {
+        rec.cleared = c.stubs as u64;
+        rec.clearing = c.batch as u64;
+        prepared.body = c.body;
+        prepared.tools_range = c.tools_range;
+    }
+    prepared.tools_range = prepared
+        .tools_range
+        .filter(|_| p.repair && facts.tools > 0);
+    Ok(prepared)
 }
 
 pub(crate) fn finish_record(
@@ -140,6 +159,10 @@ pub(crate) fn finish_record(
 ) {
     rec.ms = started.elapsed().as_millis() as u64;
     rec.translated = join_notes(notes);
+    if rec.path == "/v1/messages" && rec.status == 200 {
+        let u = rec.usage;
+        route.guard.clearing.answered(u.input.saturating_add(u.cache_read));
+    }
     route.log.record(&rec);
 }
 

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::{Backend, Endpoint, Thinking};
+use crate::config::{Backend, ClearToolResults, Endpoint, Thinking};
+use crate::shim::clear;
 use crate::shim::log::{self, RequestLog};
 use crate::shim::loops;
 use crate::shim::runaway;
@@ -59,6 +60,8 @@ pub struct Guard {
     pub ledger: Mutex<Ledger>,
     /// Whether the backend's last answers were faults, since when.
     health: Mutex<Health>,
+    /// Old tool results this route sends as stubs ([`clear`]).
+    pub clearing: clear::Clearing,
 }
 
 /// The backend's faults in a row on one route (hung, reset, slow, 5xx, a
@@ -180,6 +183,9 @@ pub struct Policy {
     /// without sending it (a job's route; not the standalone shim, whose
     /// one route serves any session).
     pub stop_on_fatal: bool,
+    /// Replace old tool results with stubs once the prompt fills the
+    /// window ([`clear`]; `defaults.clear_tool_results`).
+    pub clear: ClearToolResults,
 }
 
 impl Default for Policy {
@@ -190,6 +196,7 @@ impl Default for Policy {
             thinking: Thinking::Auto,
             repair: true,
             stop_on_fatal: false,
+            clear: ClearToolResults::Off,
         }
     }
 }

@@ -471,12 +471,14 @@ pub fn job(token: &str, v: &JobView) -> String {
         );
     }
     let agent = r.agent().map(|a| a.line());
+    let window = r.window().line();
     for (label, text, class) in [
         ("Result", r.result(), "result"),
         ("Error", r.error(), "error"),
         ("Subagent", agent.as_deref(), "note"),
         ("Model", r.model_note(), "note"),
         ("Cache", r.cache_note(), "note"),
+        ("Window", window.as_deref(), "note"),
     ] {
         if let Some(t) = text {
             let _ = write!(s, r#"<p class="{class}"><b>{label}:</b> {}</p>"#, esc(t));
@@ -734,6 +736,36 @@ mod tests {
         assert!(
             html.contains("gemma3:4b: window 4,096 tokens per slot")
                 && html.contains("OLLAMA_CONTEXT_LENGTH=65536 ollama serve"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_jobs_page_says_where_its_window_went() {
+        let rec: JobRecord =
+            serde_json::from_str(include_str!("../jobs/job-every-field.json")).unwrap();
+        let progress = LiveProgress {
+            status: rec.status(),
+            turns: 0,
+            tool_calls: 0,
+            tokens: 0,
+            last_activity: None,
+            acceptance_round: None,
+            elapsed_s: None,
+        };
+        let html = job(
+            "t",
+            &JobView {
+                record: &rec,
+                progress: &progress,
+                brief: "b",
+                transcript: "",
+                requests: &[],
+                diff: Err("none".into()),
+            },
+        );
+        assert!(
+            html.contains("<b>Window:</b> compacted once (15,672 → 4,473 tokens last), cleared old tool results twice (9 results), largest tool result 4,095 tokens (Read src/lib.rs)"),
             "{html}"
         );
     }

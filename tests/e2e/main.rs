@@ -7,6 +7,7 @@
 //! The tiny model does no useful work: these tests assert plumbing, not
 //! quality. Output is capped with CLAUDE_CODE_MAX_OUTPUT_TOKENS.
 
+mod long_job;
 mod relay;
 mod server;
 mod vocab;
@@ -209,7 +210,12 @@ async fn captured_body() -> Value {
     .await;
     let h = Harness::new();
     let (home, work) = (h.home(), h.work());
-    let env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
+    let env = localagents::session_env::session_env(
+        fake.url(),
+        "gemma3-270m",
+        Some(32768),
+        localagents::session_env::WindowRule::Budget,
+    );
     let cmd = support::claude::command(
         home,
         work,
@@ -1983,4 +1989,47 @@ fn t23_no_token_of_any_shipped_vocabulary_holds_two_runs() {
         checked += 1;
     }
     assert!(checked >= 19, "{checked} vocabularies checked");
+}
+
+/// Issue 45: a multi-read job on a real llama-server at `-c 16384
+/// --parallel 1` ends `succeeded`, every part's last line in SUMMARY.md,
+/// its compactions recorded, and no request got the server's overflow 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t24_a_reader_job_on_a_16k_real_server_finishes() {
+    // Three files of 4,500 tokens: more than 16k holds beside Claude
+    // Code's fixed prompt (six took 913 s here, 131 requests, 14
+    // compactions).
+    let parts = 3;
+    let r = long_job::real_reader(16_384, parts, "").await;
+    let rec = &r.record;
+    eprintln!(
+        "t24 | 16384 | {} | {} requests | compactions {} | clearings {} | processed {} | cached {} | {:.0} s",
+        rec["status"],
+        r.requests.len(),
+        rec["window"]["compactions"],
+        rec["window"]["clearings"],
+        r.processed,
+        r.cached,
+        r.secs
+    );
+    assert_eq!(rec["status"], "succeeded", "{rec:#}");
+    for n in 1..=parts {
+        let end = support::reader::end_line(n);
+        assert!(
+            r.summary.contains(&end),
+            "SUMMARY.md lacks {end}: {}",
+            r.summary
+        );
+    }
+    let overflows: Vec<&Value> = r
+        .requests
+        .iter()
+        .filter(|q| q["upstream_status"] == 400 || q["status"] == 400)
+        .collect();
+    assert!(overflows.is_empty(), "{overflows:#?}");
+    let w = &rec["window"];
+    assert!(
+        w["compactions"].as_u64().unwrap_or(0) + w["clearings"].as_u64().unwrap_or(0) > 0,
+        "{parts} files of 4,500 tokens do not fit 16k without a compaction: {w:#}"
+    );
 }

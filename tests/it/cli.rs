@@ -133,7 +133,7 @@ fn bringup_runs_the_command_on_request_and_waits_until_served() {
 async fn doctor_says_ok_warn_fail_with_the_fix() {
     let fake = crate::support::fake_llama::spawn(crate::support::fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
-        n_ctx: 16384,
+        n_ctx: 12288,
         supports_system_role: false,
         ..Default::default()
     })
@@ -158,7 +158,7 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
     assert!(text.contains("ok    claude CLI 2.1.328"), "{text}");
     assert!(
         text.contains(
-            "warn  endpoint box (llama.cpp): up, serves gemma3-270m (16384/slot); under 32k"
+            "warn  endpoint box (llama.cpp): up, serves gemma3-270m (12288/slot); under 16,384 per slot"
         ),
         "{text}"
     );

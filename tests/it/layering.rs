@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("context", 2),
     ("probe", 3),
     ("registry", 4),
+    ("budget", 4),
     ("session_env", 4),
     ("wire", 4),
     ("runner", 5),
@@ -154,12 +155,13 @@ fn the_check_catches_an_upward_import() {
 const ORDERS: &[(&str, &[&str])] = &[("jobs", JOBS_ORDER), ("ui", UI_ORDER), ("shim", SHIM_ORDER)];
 
 const JOBS_ORDER: &[&str] = &[
-    "limits", "lease", "accept", "faults", "status", "dir", "review", "metrics", "record", "store",
-    "keeper", "evict", "args", "policy", "plan", "job", "runtime", "admit", "prewarm", "run",
-    "batch", "summary", "manager", "mod",
+    "window", "limits", "lease", "accept", "faults", "status", "dir", "review", "metrics",
+    "record", "store", "keeper", "evict", "args", "policy", "plan", "job", "runtime", "admit",
+    "prewarm", "run", "batch", "summary", "manager", "mod",
 ];
 const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
 const SHIM_ORDER: &[&str] = &[
+    "clear",
     "errors",
     "loops",
     "repair",

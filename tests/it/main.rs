@@ -37,3 +37,4 @@ mod transport;
 mod truncation;
 mod trust;
 mod ui;
+mod window;

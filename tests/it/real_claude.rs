@@ -62,7 +62,12 @@ fn config_for(dir: &Path, url: &str) -> std::path::PathBuf {
 }
 
 fn session_env(url: &str, served: &str, window: u64) -> Vec<(String, String)> {
-    localagents::session_env::session_env(url, served, Some(window))
+    localagents::session_env::session_env(
+        url,
+        served,
+        Some(window),
+        localagents::session_env::WindowRule::Budget,
+    )
 }
 
 fn requests_log(state: &Path) -> Vec<Value> {
@@ -438,8 +443,15 @@ async fn print_settings_and_no_token_mode() {
     assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:18099");
     assert_eq!(env["ANTHROPIC_MODEL"], "gemma3-270m");
     assert_eq!(env["ANTHROPIC_DEFAULT_HAIKU_MODEL"], "gemma3-270m");
-    assert_eq!(env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
+    // The window budget of 32k (issue 45): Claude Code told the window
+    // that puts its compaction where the compaction request fits.
+    let b = localagents::budget::Budget::of(32768).unwrap();
+    assert_eq!(
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"],
+        b.claude_window.to_string()
+    );
     assert_eq!(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"], "4096");
+    assert_eq!(env["CLAUDE_CODE_FILE_READ_MAX_OUTPUT_TOKENS"], "4096");
     assert_eq!(env["CLAUDE_CODE_ATTRIBUTION_HEADER"], "0");
 }
 

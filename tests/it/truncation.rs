@@ -79,10 +79,13 @@ fn dense_file(e: &Harness) -> PathBuf {
 }
 
 /// One endpoint at `url`, the backend found by the probe, turns enough
-/// to read every file.
+/// to read every file. Without the window budget: it would cap one Read
+/// at an eighth of the window (issue 45), and the guard is tested on a
+/// request over the window, as a job without the budget sends one (or a
+/// result no cap holds: an MCP tool's, a pasted brief).
 fn env(url: &str) -> Harness {
     Harness::new().config(&format!(
-        "endpoints:\n  local:\n    base_url: {url}\ndefaults:\n  max_turns: 30\n  setting_sources: []\n  prewarm: false\n"
+        "endpoints:\n  local:\n    base_url: {url}\ndefaults:\n  max_turns: 30\n  setting_sources: []\n  prewarm: false\n  window_budget: false\n"
     ))
 }
 

@@ -99,6 +99,10 @@ impl JobRecord {
     pub fn context(&self) -> Option<u64> {
         self.context
     }
+    /// Where the job's window went.
+    pub fn window(&self) -> &WindowUse {
+        &self.window
+    }
     pub fn metrics(&self) -> Option<&metrics::JobMetrics> {
         self.metrics.as_ref()
     }

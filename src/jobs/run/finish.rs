@@ -42,6 +42,20 @@ impl Live<'_, '_> {
             rec.timeout_s(),
             &JobDir::at(&dir).events(),
         );
+        // A session that ran out of its window says so, with the fix.
+        if stop.is_none()
+            && let Some(r) = result.as_ref().filter(|r| !r.success)
+            && let text = r.text.as_deref().unwrap_or_default()
+            && crate::jobs::window::ran_out(r.terminal_reason.as_deref(), text)
+        {
+            let fix = crate::jobs::window::server_fix(job.target.backend, rec.served_id());
+            error = Some(crate::jobs::window::out_of_window(
+                rec.context(),
+                rec.window(),
+                text,
+                &fix,
+            ));
+        }
         if stop.is_none()
             && let Some(a) = rec.acceptance()
         {

@@ -148,7 +148,13 @@ pub fn outcome(
                 .clone()
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| r.subtype.clone());
-            let mut msg = format!("claude ended with {}: {why}", r.subtype);
+            // A session Claude Code itself stopped says "success" with an
+            // error; that is no success.
+            let mut msg = if r.subtype == "success" {
+                format!("Claude Code stopped the session: {why}")
+            } else {
+                format!("claude ended with {}: {why}", r.subtype)
+            };
             if let Some(t) = &r.terminal_reason {
                 msg.push_str(&format!(" (terminal_reason {t})"));
             }

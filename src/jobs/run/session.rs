@@ -66,6 +66,7 @@ impl Live<'_, '_> {
         });
         let mut follow = Follow {
             offered: rec.offered_tools(),
+            calls: Default::default(),
             events: open_log(&JobDir::at(rec.log_dir()).events()),
             transcript: open_log(&JobDir::at(rec.log_dir()).transcript()),
             result: None,
@@ -84,6 +85,8 @@ impl Live<'_, '_> {
             crate::process::stop_group(pgid, Duration::from_secs(1)).await;
         }
         let _ = child.try_wait();
+        let (batches, results) = reg.route.guard.clearing.totals();
+        self.run.rec.window_cleared(batches, results);
         let stderr_tail = stderr_task.await.unwrap_or_default();
         let result = follow.result;
         if cancel_marker.exists() && stop.is_none() && result.as_ref().is_none_or(|r| !r.success) {
@@ -149,6 +152,11 @@ impl Live<'_, '_> {
                     {
                         return Some(Halt::Refused(backend_down(&f.why, backend_fail)));
                     }
+                    let (batches, results) = reg.route.guard.clearing.totals();
+                    if batches != rec.window().clearings {
+                        rec.window_cleared(batches, results);
+                        dirty = true;
+                    }
                     if dirty {
                         rt.keep(rec);
                         dirty = false;
@@ -182,6 +190,7 @@ fn spawn_delegate(
     let settings = runner::RunSettings {
         served_id: rec.served_id(),
         window: rec.context(),
+        window_rule: crate::session_env::WindowRule::of(&job.target.config.defaults),
         permission_mode: rec.permission_mode(),
         allowed_tools: rec.allowed_tools(),
         disallowed_tools: rec.disallowed_tools(),
@@ -234,6 +243,8 @@ fn open_log(path: &Path) -> Option<tokio::fs::File> {
 struct Follow {
     /// The tools the session was offered (to check `system/init` against).
     offered: Vec<String>,
+    /// Tool calls whose result has not come yet: id → what it was.
+    calls: std::collections::HashMap<String, String>,
     events: Option<tokio::fs::File>,
     transcript: Option<tokio::fs::File>,
     result: Option<runner::ResultEvent>,
@@ -260,6 +271,14 @@ impl Follow {
         }
         append(&mut self.transcript, "transcript.txt", &info.transcript).await;
         rec.session_progress(info.tool_calls, info.files_touched, info.last_activity);
+        self.calls.extend(info.tool_uses);
+        for (id, bytes) in info.tool_results {
+            let call = self.calls.remove(&id).unwrap_or_else(|| "?".into());
+            rec.window_tool_result(&call, bytes);
+        }
+        if let Some(c) = info.compaction {
+            rec.window_compacted(c);
+        }
         if let Some(r) = info.result {
             self.result = Some(r);
         }

@@ -41,11 +41,13 @@ pub struct LlamaOpts {
     /// Serve /v1/messages/count_tokens.
     pub count_tokens: bool,
     /// A prompt cache like llama-server's with `-sps 0.9`: each slot keeps
-    /// the last prompt it processed; a request that continues one reuses
-    /// its slot and its cached tokens are their common prefix (a quarter
-    /// of the bytes), else it takes an idle or the least recently used
-    /// slot from scratch. Off: every request after the first is nine
-    /// tenths cached.
+    /// the last prompt it processed; a request that continues one (nine
+    /// tenths of it in common) takes that slot, else the least recently
+    /// used one. Either way its cached tokens are the common prefix with
+    /// what the slot held (llama-server's `cache_prompt` starts prompt
+    /// processing at the first token that differs; the real tier checks
+    /// it, e2e t24). Off: every request after the first is nine tenths
+    /// cached.
     pub prefix_cache: bool,
     /// A server that truncates silently, like Ollama past its window
     /// (server/prompt.go: the oldest messages go, the system prompt and
@@ -112,6 +114,9 @@ pub struct LlamaState {
     /// With [`LlamaOpts::truncate_past`]: each /v1/messages request's
     /// bytes, its count, and the count reported after the silent cut.
     pub truncations: Mutex<Vec<(u64, u64, u64)>>,
+    /// Each answered /v1/messages request's prompt tokens and how many of
+    /// them were cached, in order.
+    pub prompts: Mutex<Vec<(u64, u64)>>,
 }
 
 /// One streamed runaway answer, as the fake saw it go out.
@@ -549,6 +554,9 @@ async fn messages(
         (input, 0)
     };
     st.prompt_tokens.fetch_add(input - cached, Ordering::SeqCst);
+    if let Ok(mut p) = st.prompts.lock() {
+        p.push((input, cached));
+    }
     st.prompt_tokens_cached.fetch_add(cached, Ordering::SeqCst);
     let model = req["model"].as_str().unwrap_or(&st.opts.alias).to_string();
     if matches!(reply, Reply::Hang) {
@@ -625,7 +633,7 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
     };
     // Like llama-server with `-sps 0.9`: a slot whose prompt this one
     // continues (nine tenths of it in common) is reused; else an idle
-    // slot, else the least recently used one, from scratch.
+    // slot, else the least recently used one, from their common prefix.
     let best = slots
         .iter()
         .enumerate()
@@ -637,12 +645,10 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
             slots.remove(i);
             n
         }
-        None => {
-            if slots.len() >= st.opts.slots.max(1) as usize {
-                slots.remove(0);
-            }
-            0
-        }
+        // The least recently used slot, if every slot holds a prompt: its
+        // common prefix is kept; an empty slot has none.
+        None if slots.len() >= st.opts.slots.max(1) as usize => common(&slots.remove(0)),
+        None => 0,
     };
     let cached = super::tokens::count_prefix(&prompt, cached);
     slots.push(prompt);
@@ -715,6 +721,7 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         model_path: Mutex::new(None),
         runaways: Mutex::new(Vec::new()),
         truncations: Mutex::new(Vec::new()),
+        prompts: Mutex::new(Vec::new()),
     })
 }
 

@@ -41,6 +41,12 @@ pub enum Reply {
     /// its limit. Streamed one event at a time; the fake counts the events
     /// it sent and sees when the client goes away.
     Runaway(String),
+    /// A text block, then `then`'s blocks (a model that says what it is
+    /// doing before its tool call).
+    TextThen {
+        text: String,
+        then: Box<Reply>,
+    },
     /// A thinking block (llama.cpp's shape: empty signature), then `then`.
     ThinkThen {
         thinking: String,
@@ -122,6 +128,11 @@ fn blocks(reply: &Reply) -> (Vec<Value>, &'static str) {
                 0,
                 json!({"type": "thinking", "thinking": thinking, "signature": ""}),
             );
+            (rest, stop)
+        }
+        Reply::TextThen { text, then } => {
+            let (mut rest, stop) = blocks(then);
+            rest.insert(0, json!({"type": "text", "text": text}));
             (rest, stop)
         }
         Reply::Tool { name, input } => (

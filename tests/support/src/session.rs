@@ -42,7 +42,12 @@ pub async fn record(lean: bool, task: &str) -> Vec<Value> {
     let (home, work) = (tmp.path().join("home"), tmp.path().join("work"));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&work).unwrap();
-    let mut env = localagents::session_env::session_env(fake.url(), "gemma3-270m", Some(32768));
+    let mut env = localagents::session_env::session_env(
+        fake.url(),
+        "gemma3-270m",
+        Some(32768),
+        localagents::session_env::WindowRule::Budget,
+    );
     let mut args = vec![
         "--model",
         "gemma3-270m",
