@@ -9,9 +9,10 @@
 //! - `before`: what localagents did before issue 45 (`window_budget:
 //!   false`, `clear_tool_results: off`): Claude Code told the real window
 //!   and an output of window/8;
-//! - `budget`: the window budget alone (`clear_tool_results: off`);
-//! - `default`: the budget and clearing as they ship (`auto`);
-//! - `default, lean profile`: the same, run as a subagent profile with a
+//! - `default`: as it ships: the window budget, nothing cleared;
+//! - `clearing`: the budget and the shim's clearing of old tool results
+//!   (`clear_tool_results: auto`);
+//! - `default, lean profile`: `default` run as a subagent profile with a
 //!   short delegate prompt in place of Claude Code's (issue 45, item 2).
 //!
 //! Per run: the outcome, requests, compactions (`compact_boundary`
@@ -26,20 +27,16 @@ use localagents_testkit as support;
 
 use std::sync::atomic::Ordering;
 
-use support::long_job::{Job, long_job_as};
+use support::long_job::{BEFORE, CLEARING, Job, long_job_as};
 
 const WINDOWS: &[u64] = &[16_384, 32_768, 65_536, 131_072];
 
 /// Each way: its name, its `defaults:` lines, and whether the job runs as
 /// the lean subagent profile ([`support::long_job::LEAN_PROFILE`]).
 const WAYS: &[(&str, &str, bool)] = &[
-    (
-        "before",
-        "  window_budget: false\n  clear_tool_results: off\n",
-        false,
-    ),
-    ("budget", "  clear_tool_results: off\n", false),
+    ("before", BEFORE, false),
     ("default", "", false),
+    ("clearing", CLEARING, false),
     ("default, lean profile", "", true),
 ];
 

@@ -385,7 +385,7 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
         match ClearToolResults::parse(v) {
             Some(c) => defaults.clear_tool_results = c,
             None => warnings.push(format!(
-                "defaults.clear_tool_results = `{v}` is not auto, on or off; using auto"
+                "defaults.clear_tool_results = `{v}` is not auto, on or off; using off"
             )),
         }
     }

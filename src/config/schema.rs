@@ -372,16 +372,20 @@ pub struct Defaults {
     pub clear_tool_results: ClearToolResults,
 }
 
-/// `defaults.clear_tool_results`.
+/// `defaults.clear_tool_results`. Off by default: on the reader and
+/// edit-heavy jobs (`cargo bench --bench long_jobs`) clearing halved the
+/// compactions at 32k and 64k but re-processed more prompt tokens than
+/// those compactions did (docs/benchmarks.md, "Long jobs on small
+/// windows").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClearToolResults {
     /// On for windows under 128k.
-    #[default]
     Auto,
     /// On for every window.
     On,
     /// Never.
+    #[default]
     Off,
 }
 
@@ -476,7 +480,7 @@ impl Default for Defaults {
             runaway_limit: DEFAULT_RUNAWAY_LIMIT,
             thinking: Thinking::Auto,
             window_budget: true,
-            clear_tool_results: ClearToolResults::Auto,
+            clear_tool_results: ClearToolResults::Off,
         }
     }
 }

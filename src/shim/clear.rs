@@ -19,6 +19,12 @@
 //! first result it clears. The newest [`KEEP`] results are never cleared
 //! (the model is acting on them).
 //!
+//! Off by default (`defaults.clear_tool_results: auto` turns it on): on
+//! the long jobs of `cargo bench --bench long_jobs` it halved the
+//! compactions at 32k and 64k but re-processed more prompt tokens than
+//! they cost; a real model's summary, which neither the fake nor the real
+//! tier's relay writes, is what it saves.
+//!
 //! The prompt's size is estimated from its bytes at the tokens-per-byte
 //! rate of the route's last answered request (the server's own count),
 //! before the first answer at [`FIRST_RATE`].

@@ -29,19 +29,7 @@ pub struct RealReader {
 /// through the relay on a real llama-server at `-c ctx --parallel 1`,
 /// with `defaults` (YAML lines indented by 2). The relay answers as the
 /// reader; the server processes every prompt as it came.
-#[allow(dead_code)] // The bench lets the server write summaries.
 pub async fn real_reader(ctx: u64, parts: usize, defaults: &str) -> RealReader {
-    real_reader_with(ctx, parts, defaults, false).await
-}
-
-/// [`real_reader`]; `summaries`: the server writes each compaction's
-/// summary, so its cost is in the wall time ([`relay::start_with`]).
-pub async fn real_reader_with(
-    ctx: u64,
-    parts: usize,
-    defaults: &str,
-    summaries: bool,
-) -> RealReader {
     let ctx_s = ctx.to_string();
     let srv = start_server(&["-c", &ctx_s, "--parallel", "1"]);
     let h = Harness::new()
@@ -50,13 +38,7 @@ pub async fn real_reader_with(
     let dir = h.work().join("reader");
     repo(&dir);
     support::reader::write_tree(&dir, parts, 4_500);
-    let relay = relay::start_with(
-        &srv.url,
-        support::reader::script(&dir, parts),
-        true,
-        summaries,
-    )
-    .await;
+    let relay = relay::start(&srv.url, support::reader::script(&dir, parts), true).await;
     std::fs::write(
         h.config_path(),
         format!(

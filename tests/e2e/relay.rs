@@ -31,10 +31,6 @@ struct Relay {
     script: Script,
     one_at_a_time: Option<tokio::sync::Mutex<()>>,
     seen: Seen,
-    /// Let the server write a compaction's summary (the request's own
-    /// `max_tokens`), so what a compaction costs is measured; the answer
-    /// is still the script's.
-    summaries: bool,
 }
 
 /// Each `/v1/messages` request the relay answered: its body, and the real
@@ -58,17 +54,7 @@ async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
     let mut cut = req.clone();
-    let compaction = r.summaries
-        && req["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .is_some_and(|m| {
-                m.to_string()
-                    .contains(crate::support::reader::COMPACTION_ASK)
-            });
-    if !compaction {
-        cut["max_tokens"] = 1.into();
-    }
+    cut["max_tokens"] = 1.into();
     cut["stream"] = false.into();
     let _turn = match &r.one_at_a_time {
         Some(m) => Some(m.lock().await),
@@ -144,26 +130,13 @@ async fn pass(
 }
 
 /// A relay to the real server at `upstream` answering by `script`.
-#[allow(dead_code)] // The bench starts it with summaries.
 pub async fn start(upstream: &str, script: Script, one_at_a_time: bool) -> Running {
-    start_with(upstream, script, one_at_a_time, false).await
-}
-
-/// [`start`]; `summaries`: the server writes each compaction's summary
-/// (to its `max_tokens`) before the script answers it.
-pub async fn start_with(
-    upstream: &str,
-    script: Script,
-    one_at_a_time: bool,
-    summaries: bool,
-) -> Running {
     let relay = Arc::new(Relay {
         upstream: upstream.trim_end_matches('/').to_string(),
         client: crate::support::http_client(),
         script,
         one_at_a_time: one_at_a_time.then(|| tokio::sync::Mutex::new(())),
         seen: Seen::default(),
-        summaries,
     });
     let seen = relay.seen.clone();
     let app = Router::new()

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::long_job::{Job, LongRun, PART_TOKENS, PARTS, long_job, read_lines};
+use crate::support::long_job::{CLEARING, Job, LongRun, PART_TOKENS, PARTS, long_job, read_lines};
 use crate::support::reader;
 
 /// The reader job at `window` succeeds: SUMMARY.md names every part's
@@ -48,6 +48,17 @@ async fn the_reader_finishes_at(window: u64) {
         "a reader job of {PARTS} x {PART_TOKENS} tokens fits no {window} window without \
          compacting or clearing: {w:#}"
     );
+    // Each batch of clearing is counted: the record says what the
+    // request log shows.
+    let batches = requests(&run)
+        .iter()
+        .filter(|q| q["clearing"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert_eq!(
+        w["clearings"].as_u64().unwrap_or(0),
+        batches as u64,
+        "{w:#}"
+    );
     assert!(
         w["largest_tool_result"]["tokens"].as_u64().unwrap_or(0) > 0,
         "{w:#}"
@@ -63,12 +74,13 @@ fn requests(run: &LongRun) -> Vec<Value> {
         .collect()
 }
 
-/// Clearing on the edit-heavy job at 32k: each batch is one re-fill of the
-/// server's cache, from the first result it clears; every other request
-/// extends the one before it, so the rest of the job reads from the cache.
+/// Clearing (`clear_tool_results: auto`) on the edit-heavy job at 32k:
+/// each batch is one re-fill of the server's cache, from the first result
+/// it clears; every other request extends the one before it, so the rest
+/// of the job reads from the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clearing_refills_the_cache_once_a_batch() {
-    let run = long_job(Job::Editor, 32_768, "", "").await;
+    let run = long_job(Job::Editor, 32_768, CLEARING, "").await;
     let r = &run.record;
     assert_eq!(r["status"], "succeeded", "{r:#}");
     assert_eq!(run.compact_boundaries(), 0, "{r:#}");

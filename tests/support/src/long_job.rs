@@ -68,6 +68,15 @@ pub enum Job {
     Editor,
 }
 
+/// `defaults:` lines of a job as localagents ran it before issue 45:
+/// Claude Code told the real window and an output of window/8, nothing
+/// cleared.
+pub const BEFORE: &str = "  window_budget: false\n  clear_tool_results: off\n";
+
+/// `defaults:` lines of the window budget and the shim's clearing of old
+/// tool results (off by default).
+pub const CLEARING: &str = "  clear_tool_results: auto\n";
+
 /// Functions the edit-heavy job fixes.
 pub const FUNCTIONS: usize = 30;
 
