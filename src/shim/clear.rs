@@ -51,8 +51,10 @@ pub const FIRST_RATE: f64 = 0.3;
 pub struct Marks {
     /// A prompt over this starts a batch.
     pub high: u64,
-    /// A batch clears until the prompt is estimated under this.
-    pub low_share: Share,
+    /// A batch clears until the prompt is estimated under this share (in
+    /// percent) of the room between the fixed prompt (`system` and
+    /// `tools`) and the high mark.
+    pub low_percent: u64,
     /// The most one tool result holds ([`crate::budget::Budget::tool_result`]).
     /// Clearing waits for a window whose room above the fixed prompt holds
     /// two of them: in less, the newest results fill it alone, every batch
@@ -60,11 +62,6 @@ pub struct Marks {
     /// costs the server a re-fill (measured: docs/benchmarks.md).
     pub result_cap: u64,
 }
-
-/// The low mark, as a share of the room between the fixed prompt
-/// (`system` and `tools`) and the high mark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Share(pub u8);
 
 impl Marks {
     /// The marks of a job on `window`: it clears before Claude Code would
@@ -77,7 +74,7 @@ impl Marks {
         };
         Marks {
             high,
-            low_share: Share(50),
+            low_percent: 50,
             result_cap,
         }
     }
@@ -178,7 +175,7 @@ impl Clearing {
         );
         let roomy = marks.high.saturating_sub(fixed) >= 2 * marks.result_cap;
         if roomy && estimate(now) > marks.high && results.len() > KEEP + n {
-            let low = fixed + (marks.high.saturating_sub(fixed)) * marks.low_share.0 as u64 / 100;
+            let low = fixed + (marks.high.saturating_sub(fixed)) * marks.low_percent / 100;
             let mut left = now;
             let first = n;
             while n < results.len() - KEEP && estimate(left) > low {
@@ -431,7 +428,7 @@ mod tests {
 
     const MARKS: Marks = Marks {
         high: 3000,
-        low_share: Share(50),
+        low_percent: 50,
         result_cap: 600,
     };
 
