@@ -157,7 +157,18 @@ fn t1_probe_reports_window_slots_metrics_and_resolves_the_fuzzy_name() {
     );
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["env"]["ANTHROPIC_MODEL"], "gemma3-270m");
-    assert_eq!(s["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
+    // The measured window is 32,768; the session is told the window budget's
+    // figure for it (src/budget.rs), which makes Claude Code compact where a
+    // compaction request still fits those 32,768 tokens.
+    let budget = localagents::budget::Budget::of(32_768).unwrap();
+    assert_eq!(
+        s["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"],
+        budget.claude_window.to_string()
+    );
+    assert_eq!(
+        s["env"]["CLAUDE_CODE_MAX_OUTPUT_TOKENS"],
+        budget.output.to_string()
+    );
 }
 
 #[test]
@@ -783,9 +794,14 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
         models_now["data"][0]["status"]["value"], "loaded",
         "{models_now}"
     );
+    // The loaded model's window, 32,768, reached the session through the
+    // window budget (src/budget.rs).
     assert_eq!(
         std::fs::read_to_string(&seen).unwrap(),
-        "32768",
+        localagents::budget::Budget::of(32_768)
+            .unwrap()
+            .claude_window
+            .to_string(),
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS"
     );
     // Figure: from the job's creation to its first request, less the load.
