@@ -1192,19 +1192,22 @@ async fn interleaved(url: &str, turns: usize) -> [localagents::jobs::JobMetrics;
         route_to(&shim, url, "a", dirs[0].dir()).await,
         route_to(&shim, url, "b", dirs[1].dir()).await,
     ];
-    // The shared prefix: what every delegate's system and tools are.
-    let system: String = (0..300)
+    // The shared prefix: what every delegate's system and tools are (here
+    // about 1.3k tokens: the routing is the same at any size, and a 2-core
+    // CPU processes ~120 tokens a second).
+    let system: String = (0..100)
         .map(|i| format!("Rule {i}: keep every change small, tested and described. "))
         .collect();
     let mut history: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
     let client = localagents::probe::fresh_http_client();
     for turn in 0..turns {
         for (s, name) in ["alpha", "beta"].iter().enumerate() {
-            // The first question is long enough (about a seventh of the
-            // prompt) that the shared system prompt alone is below a 0.9
-            // similarity with another session's slot; later ones are short,
-            // as a tool result often is.
-            let lines = if turn == 0 { 40 } else { 8 };
+            // The first question is long enough (about a quarter of the
+            // prompt, some 350 tokens) that the shared system prompt alone
+            // is below a 0.9 similarity with another session's slot, and
+            // that re-processing it counts as a lost cache (256 tokens and
+            // more); later ones are short, as a tool result often is.
+            let lines = if turn == 0 { 25 } else { 4 };
             let question: String = (0..lines)
                 .map(|i| {
                     format!(
