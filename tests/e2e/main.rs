@@ -1368,8 +1368,10 @@ fn scrape_slots(url: &str) -> usize {
 /// warmed too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t16_serve_prewarms_the_delegate_prefix() {
-    // Cold: a fresh server, no serve.
-    let srv = start_server(&["-c", "32768"]);
+    // Cold: a fresh server, no serve. One slot here and in the default
+    // case below, where llama-server would make 4 at this -c: `serve`'s
+    // prewarm sends one request a slot, 40 s each on 2 CPU cores.
+    let srv = start_server(&["-c", "32768", "--parallel", "1"]);
     let d = dirs(&srv.url, "");
     repo(&d.work);
     let (cold_rec, cold) = first_request(&d, "Say hello.").await;
@@ -1387,7 +1389,11 @@ async fn t16_serve_prewarms_the_delegate_prefix() {
         .chain((0..60).map(|i| format!("In the notes, line {i} reads value {}. ", i * 7 + 3)))
         .collect();
     for (name, args, brief) in [
-        ("default similarity", &["-c", "32768"][..], "Say hello."),
+        (
+            "default similarity",
+            &["-c", "32768", "--parallel", "1"][..],
+            "Say hello.",
+        ),
         (
             "-sps 0.9, a long brief",
             &["-c", "65536", "--parallel", "2", "-sps", "0.9"][..],
