@@ -111,6 +111,7 @@ fn fold_once(b: &[u8], marks: Option<&Marks>) -> Duration {
     let extras = Extras {
         loops: marks.map(|m| (m, 3)),
         drop_thinking: false,
+        turns: None,
     };
     let (out, _) = fold::fold_raw_with(b, Some("m"), Some(131072), extras).unwrap();
     std::hint::black_box(out.len());

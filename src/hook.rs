@@ -119,7 +119,8 @@ fn line(b: &RecordBrief, net: Option<String>) -> String {
         _ => String::new(),
     } + &net.unwrap_or_default();
     let window = b.window.as_ref().and_then(|w| w.line());
-    let model = [&b.model_note, &b.cache_note, &window]
+    let ending = b.ending.as_ref().and_then(|e| e.line());
+    let model = [&ending, &b.model_note, &b.cache_note, &window]
         .into_iter()
         .flatten()
         .map(|n| format!("; {n}"))

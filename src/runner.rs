@@ -411,6 +411,8 @@ pub struct EventInfo {
     pub tool_uses: Vec<(String, String)>,
     /// Tool results: the id of their call and their size in bytes.
     pub tool_results: Vec<(String, u64)>,
+    /// The assistant's text in this event, whole (its text blocks joined).
+    pub said: Option<String>,
 }
 
 /// One compaction, from its `compact_boundary` event.
@@ -619,6 +621,13 @@ pub fn parse_event(line: &str) -> EventInfo {
                         if !t.trim().is_empty() {
                             info.transcript.push(format!("[assistant] {}", t.trim()));
                             info.last_activity = Some(format!("said: {}", one_line(&t, 120)));
+                            match info.said.as_mut() {
+                                Some(s) => {
+                                    s.push('\n');
+                                    s.push_str(&t);
+                                }
+                                None => info.said = Some(t),
+                            }
                         }
                     }
                     Block::ToolUse { id, name, input } => {

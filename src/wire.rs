@@ -212,6 +212,11 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(default, deserialize_with = "lenient")]
     pub loop_note: Option<String>,
+    /// The turn budget's note, placed first in this request ("turn 3 of
+    /// 5; 2 more after this one. …").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub turn_note: Option<String>,
     /// A complete answer with no text and no tool call.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     #[serde(default, deserialize_with = "lenient")]

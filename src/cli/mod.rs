@@ -193,6 +193,13 @@ pub struct EvalCmd {
     /// Only the capability probe (seconds): tool calls, folded system notes, count_tokens, speeds, window, thinking.
     #[arg(long)]
     pub probe: bool,
+    /// Each task's turn limit (a task needs 4 to 8 turns; a model that
+    /// needs more is not doing it well).
+    #[arg(long, value_name = "N", default_value_t = crate::eval::TASK_TURNS)]
+    pub max_turns: u32,
+    /// Each task's time limit in seconds, its fix round included.
+    #[arg(long, value_name = "S", default_value_t = crate::eval::TASK_TIMEOUT_S)]
+    pub task_timeout: u64,
     /// Load the model even if that may unload one a running job uses.
     #[arg(long)]
     pub force: bool,

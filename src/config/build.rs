@@ -381,6 +381,15 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
     if let Some(v) = d.window_budget {
         defaults.window_budget = v;
     }
+    if let Some(v) = d.nudges {
+        if v <= 3 {
+            defaults.nudges = v;
+        } else {
+            warnings.push(format!(
+                "defaults.nudges = {v} is more than 3; using 1 (a second nudge got the same answer again: 0 turns it off)"
+            ));
+        }
+    }
     if let Some(v) = d.clear_tool_results.as_deref() {
         match ClearToolResults::parse(v) {
             Some(c) => defaults.clear_tool_results = c,

@@ -98,6 +98,7 @@ pub(super) struct DefaultsShape {
     pub thinking: Option<String>,
     pub window_budget: Option<bool>,
     pub clear_tool_results: Option<String>,
+    pub nudges: Option<u32>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -370,6 +371,10 @@ pub struct Defaults {
     /// Whether the shim replaces old tool results with a one-line stub
     /// once the prompt fills a share of the window.
     pub clear_tool_results: ClearToolResults,
+    /// Times a job without an acceptance command resumes a delegate that
+    /// ended its turn announcing a step it did not take
+    /// ([`crate::jobs::pending`]); 0 turns the nudge off.
+    pub nudges: u32,
 }
 
 /// `defaults.clear_tool_results`. Off by default: on the reader and
@@ -480,6 +485,7 @@ impl Default for Defaults {
             runaway_limit: DEFAULT_RUNAWAY_LIMIT,
             thinking: Thinking::Auto,
             window_budget: true,
+            nudges: 1,
             clear_tool_results: ClearToolResults::Off,
         }
     }

@@ -40,7 +40,22 @@ pub struct EvalArgs {
     pub probe_only: bool,
     /// Load the model even if that may unload one a running job uses.
     pub force: bool,
+    /// Each task's turn limit ([`TASK_TURNS`] by default).
+    pub max_turns: u32,
+    /// Each task's time limit, its fix round included ([`TASK_TIMEOUT_S`]).
+    pub task_timeout_s: u64,
 }
+
+/// A task's turn limit by default: the suite's tasks take a capable model
+/// 4 to 8 turns (read, edit, run the check, fix); twice that is room for a
+/// slow start, and a model past it is not doing the task.
+pub const TASK_TURNS: u32 = 15;
+
+/// A task's time limit by default, its fix round included: the tiny model
+/// on 2 CPU cores takes 110-150 s a quick task (the real tier, e2e t14);
+/// twice that ends a task that will not end (issue 46 saw one past 500 s)
+/// and leaves a model on a GPU minutes to spare.
+pub const TASK_TIMEOUT_S: u64 = 300;
 
 /// One task's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -455,6 +470,18 @@ fn task_result(t: &tasks::Task, rec: &JobRecord, overhead: Duration) -> TaskResu
             (None, Some(e)) => e.to_string(),
             (None, None) => format!("the job ended {}", rec.status().as_str()),
         };
+        // A limit the task hit is named first: the suite went on past it.
+        let why = match (rec.status(), &rec.ending().incomplete) {
+            (Status::Timeout, _) => format!(
+                "time limit: {} s (--task-timeout) reached; {why}",
+                rec.timeout_s()
+            ),
+            (_, Some(i)) if i.why == crate::jobs::pending::Why::MaxTurns => format!(
+                "turn limit: {} turns (--max-turns) reached; {why}",
+                rec.max_turns()
+            ),
+            _ => why,
+        };
         let why = match (text_only, rec.model_note()) {
             (true, Some(n)) => format!("{why} ({n})"),
             _ => why,
@@ -544,6 +571,8 @@ async fn start_task(
                 crate::session_env::sh_quote(&check.display().to_string())
             )),
             fix_rounds: Some(1),
+            max_turns: Some(args.max_turns),
+            timeout_s: Some(args.task_timeout_s),
             force: args.force,
             ..Default::default()
         }),

@@ -140,6 +140,9 @@ pub struct RecordBrief {
     /// The subagent profile the job ran as (its name).
     #[serde(default)]
     pub agent: Option<BriefAgent>,
+    /// Its nudges, and the work pending when it ended incomplete.
+    #[serde(default)]
+    pub ending: Option<super::pending::Ending>,
     #[serde(default)]
     pub metrics: Option<BriefMetrics>,
     #[serde(default)]

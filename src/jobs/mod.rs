@@ -23,6 +23,7 @@ pub mod lease;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
+pub mod pending;
 pub mod plan;
 pub mod policy;
 pub mod prewarm;

@@ -26,6 +26,7 @@ use super::accept;
 use super::dir;
 use super::faults;
 use super::metrics;
+use super::pending;
 use super::window::{Compaction, WindowUse};
 pub use super::status::Status;
 use crate::config::Config;
@@ -287,6 +288,10 @@ pub struct JobRecord {
     /// tool result.
     #[serde(default, skip_serializing_if = "WindowUse::is_empty")]
     window: WindowUse,
+    /// The job's nudges and, when it ended with work pending, what was
+    /// pending ([`super::pending`]).
+    #[serde(default, skip_serializing_if = "pending::Ending::is_empty")]
+    ending: pending::Ending,
     /// The sentence about the server's cache, when it lost the job's
     /// conversation ("lost its cache on 6 of 7 turns: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -436,6 +441,7 @@ impl JobRecord {
             model_note: None,
             cache_note: None,
             window: WindowUse::default(),
+            ending: pending::Ending::default(),
             permission_mode: d.permission_mode.clone(),
             max_turns: 0,
             timeout_s: d.timeout_s,

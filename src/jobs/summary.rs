@@ -119,6 +119,14 @@ pub struct JobSummary {
     /// results twice (14 results), largest tool result 2,048 tokens (…)".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_note: Option<String>,
+    /// Its nudges, and the work pending when it ended incomplete (a
+    /// `failed` job that is no crash: the delegate stopped early).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending: Option<super::pending::Ending>,
+    /// The same in one line: "incomplete, pending: \"I'll now update the
+    /// tests.\" (nudged once)", or "nudged once, and it went on".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending_note: Option<String>,
 }
 
 /// One line of `list_jobs`.
@@ -139,6 +147,9 @@ pub struct JobListItem {
     /// The sentence about the model, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_note: Option<String>,
+    /// It ended with work pending (failed, but no crash): what was pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     /// A job not running yet: where it stands ("queued: 2nd for
     /// qwen3-coder on `gpu1`, behind …", or "preparing: creating the
     /// worktree (60,112 files)").
@@ -206,6 +217,8 @@ impl JobRecord {
             agent: self.agent().map(super::record::AgentUse::line),
             window: (!self.window().is_empty()).then(|| self.window().clone()),
             window_note: self.window().line(),
+            ending: (!self.ending().is_empty()).then(|| self.ending().clone()),
+            ending_note: self.ending().line(),
         }
     }
 
@@ -221,6 +234,11 @@ impl JobRecord {
             task: crate::fmt::first_chars(self.task(), 80),
             text_only: self.outcome().is_some_and(|o| o.text_only),
             model_note: self.model_note().map(str::to_string),
+            incomplete: self
+                .ending()
+                .incomplete
+                .as_ref()
+                .and_then(|_| self.ending().line()),
             waiting: (self.status() == Status::Queued)
                 .then(|| self.last_activity().map(str::to_string))
                 .flatten()

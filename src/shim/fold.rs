@@ -247,6 +247,8 @@ pub struct Facts {
     pub tools_range: Option<(usize, usize)>,
     /// What the loop guard found.
     pub loops: super::loops::Scan,
+    /// The turn budget's note placed first in this request, if any.
+    pub turn_note: Option<String>,
     /// Thinking blocks dropped from the history (`thinking: drop`).
     pub thinking_dropped: usize,
 }
@@ -258,6 +260,8 @@ pub struct Extras<'a> {
     pub loops: Option<(&'a super::loops::Marks, u32)>,
     /// Drop `thinking` and `redacted_thinking` blocks from assistant turns.
     pub drop_thinking: bool,
+    /// The job's turn budget ([`super::turns`]).
+    pub turns: Option<&'a super::turns::TurnBudget>,
 }
 
 /// Thinking blocks of an assistant message, removed; how many. A message
@@ -332,11 +336,12 @@ pub fn fold_raw_with(
 ) -> Result<(Vec<u8>, Facts), serde_json::Error> {
     let top: IndexMap<String, &RawValue> = serde_json::from_slice(body)?;
     let mut facts = Facts::default();
+    let tools = top.get("tools").is_some_and(|t| t.get().trim() != "[]");
     let mut out_fields: Vec<(String, Piece<'_>)> = Vec::with_capacity(top.len() + 1);
     let mut top_blocks: Vec<Value> = Vec::new();
     for (k, v) in &top {
         let piece = if k == "messages" {
-            fold_messages(v, extras, &mut facts, &mut top_blocks)?.map(Piece::Bytes)
+            fold_messages(v, extras, tools, &mut facts, &mut top_blocks)?.map(Piece::Bytes)
         } else {
             top_field(k, v, model, max_tokens_cap, &mut facts)?.map(Piece::Owned)
         };
@@ -358,6 +363,7 @@ pub fn fold_raw_with(
 fn fold_messages(
     v: &RawValue,
     extras: Extras<'_>,
+    tools: bool,
     facts: &mut Facts,
     top_blocks: &mut Vec<Value>,
 ) -> Result<Option<Vec<u8>>, serde_json::Error> {
@@ -378,7 +384,13 @@ fn fold_messages(
     } else {
         Vec::new()
     };
-    if plan.is_empty() && facts.loops.notes.is_empty() && thinking.is_empty() {
+    let turns = extras
+        .turns
+        .map(|t| t.scan(&msgs, &roles, tools))
+        .unwrap_or_default();
+    facts.turn_note = turns.new_note;
+    if plan.is_empty() && facts.loops.notes.is_empty() && thinking.is_empty() && turns.notes.is_empty()
+    {
         return Ok(None);
     }
     facts.stats.folded = plan.len();
@@ -403,6 +415,13 @@ fn fold_messages(
                 .push(folded_block(&Value::String(super::loops::note_text(limit))));
         }
     }
+    for p in turns.notes {
+        moved
+            .inside
+            .entry(p.index)
+            .or_default()
+            .push((p.tool_use_id, p.text));
+    }
     write_messages(&msgs, &roles, moved, &thinking, v.get().len(), facts).map(Some)
 }
 
@@ -412,6 +431,35 @@ fn fold_messages(
 struct Moved {
     pre: HashMap<usize, Vec<Value>>,
     post: HashMap<usize, Vec<Value>>,
+    /// Notes appended inside a tool result: (its call's id, the text).
+    inside: HashMap<usize, Vec<(String, String)>>,
+}
+
+/// Append `text` to the tool result of `id` in a user message: to a string
+/// result after a blank line, to a block list as one more text block.
+fn append_to_result(msg: &mut Value, id: &str, text: &str) {
+    let Some(blocks) = msg.get_mut("content").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let Some(result) = blocks.iter_mut().find(|b| {
+        b.get("type").and_then(Value::as_str) == Some("tool_result")
+            && b.get("tool_use_id").and_then(Value::as_str) == Some(id)
+    }) else {
+        return;
+    };
+    let Some(obj) = result.as_object_mut() else {
+        return;
+    };
+    match obj.get_mut("content") {
+        Some(Value::String(s)) => {
+            s.push_str("\n\n");
+            s.push_str(text);
+        }
+        Some(Value::Array(a)) => a.push(json!({"type": "text", "text": text})),
+        _ => {
+            obj.insert("content".into(), Value::String(text.to_string()));
+        }
+    }
 }
 
 /// The folded array: system entries left out, a user message with moved
@@ -436,13 +484,21 @@ fn write_messages(
             buf.push(b',');
         }
         first = false;
-        if moved.pre.contains_key(&i) || moved.post.contains_key(&i) {
+        if moved.pre.contains_key(&i)
+            || moved.post.contains_key(&i)
+            || moved.inside.contains_key(&i)
+        {
             let mut msg: Value = serde_json::from_str(m.get())?;
-            apply_to_user(
-                &mut msg,
-                moved.pre.remove(&i).unwrap_or_default(),
-                moved.post.remove(&i).unwrap_or_default(),
-            );
+            for (id, text) in moved.inside.remove(&i).unwrap_or_default() {
+                append_to_result(&mut msg, &id, &text);
+            }
+            if moved.pre.contains_key(&i) || moved.post.contains_key(&i) {
+                apply_to_user(
+                    &mut msg,
+                    moved.pre.remove(&i).unwrap_or_default(),
+                    moved.post.remove(&i).unwrap_or_default(),
+                );
+            }
             serde_json::to_writer(&mut buf, &msg)?;
         } else if thinking.contains(&i) {
             let mut msg: Value = serde_json::from_str(m.get())?;

@@ -31,6 +31,8 @@ pub struct RequestLog {
     messages: AtomicU64,
     /// Tokens (prompt, cached and output) of those requests so far.
     tokens: AtomicU64,
+    /// The `stop_reason` of the last answered `/v1/messages` request.
+    last_stop: Mutex<Option<String>>,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -46,6 +48,7 @@ impl RequestLog {
             files: Mutex::new((None, None)),
             messages: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
+            last_stop: Mutex::new(None),
         }
     }
 
@@ -89,8 +92,20 @@ impl RequestLog {
         self.tokens.load(Ordering::Relaxed)
     }
 
+    /// The `stop_reason` of the last answered `/v1/messages` request
+    /// (`end_turn`, `tool_use`, `max_tokens`).
+    pub fn last_stop_reason(&self) -> Option<String> {
+        self.last_stop.lock().ok().and_then(|s| s.clone())
+    }
+
     /// Append one record to `requests.jsonl`.
     pub fn record(&self, rec: &RequestRecord) {
+        if rec.path == "/v1/messages"
+            && rec.status == 200
+            && let Ok(mut s) = self.last_stop.lock()
+        {
+            s.clone_from(&rec.stop_reason);
+        }
         if rec.path == "/v1/messages" {
             self.messages.fetch_add(1, Ordering::Relaxed);
             let u = rec.usage;

@@ -18,6 +18,8 @@
 //! and its backend request closed ([`runaway`]), and thinking blocks in
 //! the history are kept or dropped as the backend needs ([`Guard`]). On a
 //! small window, old tool results are sent as one-line stubs ([`clear`]).
+//! In a job's last three turns the delegate reads how many remain
+//! ([`turns`]).
 
 //!
 //! The route and its guard are in [`route`], the server and route table in
@@ -37,6 +39,7 @@ pub mod runaway;
 pub mod runaway_fixtures;
 pub mod sse;
 pub mod truncation;
+pub mod turns;
 
 pub mod count;
 pub mod pipeline;

@@ -90,12 +90,14 @@ pub(crate) fn prepare(
     let extras = fold::Extras {
         loops: (turn && p.loop_limit > 0).then_some((&route.guard.marks, p.loop_limit)),
         drop_thinking: route.guard.drops_thinking(),
+        turns: turn.then_some(&route.guard.turn_budget),
     };
-    let (out, facts) = fold::fold_raw_with(body, Some(&route.served_id), route.window, extras)
+    let (out, mut facts) = fold::fold_raw_with(body, Some(&route.served_id), route.window, extras)
         .map_err(bad_json)?;
     if facts.loops.new_note {
         rec.loop_note = Some(loops::note_text(p.loop_limit));
     }
+    rec.turn_note = facts.turn_note.take();
     if facts.thinking_dropped > 0 {
         notes.push(Note::ThinkingDropped(facts.thinking_dropped as u64).into());
     }

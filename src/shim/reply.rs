@@ -260,6 +260,7 @@ fn mended(
             fold::Extras {
                 loops: None,
                 drop_thinking: true,
+                turns: None,
             },
         )
         && f.thinking_dropped > 0

@@ -13,6 +13,7 @@ use crate::shim::log::{self, RequestLog};
 use crate::shim::loops;
 use crate::shim::runaway;
 use crate::shim::truncation::{self, Ledger, Read, Sent, Truncation};
+use crate::shim::turns;
 
 /// Where one job's traffic goes.
 #[derive(Debug)]
@@ -62,6 +63,8 @@ pub struct Guard {
     health: Mutex<Health>,
     /// Old tool results this route sends as stubs ([`clear`]).
     pub clearing: clear::Clearing,
+    /// The session's turn count and the budget notes placed ([`turns`]).
+    pub turn_budget: turns::TurnBudget,
 }
 
 /// The backend's faults in a row on one route (hung, reset, slow, 5xx, a

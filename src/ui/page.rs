@@ -472,9 +472,11 @@ pub fn job(token: &str, v: &JobView) -> String {
     }
     let agent = r.agent().map(|a| a.line());
     let window = r.window().line();
+    let ending = r.ending().line();
     for (label, text, class) in [
         ("Result", r.result(), "result"),
         ("Error", r.error(), "error"),
+        ("Finish", ending.as_deref(), "note"),
         ("Subagent", agent.as_deref(), "note"),
         ("Model", r.model_note(), "note"),
         ("Cache", r.cache_note(), "note"),
@@ -766,6 +768,11 @@ mod tests {
         );
         assert!(
             html.contains("<b>Window:</b> compacted once (15,672 → 4,473 tokens last), cleared old tool results twice (9 results), largest tool result 4,095 tokens (Read src/lib.rs)"),
+            "{html}"
+        );
+        // And how it ended: a delegate that stopped early is no crash.
+        assert!(
+            html.contains("<b>Finish:</b> incomplete, pending: &quot;I&#39;ll now update the tests.&quot; (nudged once)"),
             "{html}"
         );
     }

@@ -313,3 +313,54 @@ async fn sigterm_cancels_the_running_task_and_stores_nothing() {
 async fn sighup_cancels_the_running_task_and_stores_nothing() {
     a_signal_cancels_the_running_task_and_stores_nothing("SIGHUP", libc::SIGHUP, 129).await;
 }
+
+/// Issue 46: each task has a turn limit and a time limit (`--max-turns`,
+/// `--task-timeout`); a task that hits one is named so in its row, and the
+/// suite goes on to the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_past_its_turn_or_time_limit_is_named_and_the_suite_goes_on() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let e = Harness::with_fake(fake.url());
+    // Never done: a new command every turn (no loop for the guard).
+    fake.set_script(Arc::new(|req: &Value| {
+        if req["tools"].to_string().contains("get_weather") {
+            return Reply::Text("It is sunny.".into());
+        }
+        let n = script::tool_results(req);
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({"command": format!("echo step {n}"), "description": "Step"}),
+        }
+    }));
+    let r = eval_json(&e, &["--max-turns", "3"]).await;
+    let rows = r["tasks"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "the suite went on: {r}");
+    for t in rows {
+        let why = t["failure"].as_str().unwrap();
+        assert!(
+            why.starts_with("turn limit: 3 turns (--max-turns) reached; "),
+            "{why}"
+        );
+    }
+    // A call that outlasts the task's time.
+    fake.set_script(Arc::new(|req: &Value| {
+        if req["tools"].to_string().contains("get_weather") {
+            return Reply::Text("It is sunny.".into());
+        }
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({"command": "tail -f /dev/null", "description": "Wait"}),
+        }
+    }));
+    let r = eval_json(&e, &["--task-timeout", "8"]).await;
+    let rows = r["tasks"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "the suite went on: {r}");
+    for t in rows {
+        assert_eq!(t["status"], "timeout", "{t}");
+        let why = t["failure"].as_str().unwrap();
+        assert!(
+            why.starts_with("time limit: 8 s (--task-timeout) reached; "),
+            "{why}"
+        );
+    }
+}

@@ -155,12 +155,13 @@ fn the_check_catches_an_upward_import() {
 const ORDERS: &[(&str, &[&str])] = &[("jobs", JOBS_ORDER), ("ui", UI_ORDER), ("shim", SHIM_ORDER)];
 
 const JOBS_ORDER: &[&str] = &[
-    "window", "limits", "lease", "accept", "faults", "status", "dir", "review", "metrics",
-    "record", "store", "keeper", "evict", "args", "policy", "plan", "job", "runtime", "admit",
-    "prewarm", "run", "batch", "summary", "manager", "mod",
+    "pending", "window", "limits", "lease", "accept", "faults", "status", "dir", "review",
+    "metrics", "record", "store", "keeper", "evict", "args", "policy", "plan", "job", "runtime",
+    "admit", "prewarm", "run", "batch", "summary", "manager", "mod",
 ];
 const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
 const SHIM_ORDER: &[&str] = &[
+    "turns",
     "clear",
     "errors",
     "loops",

@@ -11,6 +11,7 @@ mod docs;
 mod e2e_script;
 mod eval;
 mod faults;
+mod finish;
 mod first_contact;
 mod fold_prop;
 mod harness_rules;

@@ -19,6 +19,8 @@ pub async fn run(ctx: Context, args: EvalCmd) -> anyhow::Result<ExitStatus> {
         suite: Suite::parse(&args.suite).unwrap_or(Suite::Quick),
         probe_only: args.probe,
         force: args.force,
+        max_turns: args.max_turns,
+        task_timeout_s: args.task_timeout,
     };
     let bar = crate::cli::render::spinner();
     // The first signal, once one came.

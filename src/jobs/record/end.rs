@@ -10,6 +10,17 @@ use super::*;
 /// (`JobRecord::end`); an end decided outside the run through
 /// [`JobRecord::end_outside`].
 impl JobRecord {
+    /// The delegate was nudged after it announced `n.after`.
+    pub fn nudged(&mut self, n: pending::Nudge) {
+        self.last_activity = Some(format!("nudged after: {}", n.after));
+        self.ending.nudges.push(n);
+    }
+
+    /// The job ends with work pending: never `succeeded`.
+    pub fn ended_incomplete(&mut self, i: pending::Incomplete) {
+        self.ending.incomplete = Some(i);
+    }
+
     /// The files the session changed in the tree.
     pub fn tree_changed(&mut self, files: Vec<String>) {
         self.files_changed = files;

@@ -103,6 +103,10 @@ impl JobRecord {
     pub fn window(&self) -> &WindowUse {
         &self.window
     }
+    /// Its nudges, and what was pending when it ended incomplete.
+    pub fn ending(&self) -> &pending::Ending {
+        &self.ending
+    }
     pub fn metrics(&self) -> Option<&metrics::JobMetrics> {
         self.metrics.as_ref()
     }

@@ -95,7 +95,8 @@ impl Live<'_, '_> {
                 .map(accept::fix_brief)
                 .unwrap_or_default();
             let session = rec.session_id().map(str::to_string);
-            let fix = self.session(&brief, session).await;
+            let turns = self.run.rec.max_turns();
+            let fix = self.session(&brief, session, turns).await;
             // Keep the first report if the fix round says nothing.
             let keep = end.result.take();
             end = SessionEnd {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::jobs::dir::JobDir;
 use crate::jobs::job::{Halt, Job};
 use crate::jobs::metrics;
+use crate::jobs::pending;
 use crate::jobs::record::{JobRecord, Status};
 use crate::jobs::run::{JobRun, Live, SessionEnd, outcome};
 use crate::probe;
@@ -33,6 +34,9 @@ impl Live<'_, '_> {
             result,
             exit: exit_code,
             stderr_tail,
+            said,
+            last_calls,
+            tool_calls: _,
         } = end;
         let (mut status, mut error) = outcome(
             stop.as_ref(),
@@ -44,17 +48,19 @@ impl Live<'_, '_> {
         );
         // A session that ran out of its window says so, with the fix.
         if stop.is_none()
-            && let Some(r) = result.as_ref().filter(|r| !r.success)
-            && let text = r.text.as_deref().unwrap_or_default()
-            && crate::jobs::window::ran_out(r.terminal_reason.as_deref(), text)
+            && let Some(why) = out_of_window(job, rec, result.as_ref())
         {
-            let fix = crate::jobs::window::server_fix(job.target.backend, rec.served_id());
-            error = Some(crate::jobs::window::out_of_window(
-                rec.context(),
-                rec.window(),
-                text,
-                &fix,
-            ));
+            error = Some(why);
+        }
+        // Work left pending. Without an acceptance command it is the job's
+        // end; with one, the command decides, and a turn limit it failed
+        // after is kept beside its failure.
+        if stop.is_none()
+            && let Some(i) = incomplete(result.as_ref(), said.as_deref(), &last_calls)
+            && let Some(why) = left_pending(rec, i, job.acceptance.is_some())
+        {
+            status = Status::Failed;
+            error = Some(why);
         }
         if stop.is_none()
             && let Some(a) = rec.acceptance()
@@ -107,6 +113,66 @@ impl Live<'_, '_> {
         }
         rec.finish_session(status, error, started);
     }
+}
+
+/// The error of a session that ran out of its window, with the server's
+/// fix.
+fn out_of_window(
+    job: &Job,
+    rec: &JobRecord,
+    result: Option<&crate::runner::ResultEvent>,
+) -> Option<String> {
+    let r = result.filter(|r| !r.success)?;
+    let text = r.text.as_deref().unwrap_or_default();
+    if !crate::jobs::window::ran_out(r.terminal_reason.as_deref(), text) {
+        return None;
+    }
+    let fix = crate::jobs::window::server_fix(job.target.backend, rec.served_id());
+    Some(crate::jobs::window::out_of_window(
+        rec.context(),
+        rec.window(),
+        text,
+        &fix,
+    ))
+}
+
+/// Keep what was pending in the record; without an acceptance command it
+/// is the job's end: its error sentence. With one, the command decides,
+/// and only a turn limit it failed after is kept.
+fn left_pending(rec: &mut JobRecord, i: pending::Incomplete, acceptance: bool) -> Option<String> {
+    if !acceptance {
+        let why = pending::sentence(&i, rec.max_turns(), rec.ending().nudges.len());
+        rec.ended_incomplete(i);
+        return Some(why);
+    }
+    if i.why == pending::Why::MaxTurns && rec.acceptance().is_some_and(|a| !a.passed) {
+        rec.ended_incomplete(i);
+    }
+    None
+}
+
+/// What a session that ended on its own left pending: the turn limit came
+/// first, or its last words announce a step it did not take.
+fn incomplete(
+    result: Option<&crate::runner::ResultEvent>,
+    said: Option<&str>,
+    last_calls: &[String],
+) -> Option<pending::Incomplete> {
+    let r = result?;
+    if r.subtype == "error_max_turns" {
+        return Some(pending::Incomplete {
+            why: pending::Why::MaxTurns,
+            pending: pending::at_turn_limit(last_calls, said),
+        });
+    }
+    if !r.success {
+        return None;
+    }
+    let step = pending::announced(r.text.as_deref().or(said)?)?;
+    Some(pending::Incomplete {
+        why: pending::Why::Announced,
+        pending: step,
+    })
 }
 
 /// Keep the session's stderr tail in the job's dir (`stderr.txt`).

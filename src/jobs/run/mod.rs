@@ -13,6 +13,7 @@
 
 mod accept_rounds;
 mod finish;
+mod nudge;
 mod prepare;
 mod session;
 
@@ -39,6 +40,12 @@ pub(super) struct SessionEnd {
     result: Option<runner::ResultEvent>,
     exit: Exit,
     stderr_tail: String,
+    /// The delegate's last words in this session.
+    said: Option<String>,
+    /// The calls of its last turn.
+    last_calls: Vec<String>,
+    /// Tool calls it made in this session.
+    tool_calls: u64,
 }
 
 impl SessionEnd {
@@ -49,6 +56,9 @@ impl SessionEnd {
             result: None,
             exit: Exit::Unknown,
             stderr_tail: String::new(),
+            said: None,
+            last_calls: Vec::new(),
+            tool_calls: 0,
         }
     }
 }
@@ -327,16 +337,22 @@ impl JobRun<'_> {
             reg: &reg,
             deadline,
         };
-        let mut end = live.session(&task, resume).await;
+        let max_turns = live.run.rec.max_turns();
+        let mut end = live.session(&task, resume, max_turns).await;
 
         // Acceptance: run the command ourselves; resume the same session
-        // with a fix brief while rounds remain.
-        if let Some(command) = live.run.job.acceptance.clone()
-            && end.stop.is_none()
-            && end.result.is_some()
-            && reg.route.guard.fatal().is_none()
-        {
-            end = live.acceptance_rounds(&command, end).await;
+        // with a fix brief while rounds remain. Without one, a delegate that
+        // stopped announcing a step is nudged to take it.
+        match live.run.job.acceptance.clone() {
+            Some(command)
+                if end.stop.is_none()
+                    && end.result.is_some()
+                    && reg.route.guard.fatal().is_none() =>
+            {
+                end = live.acceptance_rounds(&command, end).await;
+            }
+            Some(_) => {}
+            None => end = live.nudges(end).await,
         }
 
         live.finalize(end, snap_before, &shared).await;

@@ -42,13 +42,21 @@ pub(super) fn progress_now(
 }
 
 impl Live<'_, '_> {
-    /// One delegate session: start claude (fresh, or resuming `resume`)
-    /// with `task`, follow its events into the record, stop it on cancel or
-    /// at the deadline. Used for the job's session and for fix rounds.
-    pub(super) async fn session(&mut self, task: &str, resume: Option<String>) -> SessionEnd {
+    /// One delegate session of `turns` turns: start claude (fresh, or
+    /// resuming `resume`) with `task` and its turn budget, follow its
+    /// events into the record, stop it on cancel or at the deadline. Used
+    /// for the job's session, its nudges and its fix rounds.
+    pub(super) async fn session(
+        &mut self,
+        task: &str,
+        resume: Option<String>,
+        turns: u32,
+    ) -> SessionEnd {
         let (rt, reg) = (self.run.rt, self.reg);
         let JobRun { job, rec, .. } = &mut *self.run;
-        let mut child = match spawn_delegate(job, rec, reg, task, resume.as_deref()) {
+        reg.route.guard.turn_budget.start(turns);
+        let task = with_budget(task, turns);
+        let mut child = match spawn_delegate(job, rec, reg, &task, resume.as_deref(), turns) {
             Ok(c) => c,
             Err(why) => return SessionEnd::refused(why.to_string()),
         };
@@ -70,6 +78,10 @@ impl Live<'_, '_> {
             events: open_log(&JobDir::at(rec.log_dir()).events()),
             transcript: open_log(&JobDir::at(rec.log_dir()).transcript()),
             result: None,
+            said: None,
+            last_calls: Vec::new(),
+            after_results: true,
+            tool_calls: 0,
         };
         let lines = child.stdout().take().map(|o| BufReader::new(o).lines());
         let cancel_marker = JobDir::at(rec.log_dir()).cancel_marker();
@@ -100,6 +112,9 @@ impl Live<'_, '_> {
                 _ => Exit::Unknown,
             },
             stderr_tail,
+            said: follow.said,
+            last_calls: follow.last_calls,
+            tool_calls: follow.tool_calls,
         }
     }
 
@@ -175,6 +190,7 @@ fn spawn_delegate(
     reg: &crate::shim::Registration,
     task: &str,
     resume: Option<&str>,
+    max_turns: u32,
 ) -> Result<crate::process::Guarded, LaunchError> {
     let append = rec
         .system_prompt_append()
@@ -194,7 +210,7 @@ fn spawn_delegate(
         permission_mode: rec.permission_mode(),
         allowed_tools: rec.allowed_tools(),
         disallowed_tools: rec.disallowed_tools(),
-        max_turns: rec.max_turns(),
+        max_turns,
         setting_sources: &job.setting_sources,
         system_prompt_append: &append,
         resume_session: resume,
@@ -224,6 +240,15 @@ fn spawn_delegate(
     })
 }
 
+/// The brief with its turn budget said (issue 46): the delegate knows
+/// from the start how many turns it has.
+pub(super) fn with_budget(task: &str, turns: u32) -> String {
+    format!(
+        "{}\n\nTurn budget: {turns} turns (each reply that calls tools is one). Plan to finish within them.",
+        task.trim_end()
+    )
+}
+
 /// A log file of the job's dir, opened for appending; `None` (logged) when
 /// it cannot be: the job goes on without it.
 fn open_log(path: &Path) -> Option<tokio::fs::File> {
@@ -248,6 +273,15 @@ struct Follow {
     events: Option<tokio::fs::File>,
     transcript: Option<tokio::fs::File>,
     result: Option<runner::ResultEvent>,
+    /// The assistant's last words (its last text that was not blank).
+    said: Option<String>,
+    /// The calls of its latest turn.
+    last_calls: Vec<String>,
+    /// Tool results came after the latest calls: the next call begins a
+    /// new turn.
+    after_results: bool,
+    /// Tool calls of this session.
+    tool_calls: u64,
 }
 
 impl Follow {
@@ -271,6 +305,21 @@ impl Follow {
         }
         append(&mut self.transcript, "transcript.txt", &info.transcript).await;
         rec.session_progress(info.tool_calls, info.files_touched, info.last_activity);
+        if let Some(t) = info.said {
+            self.said = Some(t);
+        }
+        if !info.tool_uses.is_empty() {
+            if self.after_results {
+                self.last_calls.clear();
+                self.after_results = false;
+            }
+            self.last_calls
+                .extend(info.tool_uses.iter().map(|(_, what)| what.clone()));
+        }
+        self.tool_calls += info.tool_calls;
+        if !info.tool_results.is_empty() {
+            self.after_results = true;
+        }
         self.calls.extend(info.tool_uses);
         for (id, bytes) in info.tool_results {
             let call = self.calls.remove(&id).unwrap_or_else(|| "?".into());

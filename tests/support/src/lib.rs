@@ -29,6 +29,7 @@ use std::path::PathBuf;
 pub mod bench;
 pub mod browser;
 pub mod claude;
+pub mod early_stops;
 pub mod editor;
 pub mod fake_bare;
 pub mod fake_llama;
