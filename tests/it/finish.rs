@@ -14,11 +14,10 @@ use serde_json::{Value, json};
 use crate::faults::requests;
 use crate::jobs::strict_fake_opts;
 use crate::support::harness::{Harness, hook_line, localagents_json};
-use crate::support::script::{self, Reply};
+use crate::support::script;
 use crate::support::{early_stops, fake_llama};
 
-/// The nudge's words, as the delegate reads them.
-const NUDGE: &str = "You ended your turn without calling a tool.";
+use early_stops::NUDGE;
 
 /// `localagents run --json ARGS…`: the job record.
 async fn run_json(e: &Harness, args: &[&str]) -> Value {
@@ -43,29 +42,12 @@ fn turns(fake: &fake_llama::FakeLlama) -> Vec<Value> {
         .collect()
 }
 
-/// A model that announces `step` and stops; nudged, it writes `file`
-/// (when `acts`) and reports, or announces the same step again.
-fn announcer(step: &'static str, file: String, acts: bool) -> script::Script {
-    Arc::new(move |req: &Value| {
-        let results = script::tool_results(req);
-        let after_nudge = req.to_string().contains(NUDGE);
-        match (after_nudge && acts, results) {
-            (true, 0) => Reply::Tool {
-                name: "Write".into(),
-                input: json!({"file_path": file, "content": "notes\n"}),
-            },
-            (true, _) => Reply::Text("Done: wrote notes.txt.".into()),
-            (false, _) => Reply::Text(step.into()),
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delegate_that_announces_and_stops_is_nudged_once_and_finishes() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     let e = Harness::with_fake(fake.url());
     let file = e.work().join("notes.txt");
-    fake.set_script(announcer(
+    fake.set_script(early_stops::announcer(
         "I'll now write notes.txt.",
         file.display().to_string(),
         true,
@@ -92,7 +74,7 @@ async fn a_delegate_that_stops_again_after_its_nudge_ends_incomplete_with_the_st
     let fake = fake_llama::spawn(strict_fake_opts()).await;
     let e = Harness::with_fake(fake.url());
     let file = e.work().join("notes.txt");
-    fake.set_script(announcer(
+    fake.set_script(early_stops::announcer(
         "Next, I will write notes.txt.",
         file.display().to_string(),
         false,
@@ -135,24 +117,6 @@ async fn nudges_0_ends_incomplete_without_asking() {
     assert_eq!(turns(&fake).len(), 1);
 }
 
-/// Writes `f<n>.txt` for the n-th turn, saying so first; it needs 8.
-fn eight_writes(dir: std::path::PathBuf) -> script::Script {
-    Arc::new(move |req: &Value| {
-        let n = script::tool_results(req);
-        if n < 8 {
-            Reply::TextThen {
-                text: format!("Next I'll write f{n}.txt."),
-                then: Box::new(Reply::Tool {
-                    name: "Write".into(),
-                    input: json!({"file_path": dir.join(format!("f{n}.txt")), "content": "x\n"}),
-                }),
-            }
-        } else {
-            Reply::Text("Done: wrote all eight files.".into())
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_turns_the_last_three_turns_carry_the_note_and_the_job_ends_incomplete() {
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
@@ -161,7 +125,7 @@ async fn out_of_turns_the_last_three_turns_carry_the_note_and_the_job_ends_incom
     })
     .await;
     let e = Harness::with_fake(fake.url());
-    fake.set_script(eight_writes(e.work().to_path_buf()));
+    fake.set_script(early_stops::eight_writes(e.work().to_path_buf()));
     let rec = run_json(&e, &["--max-turns", "5", "Write f0.txt to f7.txt."]).await;
     assert_eq!(rec["status"], "failed", "{rec}");
     let err = rec["error"].as_str().unwrap();

@@ -3,7 +3,9 @@
 //! threads that reported them, with their sources. [`replay`] makes a
 //! scripted model that reads a file first (each of these models had called
 //! tools earlier in its session), stops with those words, and, nudged,
-//! takes the step.
+//! takes the step. And the scripted stops of issue 46's tests: a model
+//! that announces a step and stops ([`announcer`]) and one that needs
+//! eight turns ([`eight_writes`]).
 
 use std::sync::Arc;
 
@@ -51,7 +53,7 @@ pub const STOPS: &[EarlyStop] = &[
 ];
 
 /// The nudge's first words, as the delegate reads them.
-const NUDGE: &str = "You ended your turn without calling a tool.";
+pub const NUDGE: &str = "You ended your turn without calling a tool.";
 
 /// A model that Reads `file`'s directory listing (a real call first),
 /// stops with `stop.said`, and once nudged Writes `file`, then reports.
@@ -71,6 +73,41 @@ pub fn replay(stop: &EarlyStop, file: String) -> Script {
                 input: json!({"file_path": file, "content": "done\n"}),
             },
             (true, _) => Reply::Text("Done: wrote out.txt.".into()),
+        }
+    })
+}
+
+/// A model that announces `step` and stops; nudged, it writes `file`
+/// (when `acts`) and reports, or announces the same step again.
+pub fn announcer(step: &'static str, file: String, acts: bool) -> script::Script {
+    Arc::new(move |req: &Value| {
+        let results = script::tool_results(req);
+        let after_nudge = req.to_string().contains(NUDGE);
+        match (after_nudge && acts, results) {
+            (true, 0) => Reply::Tool {
+                name: "Write".into(),
+                input: json!({"file_path": file, "content": "notes\n"}),
+            },
+            (true, _) => Reply::Text("Done: wrote notes.txt.".into()),
+            (false, _) => Reply::Text(step.into()),
+        }
+    })
+}
+
+/// Writes `f<n>.txt` for the n-th turn, saying so first; it needs 8.
+pub fn eight_writes(dir: std::path::PathBuf) -> script::Script {
+    Arc::new(move |req: &Value| {
+        let n = script::tool_results(req);
+        if n < 8 {
+            Reply::TextThen {
+                text: format!("Next I'll write f{n}.txt."),
+                then: Box::new(Reply::Tool {
+                    name: "Write".into(),
+                    input: json!({"file_path": dir.join(format!("f{n}.txt")), "content": "x\n"}),
+                }),
+            }
+        } else {
+            Reply::Text("Done: wrote all eight files.".into())
         }
     })
 }
