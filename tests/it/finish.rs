@@ -7,8 +7,6 @@
 //! the step that was pending; the last three turns carry the turn budget's
 //! note inside the tool result, and the prompt stays append-only.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use crate::faults::requests;
