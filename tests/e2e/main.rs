@@ -1440,11 +1440,12 @@ async fn t16_serve_prewarms_the_delegate_prefix() {
 }
 
 /// The script of a delegate's multi-turn task: `turns` Bash calls whose
-/// output (41 numbers, about 200 tokens: the tiny Gemma's tokenizer splits
-/// digits) grows the conversation, then a report.
+/// output (21 numbers, about 100 tokens: the tiny Gemma's tokenizer splits
+/// digits) grows the conversation, then a report. The delegates that run
+/// it are offered Bash alone ([`allow_tools`]).
 fn bash_task(turns: usize) -> support::script::Script {
     let calls: Vec<(&str, Value)> = (0..turns)
-        .map(|i| ("Bash", json!({"command": format!("seq -s ' ' {} {}", 1000 * (i + 1), 1000 * (i + 1) + 40), "description": "print numbers"})))
+        .map(|i| ("Bash", json!({"command": format!("seq -s ' ' {} {}", 1000 * (i + 1), 1000 * (i + 1) + 20), "description": "print numbers"})))
         .collect();
     support::script::tools_then_text(calls, "Done: printed every range.")
 }
@@ -1462,14 +1463,15 @@ async fn outputs(children: Vec<std::process::Child>) -> Vec<std::process::Output
 }
 
 /// `localagents run` of job `name` in its own repository under `d.work`,
-/// with a brief long enough (about a seventh of the first prompt) that
-/// the shared prefix alone is below a 0.9 similarity with another job's
-/// slot; its stdout (the record) and stderr piped.
+/// with a brief long enough (20 lines, with what Claude Code adds to it a
+/// quarter of the first prompt: ~600 of ~2.5k tokens with Bash alone)
+/// that the shared prefix alone is below a 0.9 similarity with another
+/// job's slot; its stdout (the record) and stderr piped.
 fn start_named_job(d: &Dirs, name: &str, turns: usize) -> std::process::Child {
     let cwd = d.work.join(name);
     repo(&cwd);
     let brief: String = std::iter::once(format!("Task {name}: run each command you are given. "))
-        .chain((0..60).map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)))
+        .chain((0..20).map(|i| format!("In {name} notes, line {i} reads value {}. ", i * 7 + 3)))
         .collect();
     d.h.command([
         "run",
@@ -1495,6 +1497,8 @@ async fn two_real_jobs(server_args: &[&str], turns: usize) -> Vec<Value> {
     let srv = start_server(server_args);
     let relay = relay::start(&srv.url, bash_task(turns), true).await;
     let d = dirs(&relay.url, "");
+    // The script calls Bash alone: a ~2k-token fixed prompt, not ~4.5k.
+    allow_tools(&d, "Bash");
     let mut children = Vec::new();
     for name in ["alpha", "beta"] {
         children.push(start_named_job(&d, name, turns));
@@ -1700,19 +1704,21 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
 }
 
 /// Two real jobs behind vLLM's real router (PyPI vllm-router 0.1.17,
-/// `--policy consistent_hash`) in front of two real llama-servers (two
-/// slots each, `-sps 0.9`), each through its own relay (the script gives
+/// `--policy consistent_hash`) in front of the two real llama-servers at
+/// `servers` (two slots each, `-sps 0.9`), each through its own relay (the script gives
 /// the tool calls, the server processes every prompt; the relay records
 /// which requests reached its server). `header`: the endpoint sends
 /// `X-Session-ID: <job id>` (the default) or nothing (`session_header:
 /// ""`). Returns each job's record and, per job, the replicas (0, 1) its
 /// requests reached, in order.
-async fn two_jobs_behind_the_router(header: bool, turns: usize) -> Vec<(Value, Vec<usize>)> {
+async fn two_jobs_behind_the_router(
+    servers: [&str; 2],
+    header: bool,
+    turns: usize,
+) -> Vec<(Value, Vec<usize>)> {
     let bin = PathBuf::from(need(support::vllm_router::VAR));
-    let args = ["-c", "65536", "--parallel", "2", "-sps", "0.9"];
-    let (s1, s2) = (start_server(&args), start_server(&args));
-    let r1 = relay::start(&s1.url, bash_task(turns), true).await;
-    let r2 = relay::start(&s2.url, bash_task(turns), true).await;
+    let r1 = relay::start(servers[0], bash_task(turns), true).await;
+    let r2 = relay::start(servers[1], bash_task(turns), true).await;
     let d = dirs("http://unused", "");
     let router = support::vllm_router::Router::start(
         &bin,
@@ -1729,7 +1735,7 @@ async fn two_jobs_behind_the_router(header: bool, turns: usize) -> Vec<(Value, V
     std::fs::write(
         &d.cfg,
         format!(
-            "endpoints:\n  real:\n    base_url: {}\n{header_line}    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n",
+            "endpoints:\n  real:\n    base_url: {}\n{header_line}    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n  allowed_tools: [Bash]\n",
             router.url
         ),
     )
@@ -1788,8 +1794,16 @@ async fn t19_jobs_behind_the_real_vllm_router_keep_their_replica() {
         return;
     }
     let turns = 3;
-    let with = two_jobs_behind_the_router(true, turns).await;
-    let without = two_jobs_behind_the_router(false, turns).await;
+    // One pair of servers for both runs, each run with relays of its own:
+    // the run with the header goes first, on fresh servers (its cache
+    // ratios are asserted); the run without asserts only where the
+    // requests went, which the router decides before any server sees them.
+    let args = ["-c", "65536", "--parallel", "2", "-sps", "0.9"];
+    let (s1, s2) = (start_server(&args), start_server(&args));
+    let servers = [s1.url.as_str(), s2.url.as_str()];
+    let with = two_jobs_behind_the_router(servers, true, turns).await;
+    let without = two_jobs_behind_the_router(servers, false, turns).await;
+    drop((s1, s2));
     eprintln!("t19 | header | job | replicas per request | cache ratio per turn |");
     for (h, runs) in [("X-Session-ID", &with), ("none", &without)] {
         for (rec, on) in runs.iter() {
