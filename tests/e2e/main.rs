@@ -62,11 +62,11 @@ fn allow_tools(d: &Dirs, tools: &str) {
     std::fs::write(&d.cfg, cfg).unwrap();
 }
 
-/// The tools of the tests that assert a 90% cached share of a first
-/// request (t6, t16): ~2.9k fixed tokens instead of ~4.5k, and still
-/// enough that the ~250 tokens after the fixed prompt where two first
-/// requests differ (the brief and what follows it) stay under a tenth
-/// (with `Read` alone the share was 0.878).
+/// The tools of t16, which asserts a 90% cached share of a prewarmed
+/// first request: ~2.9k fixed tokens instead of ~4.5k, and still enough
+/// that the ~250 tokens after the fixed prompt where the two requests
+/// differ (the brief and what follows it) stay under a tenth (0.926; with
+/// `Read` alone 0.878). Not t6's: its two jobs differ in ~470 tokens.
 const SHARE_TOOLS: &str = "Read, Edit, Write, Bash";
 
 fn localagents(d: &Dirs, args: &[&str]) -> std::process::Output {
@@ -469,8 +469,10 @@ fn scrape(url: &str) -> localagents::probe::metrics::Counters {
 fn t6_the_next_job_in_another_tree_starts_from_the_cache() {
     // One slot, so both jobs meet the same cache.
     let srv = start_server(&["-c", "32768", "--parallel", "1"]);
+    // The 7 default tools: job 2's first request differs from job 1's in
+    // ~470 tokens (its tree's name and status among them), which with
+    // `Read, Edit, Write, Bash` (3.4k) is 0.863 cached, under the 0.9.
     let d = dirs(&srv.url, "");
-    allow_tools(&d, SHARE_TOOLS);
     let (a, b) = (d.work.join("repo-a"), d.work.join("repo-b"));
     repo(&a);
     repo(&b);
