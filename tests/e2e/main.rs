@@ -419,6 +419,8 @@ fn t5_api_key_probe_and_run() {
         format!("endpoints:\n  real:\n    base_url: {}\n    api_key_env: LOCALAGENTS_E2E_KEY\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\ndefaults:\n  max_turns: 2\n  timeout_s: 300\n  setting_sources: []\n", keyed.url),
     )
     .unwrap();
+    // The key's way through the job, not the tools: one tool.
+    allow_tools(&with_key, "Read");
     let out = localagents_env(&with_key, &["status", "--json"], &key);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["endpoints"][0]["up"], true, "{v}");
