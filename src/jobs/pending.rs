@@ -141,6 +141,13 @@ const NOT_INTENT: &[&str] = &[
     "i'll leave ",
     "i will leave ",
     "let's keep ",
+    // Pleasantries, not steps ("I'll help you with that.").
+    "i'll help",
+    "i will help",
+    "let me help",
+    "i'll do my best",
+    "i'll wait",
+    "i will wait",
 ];
 
 /// The step a delegate's last words announce and its turn did not take:
@@ -260,6 +267,7 @@ mod tests {
             ("Done: added --json and its tests. All pass.", None),
             ("The task is complete. Let me know if you need anything else.", None),
             ("I'll be glad to help further.", None),
+            ("Hello! I'll help you with that.", None),
             ("", None),
             ("   \n\n  ", None),
         ] {
