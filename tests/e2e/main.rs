@@ -2091,13 +2091,15 @@ fn t23_no_token_of_any_shipped_vocabulary_holds_two_runs() {
 /// its compactions recorded, and no request got the server's overflow 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t24_a_reader_job_on_a_16k_real_server_finishes() {
-    // One file of 4,500 tokens: with Claude Code's fixed prompt (4.6k) it
-    // is more than the 16k budget lets the conversation grow to before a
-    // compaction (8.5k), so the job compacts and reads on. Each file
+    // One file of 4,500 tokens: with Claude Code's fixed prompt (~2k with
+    // Read and Write) it is more than the 16k budget lets the conversation
+    // grow to before a compaction (8.5k), so the job compacts and reads on. Each file
     // more costs the 2-core CPU about 100 s (three took 367 s in CI, six
     // 913 s, 131 requests, 14 compactions).
     let parts = 1;
-    let r = long_job::real_reader(16_384, parts, "").await;
+    // The reader's script calls Read and Write: the delegate is offered
+    // those two (a ~2k-token fixed prompt, not ~4.6k).
+    let r = long_job::real_reader(16_384, parts, "  allowed_tools: [Read, Write]\n").await;
     let rec = &r.record;
     eprintln!(
         "t24 | 16384 | {} | {} requests | compactions {} | clearings {} | processed {} | cached {} | {:.0} s",
