@@ -1878,6 +1878,10 @@ async fn t20_a_subagent_profile_on_the_real_server() {
     let srv = start_server(&["-c", "32768", "--parallel", "1"]);
     let relay = relay::start(&srv.url, support::script::text("Done."), true).await;
     let d = dirs(&relay.url, "");
+    // The profile's own tools for every job, with or without it: the
+    // profile's prompt then differs from Claude Code's in its system
+    // prompt alone (and the job without it is ~2.7k tokens, not ~4.5k).
+    allow_tools(&d, "Read, Write, Bash");
     repo(&d.work);
     let agents = d.work.join(".claude/agents");
     std::fs::create_dir_all(&agents).unwrap();
