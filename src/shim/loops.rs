@@ -291,17 +291,7 @@ mod tests {
     }
 
     fn scan(marks: &Marks, msgs: &[Value]) -> Scan {
-        let raws: Vec<Box<RawValue>> = msgs
-            .iter()
-            .map(|m| serde_json::value::to_raw_value(m).unwrap())
-            .collect();
-        let refs: Vec<&RawValue> = raws.iter().map(|b| b.as_ref()).collect();
-        let roles: Vec<Option<String>> = msgs
-            .iter()
-            .map(|m| m["role"].as_str().map(String::from))
-            .collect();
-        let roles: Vec<Option<&str>> = roles.iter().map(|r| r.as_deref()).collect();
-        marks.scan(&refs, &roles, 3)
+        crate::shim::turns::with_raw(msgs, |refs, roles| marks.scan(refs, roles, 3))
     }
 
     #[test]

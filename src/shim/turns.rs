@@ -184,6 +184,30 @@ impl TurnBudget {
     }
 }
 
+/// A conversation as the guards read it: each message's raw JSON and its
+/// role (for the tests of the guards that scan `messages`).
+#[cfg(test)]
+pub(crate) fn with_raw<T>(
+    msgs: &[serde_json::Value],
+    f: impl FnOnce(&[&RawValue], &[Option<&str>]) -> T,
+) -> T {
+    let raws: Vec<Box<RawValue>> = msgs
+        .iter()
+        .map(|m| serde_json::value::to_raw_value(m).expect("a message"))
+        .collect();
+    let refs: Vec<&RawValue> = raws.iter().map(|b| b.as_ref()).collect();
+    #[derive(Deserialize)]
+    struct Role {
+        role: Option<String>,
+    }
+    let roles: Vec<Option<String>> = refs
+        .iter()
+        .map(|r| serde_json::from_str::<Role>(r.get()).ok().and_then(|r| r.role))
+        .collect();
+    let roles: Vec<Option<&str>> = roles.iter().map(|r| r.as_deref()).collect();
+    f(&refs, &roles)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,17 +224,7 @@ mod tests {
     }
 
     fn scan(b: &TurnBudget, msgs: &[Value]) -> Scan {
-        let raws: Vec<Box<RawValue>> = msgs
-            .iter()
-            .map(|m| serde_json::value::to_raw_value(m).unwrap())
-            .collect();
-        let refs: Vec<&RawValue> = raws.iter().map(|b| b.as_ref()).collect();
-        let roles: Vec<Option<String>> = msgs
-            .iter()
-            .map(|m| m["role"].as_str().map(String::from))
-            .collect();
-        let roles: Vec<Option<&str>> = roles.iter().map(|r| r.as_deref()).collect();
-        b.scan(&refs, &roles, true)
+        with_raw(msgs, |refs, roles| b.scan(refs, roles, true))
     }
 
     #[test]
