@@ -732,6 +732,8 @@ fn t9_router_and_sleeping_servers_are_probed_without_loading_or_waking() {
         props(&sleepy.url)["is_sleeping"] == true
     });
     let d = dirs(&sleepy.url, "");
+    // The wake and the job's success, not the tools: one tool.
+    allow_tools(&d, "Read");
     let out = localagents(&d, &["status", "--json"]);
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ep = &st["endpoints"][0];
@@ -766,6 +768,8 @@ fn t10_a_job_on_an_unloaded_router_model_loads_it_first() {
     std::os::unix::fs::symlink(&gguf, models.dir().join("gemma-3-270m-q4_k_m.gguf")).unwrap();
     let router = start_router(models.dir(), &["-c", "32768", "--parallel", "1"]);
     let d = dirs(&router.url, "");
+    // The load and the window, not the tools: one tool.
+    allow_tools(&d, "Read");
     // A wrapper around the real CLI records the window the session is told.
     let seen = d.state.parent().unwrap().join("max_context.txt");
     let wrapper = d.state.parent().unwrap().join("claude-wrapper");
