@@ -191,6 +191,9 @@ fn t1_probe_reports_window_slots_metrics_and_resolves_the_fuzzy_name() {
 #[test]
 fn t2_the_whole_loop_through_the_shim() {
     let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    // The loop and the folded system notes, not the tools: one tool (as
+    // t8 and t21 on this server, so they share its cached prefix).
+    allow_tools(&d, "Read");
     let started = Instant::now();
     let out = localagents(
         &d,
@@ -629,6 +632,8 @@ async fn t7_a_hundred_requests_through_the_shim_all_answer() {
 #[test]
 fn t8_a_fix_round_resumes_the_session_on_the_real_server() {
     let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    // The resume and its cache, not the tools: one tool.
+    allow_tools(&d, "Read");
     let out = localagents(
         &d,
         &[
@@ -1945,8 +1950,12 @@ async fn t20_a_subagent_profile_on_the_real_server() {
 #[test]
 fn t21_a_whitespace_heavy_prompt_does_not_trip_the_truncation_guard() {
     let d = dirs(&need("LOCALAGENTS_E2E_URL"), "");
+    // One tool: a ~1.8k-token fixed prompt, not ~4.5k, and 150 padded
+    // rows (~2.1k tokens), not 300 (~4.2k): the table is still most of the
+    // request's bytes (66%; 65% with 300 rows and the default tools).
+    allow_tools(&d, "Read");
     let mut text = String::from("Say hello. Here is a table you may ignore:\n");
-    for i in 0..300 {
+    for i in 0..150 {
         text.push_str(&format!(
             "{:>40}{:<40}|{:-<30}|\n",
             format!("row {i}"),
