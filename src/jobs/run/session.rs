@@ -241,11 +241,13 @@ fn spawn_delegate(
 }
 
 /// The brief with its turn budget said (issue 46): the delegate knows
-/// from the start how many turns it has.
+/// from the start how many turns it has. The line comes first: two jobs
+/// with the same limit share it, so the server's cache keeps it with the
+/// fixed prompt before it.
 pub(super) fn with_budget(task: &str, turns: u32) -> String {
     format!(
-        "{}\n\nTurn budget: {turns} turns (each reply that calls tools is one). Plan to finish within them.",
-        task.trim_end()
+        "Turn budget: {turns} turns (each reply that calls tools is one). Plan to finish within them.\n\n{}",
+        task.trim_start()
     )
 }
 
