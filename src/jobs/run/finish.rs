@@ -29,6 +29,7 @@ impl Live<'_, '_> {
         let JobRun { job, rec, .. } = &mut *self.run;
         let dir = rec.log_dir().to_path_buf();
         // Outcome.
+        let announced = end.announced_step();
         let SessionEnd {
             stop,
             result,
@@ -56,7 +57,7 @@ impl Live<'_, '_> {
         // end; with one, the command decides, and a turn limit it failed
         // after is kept beside its failure.
         if stop.is_none()
-            && let Some(i) = incomplete(result.as_ref(), said.as_deref(), &last_calls)
+            && let Some(i) = incomplete(result.as_ref(), announced, said.as_deref(), &last_calls)
             && let Some(why) = left_pending(rec, i, job.acceptance.is_some())
         {
             status = Status::Failed;
@@ -155,23 +156,19 @@ fn left_pending(rec: &mut JobRecord, i: pending::Incomplete, acceptance: bool) -
 /// first, or its last words announce a step it did not take.
 fn incomplete(
     result: Option<&crate::runner::ResultEvent>,
+    announced: Option<String>,
     said: Option<&str>,
     last_calls: &[String],
 ) -> Option<pending::Incomplete> {
-    let r = result?;
-    if r.subtype == "error_max_turns" {
+    if result?.subtype == "error_max_turns" {
         return Some(pending::Incomplete {
             why: pending::Why::MaxTurns,
             pending: pending::at_turn_limit(last_calls, said),
         });
     }
-    if !r.success {
-        return None;
-    }
-    let step = pending::announced(r.text.as_deref().or(said)?)?;
     Some(pending::Incomplete {
         why: pending::Why::Announced,
-        pending: step,
+        pending: announced?,
     })
 }
 

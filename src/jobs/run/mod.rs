@@ -49,6 +49,14 @@ pub(super) struct SessionEnd {
 }
 
 impl SessionEnd {
+    /// The step its last words announce, when the session ended on its own
+    /// ([`crate::jobs::pending::announced`]): what the nudge answers and
+    /// what an incomplete end names.
+    fn announced_step(&self) -> Option<String> {
+        let r = self.result.as_ref().filter(|r| r.success)?;
+        crate::jobs::pending::announced(r.text.as_deref().or(self.said.as_deref())?)
+    }
+
     /// A session that never started: `why` is the job's error.
     fn refused(why: String) -> SessionEnd {
         SessionEnd {

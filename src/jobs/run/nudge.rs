@@ -51,14 +51,13 @@ impl Live<'_, '_> {
     /// on an answer that was not cut at `max_tokens`, with words that
     /// announce a step ([`pending::announced`]).
     fn due(&self, end: &SessionEnd) -> Option<String> {
-        let r = end.result.as_ref()?;
-        if end.stop.is_some() || !r.success || self.reg.route.guard.fatal().is_some() {
+        if end.stop.is_some() || self.reg.route.guard.fatal().is_some() {
             return None;
         }
         if self.reg.route.log.last_stop_reason().as_deref() == Some("max_tokens") {
             return None;
         }
-        pending::announced(r.text.as_deref().or(end.said.as_deref())?)
+        end.announced_step()
     }
 }
 
