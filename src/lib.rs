@@ -62,6 +62,7 @@ unix_only! {
     pub mod jobs;
     pub mod ledger;
     pub mod mcp;
+    pub mod otel;
     pub mod paths;
     pub mod prefix;
     pub mod probe;

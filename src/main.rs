@@ -50,6 +50,9 @@ fn main() -> ExitCode {
     // A read of stdin on the blocking pool cannot be cancelled: do not
     // wait for it (or any other blocking task) to exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // What telemetry is queued goes out now, within its bound: a collector
+    // that does not answer costs at most that (issue 47).
+    localagents::otel::shutdown(localagents::otel::FLUSH_BOUND);
     match ran {
         Ok(status) => status.into(),
         // `localagents jobs | head -1`: the reader is done, so are we.

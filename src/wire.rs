@@ -242,6 +242,26 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "is_zero")]
     #[serde(default, deserialize_with = "lenient")]
     pub clearing: u64,
+    /// This request's span when telemetry exports spans (issue 47): the ids
+    /// its `traceparent` to the backend carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub span: Option<SpanIds>,
+}
+
+/// A request's span ids, lowercase hex as in `traceparent`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanIds {
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: String,
+}
+
+impl SpanIds {
+    /// The `traceparent` sent to the backend with this request.
+    pub fn traceparent(&self) -> String {
+        format!("00-{}-{}-01", self.trace_id, self.span_id)
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -412,6 +412,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
             return Ok(ExitStatus::Error);
         }
     };
+    if matches!(
+        cli.command,
+        Command::Serve | Command::Run(_) | Command::Eval(_) | Command::Batch(_)
+    ) {
+        start_telemetry(&ctx).await;
+    }
     match cli.command {
         Command::Serve => {
             crate::mcp::serve_stdio(ctx).await?;
@@ -454,6 +460,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Config(ConfigCommand::Check) => commands::config::check(&ctx),
         Command::Config(ConfigCommand::Path) => commands::config::path(&ctx),
     }
+}
+
+/// Turn telemetry on for a command that runs jobs, when the `OTEL_*`
+/// variables or `defaults.otel` say so (issue 47). The config is read and
+/// the exporters built on the blocking pool; `main` flushes at exit.
+async fn start_telemetry(ctx: &crate::context::Context) {
+    let discovery = ctx.discovery();
+    let _ = tokio::task::spawn_blocking(move || {
+        let cfg = crate::config::load(&discovery)
+            .ok()
+            .and_then(|l| l.config.defaults.otel.clone())
+            .unwrap_or_default();
+        crate::otel::install(&cfg);
+    })
+    .await;
 }
 
 /// Say why a command failed, on stderr, and how it exits.

@@ -381,6 +381,9 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
     if let Some(v) = d.window_budget {
         defaults.window_budget = v;
     }
+    if let Some(o) = &d.otel {
+        defaults.otel = Some(super::otel::build(o, warnings));
+    }
     if let Some(v) = d.nudges {
         if v <= 3 {
             defaults.nudges = v;

@@ -29,6 +29,7 @@
 
 pub mod agents;
 mod build;
+pub mod otel;
 pub mod prices;
 mod schema;
 pub mod trust;

@@ -99,6 +99,7 @@ pub(super) struct DefaultsShape {
     pub window_budget: Option<bool>,
     pub clear_tool_results: Option<String>,
     pub nudges: Option<u32>,
+    pub otel: Option<super::otel::OtelShape>,
 }
 
 /// Env values may be written as numbers or booleans; they become strings.
@@ -375,6 +376,9 @@ pub struct Defaults {
     /// ended its turn announcing a step it did not take
     /// ([`crate::jobs::pending`]); 0 turns the nudge off.
     pub nudges: u32,
+    /// Where the telemetry goes when no `OTEL_*` variable says
+    /// ([`super::otel`]); `None`: not set.
+    pub otel: Option<super::otel::OtelConfig>,
 }
 
 /// `defaults.clear_tool_results`. Off by default: on the reader and
@@ -487,6 +491,7 @@ impl Default for Defaults {
             window_budget: true,
             nudges: 1,
             clear_tool_results: ClearToolResults::Off,
+            otel: None,
         }
     }
 }

@@ -79,6 +79,8 @@ pub(super) struct Job {
     pub(super) checkout: Option<worktree::Checkout>,
     /// `defaults.queue`: whether the job waits for a free slot.
     pub(super) queue: bool,
+    /// Its telemetry, when the process exports any ([`crate::otel`]).
+    pub(super) trace: Option<crate::otel::JobTrace>,
 }
 
 impl Job {
@@ -92,7 +94,17 @@ impl Job {
         plan: &JobPlan,
         d: &Defaults,
     ) -> Job {
+        let trace = crate::otel::current().map(|t| {
+            t.job(crate::otel::JobStart {
+                job_id: rec.id().to_string(),
+                agent: rec.agent().map_or("localagents", |a| &a.name).to_string(),
+                provider: target.backend.as_str().to_string(),
+                model: target.resolved.served_id.clone(),
+                base_url: target.endpoint.base_url.clone(),
+            })
+        });
         Job {
+            trace,
             rec,
             target,
             claude,

@@ -29,6 +29,10 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         }
     };
     config_findings(&loaded, &mut out);
+    let otel = loaded.config.defaults.otel.clone().unwrap_or_default();
+    for l in crate::otel::check::lines(&otel).await {
+        out.push((if l.warn { Level::Warn } else { Level::Ok }, l.text));
+    }
     if let Ok(bin) = claude_bin(ctx) {
         out.push(fixed_prompt_line(
             &crate::prefix::measure(&loaded.config, &bin).await,

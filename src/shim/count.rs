@@ -74,7 +74,7 @@ pub(crate) async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         json_response(200, &out)
     };
     let out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-    match send(&route, "/v1/messages/count_tokens", out, false, &mut notes).await {
+    match send(&route, "/v1/messages/count_tokens", out, false, None, &mut notes).await {
         Err(e) => send_failed(&route, e, rec, started, notes),
         Ok(resp) if matches!(resp.status().as_u16(), 404 | 405 | 501) => {
             rec.upstream_status = Some(resp.status().as_u16());

@@ -33,6 +33,9 @@ pub struct RequestLog {
     tokens: AtomicU64,
     /// The `stop_reason` of the last answered `/v1/messages` request.
     last_stop: Mutex<Option<String>>,
+    /// The job's telemetry, when it is on: each `/v1/messages` record is
+    /// also its span and metrics ([`crate::otel`]).
+    trace: Option<crate::otel::JobTrace>,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -49,7 +52,21 @@ impl RequestLog {
             messages: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
             last_stop: Mutex::new(None),
+            trace: None,
         }
+    }
+
+    /// The same log, whose `/v1/messages` records also go to `trace`.
+    pub fn traced(mut self, trace: Option<crate::otel::JobTrace>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The ids of a new `/v1/messages` request's span, when spans are
+    /// exported: under the delegate's span if it sent a `traceparent`.
+    pub fn span_for(&self, incoming: Option<&str>) -> Option<crate::wire::SpanIds> {
+        let t = self.trace.as_ref().filter(|t| t.traces())?;
+        Some(t.request(incoming))
     }
 
     pub fn dir(&self) -> &Path {
@@ -119,6 +136,11 @@ impl RequestLog {
         if let Ok(mut line) = serde_json::to_vec(rec) {
             line.push(b'\n');
             self.write_line(0, REQUESTS, &line);
+        }
+        if rec.path == "/v1/messages"
+            && let Some(t) = &self.trace
+        {
+            t.request_done(rec);
         }
     }
 

@@ -221,15 +221,20 @@ pub(crate) fn retry_fresh(e: &reqwest::Error) -> bool {
     !e.is_timeout() && (e.is_request() || e.is_connect())
 }
 
-/// One attempt on `client`.
+/// One attempt on `client`. `traceparent`: this request's span, sent so a
+/// backend that traces (vLLM) joins the job's trace.
 pub(crate) async fn send_once(
     client: &reqwest::Client,
     route: &Route,
     path: &str,
     body: Bytes,
     stream: bool,
+    traceparent: Option<&str>,
 ) -> Result<reqwest::Response, SendError> {
-    let req = upstream_with(client, route, reqwest::Method::POST, path).body(body);
+    let mut req = upstream_with(client, route, reqwest::Method::POST, path).body(body);
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
     if !stream {
         return req
             .timeout(route.idle_timeout)
@@ -250,10 +255,11 @@ pub(crate) async fn send(
     path: &str,
     body: Bytes,
     stream: bool,
+    traceparent: Option<&str>,
     notes: &mut Vec<String>,
 ) -> Result<reqwest::Response, SendError> {
     let pooled = crate::probe::http_client();
-    match send_once(pooled, route, path, body.clone(), stream).await {
+    match send_once(pooled, route, path, body.clone(), stream, traceparent).await {
         Err(SendError::Transport(e)) if retry_fresh(&e) => {
             notes.push(
                 Note::RetryFreshConnection(
@@ -265,7 +271,7 @@ pub(crate) async fn send(
                 .into(),
             );
             let fresh = crate::probe::fresh_http_client();
-            send_once(fresh, route, path, body, stream).await
+            send_once(fresh, route, path, body, stream, traceparent).await
         }
         other => other,
     }

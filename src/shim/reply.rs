@@ -29,7 +29,7 @@ use crate::wire::Note;
 /// `POST /v1/messages` on `route` without an HTTP hop: what a one-shot
 /// completion sends, through the same folding, translation and log.
 pub async fn relay_messages(route: Arc<Route>, body: Bytes) -> Response {
-    messages(route, body).await
+    messages(route, None, body).await
 }
 
 /// One `/v1/messages` request on its way: its route, record and notes,
@@ -77,13 +77,18 @@ impl Turn {
 
 /// `POST /v1/messages`: prepared, sent (and sent again where a retry can
 /// mend the answer), then relayed as a stream or answered whole.
-pub(crate) async fn messages(route: Arc<Route>, body: Bytes) -> Response {
+pub(crate) async fn messages(
+    route: Arc<Route>,
+    traceparent: Option<String>,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let ts = log::now_ts();
     let rec = RequestRecord {
         ts: ts.clone(),
         path: "/v1/messages".into(),
         bytes_in: body.len(),
+        span: route.log.span_for(traceparent.as_deref()),
         ..Default::default()
     };
     let mut t = Turn {
@@ -195,7 +200,8 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
     let mut retried = false;
     let mut loading_since: Option<Instant> = None;
     loop {
-        let resp = send(&route, "/v1/messages", out.clone(), stream, &mut t.notes)
+        let tp = t.rec.span.as_ref().map(crate::wire::SpanIds::traceparent);
+        let resp = send(&route, "/v1/messages", out.clone(), stream, tp.as_deref(), &mut t.notes)
             .await
             .map_err(Failure::Unsent)?;
         if resp.status().is_success() {

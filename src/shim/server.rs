@@ -227,8 +227,22 @@ pub(crate) fn local_caller(headers: &axum::http::HeaderMap) -> bool {
     matches!(name, "127.0.0.1" | "localhost" | "::1")
 }
 
-pub(crate) async fn messages_handler(JobRoute(r): JobRoute, body: Bytes) -> Response {
-    messages(r, body).await
+/// The W3C trace context header.
+const TRACEPARENT: header::HeaderName = header::HeaderName::from_static("traceparent");
+
+pub(crate) async fn messages_handler(
+    JobRoute(r): JobRoute,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    // The delegate's request span, when Claude Code sends it
+    // (`CLAUDE_CODE_PROPAGATE_TRACEPARENT`): this request's span goes
+    // under it.
+    let incoming = headers
+        .get(&TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    messages(r, incoming, body).await
 }
 
 pub(crate) async fn count_handler(JobRoute(r): JobRoute, body: Bytes) -> Response {

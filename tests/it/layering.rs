@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("budget", 4),
     ("session_env", 4),
     ("wire", 4),
+    ("otel", 4),
     ("runner", 5),
     ("shim", 5),
     ("worktree", 5),

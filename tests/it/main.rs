@@ -25,6 +25,7 @@ mod mcp_stdio;
 mod npm;
 mod ollama;
 mod oneshot;
+mod otel;
 mod plugin;
 mod probe;
 mod real_claude;

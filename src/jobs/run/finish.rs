@@ -229,3 +229,51 @@ async fn figures(job: &Job, dir: &std::path::Path, shared: &AtomicBool) -> metri
     );
     m
 }
+
+/// How the job ended, for its telemetry span and counters: its status,
+/// `error.type` (`incomplete`, `runaway` or `truncated` before the bare
+/// status), its turns, calls and the model faults seen, by name.
+pub(super) fn telemetry_end(rec: &JobRecord) -> crate::otel::JobEnd {
+    let status = rec.status();
+    let faults = rec
+        .model_faults()
+        .or(rec.metrics().map(|m| &m.faults))
+        .cloned()
+        .unwrap_or_default();
+    let runaways = faults.runaway_output.as_ref().map_or(0, |r| r.count);
+    let names: Vec<String> = [
+        ("repaired_tool_calls", faults.repaired_tool_calls > 0),
+        ("unparsed_tool_text", faults.unparsed_tool_text > 0),
+        ("loop_notes", faults.loop_notes > 0),
+        ("max_tokens_retries", faults.max_tokens_retries > 0),
+        ("empty_responses", faults.empty_responses > 0),
+        ("runaway_output", runaways > 0),
+        ("truncated", faults.truncated.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, seen)| *seen)
+    .map(|(n, _)| n.to_string())
+    .collect();
+    let error_type = (status != Status::Succeeded).then(|| {
+        if rec.ending().incomplete.is_some() {
+            "incomplete"
+        } else if faults.truncated.is_some() {
+            "truncated"
+        } else if runaways > 0 {
+            "runaway"
+        } else {
+            status.as_str()
+        }
+        .to_string()
+    });
+    crate::otel::JobEnd {
+        status: status.as_str().to_string(),
+        error_type,
+        conversation_id: rec.session_id().map(str::to_string),
+        turns: rec.num_turns(),
+        tool_calls: rec.tool_calls(),
+        faults: names,
+        slot_losses: rec.metrics().map_or(0, |m| m.slot_losses),
+        runaways,
+    }
+}

@@ -271,6 +271,11 @@ pub(super) async fn run(
         started: Instant::now(),
     };
     run.go().await;
+    if let Some(t) = &run.job.trace
+        && run.rec.status().terminal()
+    {
+        t.ended(&finish::telemetry_end(&run.rec));
+    }
 }
 
 impl JobRun<'_> {
@@ -433,7 +438,7 @@ impl JobRun<'_> {
             rec.id().to_string(),
             &job.target,
             rec.context(),
-            RequestLog::new(rec.log_dir(), job.dump),
+            RequestLog::new(rec.log_dir(), job.dump).traced(job.trace.clone()),
             job.policy,
         ))
         .map_err(LaunchError::Register)

@@ -229,6 +229,11 @@ fn spawn_delegate(
     );
     // Every process of the job inherits it: a tag to find them by.
     launch.env.push(("LOCALAGENTS_JOB".into(), rec.id().to_string()));
+    // Its spans go under the job's; its own telemetry, when the user
+    // turned Claude Code's on, is tagged with the job's id (issue 47).
+    if let Some(t) = &job.trace {
+        launch.env.extend(t.delegate_env());
+    }
     let prompt = JobDir::at(rec.log_dir()).prompt();
     runner::write_prompt(&launch, &prompt).map_err(|source| LaunchError::Prompt {
         path: prompt.clone(),

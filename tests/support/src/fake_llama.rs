@@ -102,6 +102,9 @@ pub struct LlamaState {
     /// `X-Session-ID` of each /v1/messages request, in order (None: the
     /// request had none).
     pub sessions: Mutex<Vec<Option<String>>>,
+    /// `traceparent` of each /v1/messages request, in order (vLLM reads
+    /// it; llama-server ignores it).
+    pub traceparents: Mutex<Vec<Option<String>>>,
     /// The prompts the slots hold ([`LlamaOpts::prefix_cache`]), most
     /// recent last.
     pub cached_prompts: Mutex<Vec<String>>,
@@ -269,6 +272,11 @@ impl FakeLlama {
     /// `X-Session-ID` of each /v1/messages request, in order.
     pub fn sessions(&self) -> Vec<Option<String>> {
         self.state.sessions.lock().unwrap().clone()
+    }
+
+    /// The `traceparent` of each /v1/messages request, in order.
+    pub fn traceparents(&self) -> Vec<Option<String>> {
+        self.state.traceparents.lock().unwrap().clone()
     }
 }
 
@@ -494,13 +502,18 @@ async fn messages(
                 .to_string(),
         );
     }
-    if let Ok(mut s) = st.sessions.lock() {
-        s.push(
-            headers
-                .get("x-session-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
-        );
+    for (list, name) in [
+        (&st.sessions, "x-session-id"),
+        (&st.traceparents, "traceparent"),
+    ] {
+        if let Ok(mut s) = list.lock() {
+            s.push(
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+            );
+        }
     }
     if let Ok(mut b) = st.bodies.lock() {
         b.push(req.clone());
@@ -717,6 +730,7 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         statuses: Mutex::new(Vec::new()),
         auth_seen: Mutex::new(Vec::new()),
         sessions: Mutex::new(Vec::new()),
+        traceparents: Mutex::new(Vec::new()),
         cached_prompts: Mutex::new(Vec::new()),
         model_path: Mutex::new(None),
         runaways: Mutex::new(Vec::new()),

@@ -26,7 +26,7 @@
 //! The policy ([`clean_env`]): the child starts from this process's
 //! environment minus everything that could leak into or steer the program
 //! under test (the XDG dirs, every `LOCALAGENTS_*`, `ANTHROPIC_*`,
-//! `CLAUDE_*`, `CLAUDECODE`), then gets a temp `HOME`, the pinned Claude
+//! `CLAUDE_*`, `CLAUDECODE`, `OTEL_*`, `TRACEPARENT`), then gets a temp `HOME`, the pinned Claude
 //! Code CLI as `LOCALAGENTS_CLAUDE` (where one is installed), and what the
 //! test passes with [`Harness::env`]. PATH and the rest stay.
 
@@ -47,14 +47,17 @@ pub const REMOVED: &[&str] = &[
     "XDG_DATA_HOME",
     "XDG_CACHE_HOME",
     "CLAUDECODE",
+    "TRACEPARENT",
+    "TRACESTATE",
 ];
 
 /// Variables removed from the child's environment by prefix: the
 /// program's own settings (`LOCALAGENTS_CONFIG`, `LOCALAGENTS_STATE_DIR`,
 /// `LOCALAGENTS_DUMP_REQUESTS`, ...), and what a Claude Code session that
 /// runs the tests would pass on (`CLAUDE_PROJECT_DIR` moves the project,
-/// `ANTHROPIC_BASE_URL` the model).
-pub const REMOVED_PREFIXES: &[&str] = &["LOCALAGENTS_", "ANTHROPIC_", "CLAUDE_"];
+/// `ANTHROPIC_BASE_URL` the model), and the OpenTelemetry settings of the
+/// machine (a test turns telemetry on only on purpose).
+pub const REMOVED_PREFIXES: &[&str] = &["LOCALAGENTS_", "ANTHROPIC_", "CLAUDE_", "OTEL_"];
 
 /// Does the policy remove `name` from a child's environment?
 pub fn removed(name: &OsStr) -> bool {

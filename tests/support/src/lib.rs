@@ -41,6 +41,7 @@ pub mod git;
 pub mod harness;
 pub mod long_job;
 pub mod net;
+pub mod otlp;
 pub mod plugin_install;
 pub mod reader;
 pub mod route;
