@@ -40,8 +40,9 @@ fn two_turns(e: &Harness, fake: &fake_llama::FakeLlama) {
     ));
 }
 
-async fn run_json(e: &Harness) -> Value {
-    let out = localagents(
+/// `localagents run --json` of the two-turn job: its output.
+async fn run_out(e: &Harness) -> std::process::Output {
+    localagents(
         e,
         &[
             "run",
@@ -51,13 +52,19 @@ async fn run_json(e: &Harness) -> Value {
             "Write notes.txt.",
         ],
     )
-    .await;
-    eprintln!(
-        "localagents stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|err| panic!("{err}: stdout {}", String::from_utf8_lossy(&out.stdout)))
+    .await
+}
+
+/// [`run_out`]'s job record.
+async fn run_json(e: &Harness) -> Value {
+    let out = run_out(e).await;
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,8 +200,9 @@ async fn a_job_exports_its_span_a_chat_span_per_request_and_the_token_usage_metr
 /// span is the job span's child (`TRACEPARENT`), and each `chat` span ours
 /// is the child of its `claude_code.llm_request` span (the `traceparent` it
 /// sends). Over OTLP JSON this time. Claude Code 2.1.328 strips `OTEL_*`
-/// from a Bash step's environment (measured), so the tag is read where it
-/// matters: on what the delegate exports.
+/// from a Bash step's environment (measured), so the Bash step dumps its
+/// parent's, the delegate's own (`/proc/$PPID/environ`), and the tag is
+/// also read where it matters: on what the delegate exports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_delegates_own_telemetry_is_tagged_with_the_job_and_joins_its_trace() {
     let fake = fake_llama::spawn(strict_fake_opts()).await;
@@ -204,10 +212,37 @@ async fn the_delegates_own_telemetry_is_tagged_with_the_job_and_joins_its_trace(
         .env("OTEL_RESOURCE_ATTRIBUTES", "team=infra")
         .env("CLAUDE_CODE_ENABLE_TELEMETRY", "1")
         .env("CLAUDE_CODE_ENHANCED_TELEMETRY_BETA", "1");
-    two_turns(&e, &fake);
+    fake.set_script(script::tools_then_text(
+        vec![(
+            "Bash",
+            serde_json::json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep -E '^(OTEL_RESOURCE_ATTRIBUTES|TRACEPARENT|CLAUDE_CODE_PROPAGATE_TRACEPARENT)='"}),
+        )],
+        "Done.",
+    ));
     let rec = run_json(&e).await;
     assert_eq!(rec["status"], "succeeded", "{rec}");
     let id = rec["id"].as_str().unwrap();
+    if crate::support::linux_only(
+        "the_delegates_own_telemetry_is_tagged_with_the_job_and_joins_its_trace (its Bash step)",
+        "/proc/$PPID/environ is Linux's",
+    ) {
+        let last = fake
+            .bodies()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            last.contains(&format!(
+                "OTEL_RESOURCE_ATTRIBUTES=team=infra,localagents.job.id={id}"
+            )),
+            "the delegate's environment, dumped by its Bash step: {last}"
+        );
+        assert!(
+            last.contains("CLAUDE_CODE_PROPAGATE_TRACEPARENT=1"),
+            "{last}"
+        );
+    }
     let spans = rx.spans();
     let job = spans
         .iter()
@@ -314,17 +349,7 @@ async fn a_collector_that_never_answers_costs_the_job_nothing_and_run_its_flush_
     let e = exporting(&fake, &url).env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000");
     two_turns(&e, &fake);
     let t = Instant::now();
-    let out = localagents(
-        &e,
-        &[
-            "run",
-            "--model",
-            "gemma-3-270m",
-            "--json",
-            "Write notes.txt.",
-        ],
-    )
-    .await;
+    let out = run_out(&e).await;
     let wall = t.elapsed();
     let rec: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -359,17 +384,7 @@ async fn header_tokens_reach_the_collector_and_never_a_log_or_a_record() {
         .env("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20env-sekrit-91c2")
         .env("LOCALAGENTS_LOG", "debug");
     two_turns(&e, &fake);
-    let out = localagents(
-        &e,
-        &[
-            "run",
-            "--model",
-            "gemma-3-270m",
-            "--json",
-            "Write notes.txt.",
-        ],
-    )
-    .await;
+    let out = run_out(&e).await;
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rec["status"], "succeeded", "{rec}");
     let got = rx.received();
