@@ -155,6 +155,20 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A header value as `OTEL_EXPORTER_OTLP_HEADERS` carries it: the
+/// characters that would end or split a pair (`,` `=` `%`, and space)
+/// percent-encoded, as the readers decode them.
+fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            ',' | '=' | '%' | ' ' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// One signal: `path` is `traces` or `metrics`.
 fn signal(
     env: &dyn Fn(&str) -> Option<String>,
@@ -260,7 +274,7 @@ fn delegate(env: &dyn Fn(&str) -> Option<String>, cfg: &OtelConfig) -> Delegate 
     let headers: Vec<String> = cfg
         .headers_env
         .iter()
-        .filter_map(|(name, var)| Some(format!("{name}={}", env(var)?)))
+        .filter_map(|(name, var)| Some(format!("{name}={}", percent_encode(&env(var)?))))
         .collect();
     if !headers.is_empty() {
         set("OTEL_EXPORTER_OTLP_HEADERS", Some(headers.join(",")));
@@ -450,7 +464,8 @@ mod tests {
             .iter()
             .find(|(k, _)| k == "OTEL_EXPORTER_OTLP_HEADERS")
             .unwrap();
-        assert_eq!(h.1.expose(), "authorization=Bearer s3cret");
+        assert_eq!(h.1.expose(), "authorization=Bearer%20s3cret");
+        assert_eq!(parse_pairs(h.1.expose())[0].1, "Bearer s3cret");
         let missing = with(&[], &cfg);
         assert!(missing.problems[0].contains("OTEL_TOKEN, which is not set"));
     }
