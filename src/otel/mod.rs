@@ -98,19 +98,28 @@ fn resource(s: &Settings) -> opentelemetry_sdk::Resource {
         .build()
 }
 
+/// An OTLP/HTTP exporter of `$kind` (the span and metric exporters have
+/// the same builder, of two types) for `$sig`.
+macro_rules! otlp_http {
+    ($kind:path, $sig:expr, $signal:literal) => {{
+        use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+        let sig: &settings::Signal = $sig;
+        <$kind>::builder()
+            .with_http()
+            .with_protocol(protocol(sig))
+            .with_endpoint(sig.url.clone())
+            .with_timeout(Duration::from_millis(sig.timeout_ms))
+            .with_headers(exporter_headers(sig))
+            .build()
+            .map_err(|e| SetupError {
+                signal: $signal,
+                why: e.to_string(),
+            })
+    }};
+}
+
 fn tracer(s: &Settings, sig: &settings::Signal) -> Result<(SdkTracerProvider, SdkTracer), SetupError> {
-    use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(protocol(sig))
-        .with_endpoint(sig.url.clone())
-        .with_timeout(Duration::from_millis(sig.timeout_ms))
-        .with_headers(exporter_headers(sig))
-        .build()
-        .map_err(|e| SetupError {
-            signal: "traces",
-            why: e.to_string(),
-        })?;
+    let exporter = otlp_http!(opentelemetry_otlp::SpanExporter, sig, "traces")?;
     let batch = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
         .with_batch_config(
             opentelemetry_sdk::trace::BatchConfigBuilder::default()
@@ -128,18 +137,7 @@ fn tracer(s: &Settings, sig: &settings::Signal) -> Result<(SdkTracerProvider, Sd
 }
 
 fn meters(s: &Settings, sig: &settings::Signal) -> Result<(SdkMeterProvider, Instruments), SetupError> {
-    use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .with_protocol(protocol(sig))
-        .with_endpoint(sig.url.clone())
-        .with_timeout(Duration::from_millis(sig.timeout_ms))
-        .with_headers(exporter_headers(sig))
-        .build()
-        .map_err(|e| SetupError {
-            signal: "metrics",
-            why: e.to_string(),
-        })?;
+    let exporter = otlp_http!(opentelemetry_otlp::MetricExporter, sig, "metrics")?;
     let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
     let provider = SdkMeterProvider::builder()
         .with_reader(reader)
