@@ -387,9 +387,10 @@ impl JobTrace {
             .checked_sub(Duration::from_millis(rec.ms))
             .unwrap_or(end);
         let error_type = request_error(rec);
+        // The convention counts cached tokens in ([`semconv`]).
+        let input = rec.usage.input.saturating_add(rec.usage.cache_read);
         let mut common = self.common("chat");
         if let Some((_, inst)) = &self.t.meters {
-            let input = rec.usage.input.saturating_add(rec.usage.cache_read);
             if rec.status == 200 {
                 for (kind, n) in [("input", input), ("output", rec.usage.output)] {
                     let mut kv = common.clone();
@@ -417,19 +418,12 @@ impl JobTrace {
         };
         if rec.status == 200 {
             common.extend([
-                KeyValue::new(
-                    semconv::USAGE_INPUT_TOKENS,
-                    i64::try_from(rec.usage.input.saturating_add(rec.usage.cache_read))
-                        .unwrap_or(i64::MAX),
-                ),
+                KeyValue::new(semconv::USAGE_INPUT_TOKENS, int(input)),
                 KeyValue::new(
                     semconv::USAGE_CACHE_READ_INPUT_TOKENS,
-                    i64::try_from(rec.usage.cache_read).unwrap_or(i64::MAX),
+                    int(rec.usage.cache_read),
                 ),
-                KeyValue::new(
-                    semconv::USAGE_OUTPUT_TOKENS,
-                    i64::try_from(rec.usage.output).unwrap_or(i64::MAX),
-                ),
+                KeyValue::new(semconv::USAGE_OUTPUT_TOKENS, int(rec.usage.output)),
             ]);
         }
         if let Some(r) = &rec.stop_reason {
@@ -493,17 +487,17 @@ impl JobTrace {
             KeyValue::new(semconv::JOB_STATUS, end.status.clone()),
             KeyValue::new(
                 semconv::JOB_TOOL_CALLS,
-                i64::try_from(end.tool_calls).unwrap_or(i64::MAX),
+                int(end.tool_calls),
             ),
             KeyValue::new(
                 semconv::JOB_SLOT_LOSSES,
-                i64::try_from(end.slot_losses).unwrap_or(i64::MAX),
+                int(end.slot_losses),
             ),
         ]);
         if let Some(t) = end.turns {
             kv.push(KeyValue::new(
                 semconv::JOB_TURNS,
-                i64::try_from(t).unwrap_or(i64::MAX),
+                int(t),
             ));
         }
         if !end.faults.is_empty() {
@@ -529,6 +523,11 @@ impl JobTrace {
         }
         sp.end_with_timestamp(SystemTime::now());
     }
+}
+
+/// An attribute's integer: a count past `i64::MAX` reads as that.
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A context whose span is the remote parent `span` of `trace`.
