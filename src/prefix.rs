@@ -229,6 +229,7 @@ pub fn job_launch_with(
         allow_insecure_key: false,
         session_header: None,
         vllm_router: false,
+        wire: None,
     };
     let mcp = d
         .mcp_config

@@ -504,6 +504,7 @@ mod tests {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         };
         let mut st = EndpointStatus::new(&ep);
         st.up = true;

@@ -774,6 +774,7 @@ mod tests {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         };
         let s = RunSettings {
             served_id: "m",
@@ -930,6 +931,7 @@ mod tests {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         };
         let d = crate::config::Defaults::default();
         let s = RunSettings {

@@ -217,6 +217,10 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(default, deserialize_with = "lenient")]
     pub turn_note: Option<String>,
+    /// The slot the request was pinned to (`id_slot`, the chat wire).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub slot: Option<u64>,
     /// A complete answer with no text and no tool call.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     #[serde(default, deserialize_with = "lenient")]
@@ -376,6 +380,10 @@ pub enum Note {
     /// `error_in_200`: a 200 that carried an error (LM Studio); ends the
     /// job.
     ErrorIn200,
+    /// `chat_refused <status>`: the server refused `/v1/chat/completions`
+    /// (the chat wire); the route's requests go to `/v1/messages` from
+    /// then on.
+    ChatRefused(u16),
     /// Any other string (an older shim's note).
     Other(String),
 }
@@ -415,6 +423,7 @@ impl fmt::Display for Note {
             Note::RetryFreshConnection(why) => write!(f, "retry_fresh_connection ({why})"),
             Note::ContextOverflow { total, max } => write!(f, "context_overflow {total}>{max}"),
             Note::Reshaped(status) => write!(f, "reshaped {status}"),
+            Note::ChatRefused(status) => write!(f, "chat_refused {status}"),
             Note::Other(s) => f.write_str(s),
             fixed => f.write_str(
                 FIXED
@@ -506,6 +515,8 @@ impl Note {
             })
         } else if let Some(r) = s.strip_prefix("reshaped ") {
             r.parse().ok().map(Note::Reshaped)
+        } else if let Some(r) = s.strip_prefix("chat_refused ") {
+            r.parse().ok().map(Note::ChatRefused)
         } else {
             None
         };
@@ -539,6 +550,7 @@ mod tests {
         let all = [
             "model a->b",
             "max_tokens 64000->32768",
+            "chat_refused 404",
             "max_tokens_retry 8192->4000",
             "thinking_dropped 3",
             "thinking_refused; dropped 2",

@@ -10,7 +10,7 @@ use serde_yaml_ng::Value;
 use super::schema::{
     Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER, Defaults, DefaultsShape,
     Endpoint, EndpointShape, FileShape, ModelEntry, ModelShape, PriceShape, RESERVED_HEADERS,
-    ClearToolResults, Thinking, home_path, key_safe_url,
+    ClearToolResults, Thinking, WireSetting, home_path, key_safe_url,
 };
 
 /// A string that says something (empty ones count as unset).
@@ -165,7 +165,17 @@ fn build_endpoint(
         ));
     }
     let session_header = session_header(name, m.session_header.as_deref(), warnings);
+    let wire = text(&m.wire).and_then(|w| {
+        let parsed = WireSetting::parse(&w);
+        if parsed.is_none() {
+            warnings.push(format!(
+                "endpoint `{name}`: unknown wire `{w}` (use messages or chat); the shim's rule decides"
+            ));
+        }
+        parsed
+    });
     Some(Endpoint {
+        wire,
         name: name.to_string(),
         base_url,
         allow_insecure_key,

@@ -33,11 +33,13 @@ pub mod otel;
 pub mod prices;
 mod schema;
 pub mod trust;
+mod wire;
 
 pub use build::check_base_url;
 pub use schema::{
     BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER,
-    ClearToolResults, Defaults, Endpoint, ModelEntry, Thinking, home_path, key_safe_url,
+    ClearToolResults, Defaults, Endpoint, ModelEntry, Thinking, WireSetting, home_path,
+    key_safe_url,
 };
 
 use std::collections::HashMap;

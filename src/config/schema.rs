@@ -13,6 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
+pub use super::wire::WireSetting;
+
 /// One file (and the merged result), every field optional. These structs
 /// are the one place that names the keys: deserialising gives line and
 /// column for type errors, `serde_ignored` reports unknown keys, the
@@ -53,6 +55,7 @@ pub(super) struct EndpointShape {
     pub api_key_env: Option<String>,
     pub allow_insecure_key: Option<bool>,
     pub session_header: Option<String>,
+    pub wire: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -219,6 +222,9 @@ pub struct Endpoint {
     /// otherwise). The replicas' own backend stays in [`Endpoint::backend`]
     /// (`None`: detected from them).
     pub vllm_router: bool,
+    /// `wire: messages | chat`: which endpoint a job's requests go to
+    /// (`None`: the shim's rule, `crate::shim::chat::choose`).
+    pub wire: Option<WireSetting>,
 }
 
 /// `session_header` when an endpoint does not set it: the first header
@@ -258,6 +264,7 @@ impl Endpoint {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         }
     }
 
@@ -535,6 +542,7 @@ impl Config {
             allow_insecure_key: false,
             session_header: Some(DEFAULT_SESSION_HEADER.into()),
             vllm_router: false,
+            wire: None,
         };
         Config {
             endpoints: vec![
@@ -626,6 +634,9 @@ impl Config {
                     "session_header".into(),
                     e.session_header.clone().unwrap_or_default().into(),
                 );
+            }
+            if let Some(w) = e.wire {
+                m.insert("wire".into(), w.as_str().into());
             }
             eps.insert(e.name.clone().into(), Value::Mapping(m));
         }

@@ -94,6 +94,14 @@ pub struct JobMetrics {
     /// processed again on those turns.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reprocessed_tokens: u64,
+    /// The slot its requests were pinned to (the chat wire, `id_slot`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u64>,
+    /// Later turns that found the job's conversation so far in the cache:
+    /// all of the previous turn's prompt but fewer than
+    /// [`MIN_LOST_TOKENS`] came from it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefix_hits: u64,
     /// Behind a vLLM router: its replicas over the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<RouterView>,
@@ -159,7 +167,7 @@ impl JobMetrics {
     /// name llama-server's flags as the fix.
     pub fn cache_note(&self, llama_cpp: bool) -> Option<String> {
         if self.slot_losses == 0 {
-            return None;
+            return self.slot.map(|s| self.pinned_note(s));
         }
         let shared = self.server.as_ref().is_some_and(|s| s.shared);
         let router = self.router.as_ref();
@@ -174,6 +182,10 @@ impl JobMetrics {
                 self.cache_ratio_per_turn.len(),
                 thousands(self.reprocessed_tokens)
             ));
+        } else if let Some(s) = self.slot {
+            format!(
+                "requests the job did not send took its slot {s} (another client of the server, or a restart)"
+            )
         } else if shared {
             "another job shared the slot".to_string()
         } else {
@@ -181,6 +193,8 @@ impl JobMetrics {
         };
         let fix = if router.is_some_and(|r| !r.lost.is_empty()) {
             ": start that replica again (new jobs come back to it once the router's health check passes)"
+        } else if self.slot.is_some() {
+            ": give the job's server to localagents alone, or start it with more --parallel slots than all its clients use"
         } else if llama_cpp {
             ": start llama-server with --slot-prompt-similarity 0.9 and --parallel at least the number of jobs you run at once"
         } else {
@@ -192,6 +206,17 @@ impl JobMetrics {
             self.cache_ratio_per_turn.len(),
             thousands(self.reprocessed_tokens)
         ))
+    }
+
+    /// "held slot 1: 5 of 5 later turns found their prefix in its cache".
+    fn pinned_note(&self, slot: u64) -> String {
+        match self.cache_ratio_per_turn.len().saturating_sub(1) {
+            0 => format!("held slot {slot}"),
+            later => format!(
+                "held slot {slot}: {} of {later} later turns found their prefix in its cache",
+                self.prefix_hits
+            ),
+        }
     }
 
     /// The compact form for summaries.
@@ -237,6 +262,7 @@ pub fn from_log(dir: &Path) -> JobMetrics {
         }
         m.requests += 1;
         m.faults.add(r);
+        m.slot = m.slot.or(r.slot);
         let (i, c, o) = (r.usage.input, r.usage.cache_read, r.usage.output);
         m.usage.input += i;
         m.usage.cache_read += c;
@@ -257,6 +283,11 @@ pub fn from_log(dir: &Path) -> JobMetrics {
             {
                 m.slot_losses += 1;
                 m.reprocessed_tokens += again;
+            } else if let Some(p) = prev
+                && i + c >= p
+                && p.saturating_sub(c) < MIN_LOST_TOKENS
+            {
+                m.prefix_hits += 1;
             }
             reports_cache |= c > 0;
             prev = Some(i + c);
@@ -671,6 +702,33 @@ mod tests {
             ),
             (Some(2), Some(3075))
         );
+    }
+
+    /// A job pinned to its slot (the chat wire): the note says which slot
+    /// and how many later turns found their prefix; a loss there names
+    /// what else can take a pinned slot, not `-sps`.
+    #[test]
+    fn a_pinned_job_says_its_slot_and_its_hits() {
+        let pinned = |turns: &[(u64, u64)]| {
+            let tmp = tempfile::tempdir().unwrap();
+            let lines: String = turns
+                .iter()
+                .map(|(i, c)| format!("{{\"path\":\"/v1/messages\",\"slot\":1,\"usage\":{{\"input\":{i},\"cache_read\":{c},\"output\":40}}}}\n"))
+                .collect();
+            std::fs::write(tmp.path().join("requests.jsonl"), lines).unwrap();
+            from_log(tmp.path())
+        };
+        let kept = pinned(&[(5232, 0), (150, 5232), (120, 5382)]);
+        assert_eq!((kept.slot, kept.prefix_hits, kept.slot_losses), (Some(1), 2, 0));
+        assert_eq!(
+            kept.cache_note(true).unwrap(),
+            "held slot 1: 2 of 2 later turns found their prefix in its cache"
+        );
+        assert_eq!(pinned(&[(5232, 0)]).cache_note(true).unwrap(), "held slot 1");
+        let lost = pinned(&[(226, 5006), (180, 5300), (2601, 5006)]);
+        assert_eq!((lost.prefix_hits, lost.slot_losses), (1, 1));
+        let note = lost.cache_note(true).unwrap();
+        assert!(note.contains("took its slot 1") && !note.contains("similarity"), "{note}");
     }
 
     #[test]

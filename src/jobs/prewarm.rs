@@ -224,8 +224,10 @@ pub async fn run(config: &Config, state_dir: &Path, shim: &Shim) -> Vec<Warmed> 
     out
 }
 
-/// One request per slot, all at once, so each lands on its own slot (a
-/// busy slot is never chosen).
+/// One request per slot, all at once: pinned to each slot by `id_slot` on
+/// the chat wire (the wire a job takes there, so its prefix is what a job
+/// sends), else each lands on its own slot because a busy slot is never
+/// chosen.
 async fn warm_one(
     config: &Config,
     state_dir: &Path,
@@ -237,7 +239,8 @@ async fn warm_one(
     let started = Instant::now();
     let n = p.slots.as_ref().map_or(1, |s| s.total.max(1));
     let results =
-        futures::future::join_all((0..n).map(|_| send(config, state_dir, shim, p, m, body))).await;
+        futures::future::join_all((0..n).map(|i| send(config, state_dir, shim, p, m, body, i)))
+            .await;
     let mut outcome = Ok((0, 0));
     for r in results {
         outcome = match (outcome, r) {
@@ -261,6 +264,7 @@ async fn send(
     p: &EndpointStatus,
     m: &probe::ServedModel,
     body: &Value,
+    slot: u64,
 ) -> Result<(u64, u64), WarmError> {
     let endpoint = config
         .endpoint(&p.name)
@@ -284,14 +288,17 @@ async fn send(
         probe: p.clone(),
     };
     let log_dir = state_dir.join(DIR).join(super::lease::component(&p.name));
+    let plain = crate::shim::chat::pinnable(p.kind, target.endpoint.vllm_router);
+    let route = Route::for_target(
+        format!("prewarm-{}", p.name),
+        &target,
+        m.context,
+        RequestLog::new(&log_dir, false),
+        super::policy::job_policy(&config.defaults),
+    )
+    .pinned(Some(slot).filter(|_| plain));
     let reg = shim
-        .register(Route::for_target(
-            format!("prewarm-{}", p.name),
-            &target,
-            m.context,
-            RequestLog::new(&log_dir, false),
-            super::policy::job_policy(&config.defaults),
-        ))
+        .register(route)
         .map_err(|e| WarmError::Register(e.to_string()))?;
     // The longest a job's request may stay silent: a cold prefix on a
     // slow server is a long prefill.
@@ -336,6 +343,7 @@ mod tests {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         };
         let mut p = EndpointStatus::new(&ep);
         p.up = true;

@@ -292,6 +292,7 @@ mod tests {
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         };
         let mut st = EndpointStatus::new(&ep);
         st.kind = Some(kind);

@@ -19,7 +19,8 @@
 //! the history are kept or dropped as the backend needs ([`Guard`]). On a
 //! small window, old tool results are sent as one-line stubs ([`clear`]).
 //! In a job's last three turns the delegate reads how many remain
-//! ([`turns`]).
+//! ([`turns`]). On llama.cpp a job's requests go to `/v1/chat/completions`
+//! pinned to its slot, translated at the edge ([`chat`]).
 
 //!
 //! The route and its guard are in [`route`], the server and route table in
@@ -27,6 +28,7 @@
 //! [`reply`], `count_tokens` and `models` in [`count`]; this file declares
 //! them and re-exports their public items.
 
+pub mod chat;
 pub mod clear;
 pub mod errors;
 pub mod fold;
@@ -49,6 +51,7 @@ pub mod server;
 
 pub use count::{BYTES_PER_TOKEN, estimate_tokens, tokens_of_bytes};
 pub use reply::relay_messages;
+pub use chat::Wire;
 pub use route::{Failing, Guard, Policy, Route, first_byte_timeout};
 pub use server::{Registration, Shim, new_token};
 

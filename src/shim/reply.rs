@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::anthropic::{Block, Reply};
 use crate::config::{Backend, Thinking};
+use crate::shim::chat::{self, Wire};
 use crate::shim::errors::{self, Translated};
 use crate::shim::fold;
 use crate::shim::log::{self, RequestRecord};
@@ -44,6 +45,22 @@ struct Turn {
     /// Its read of the request, on the blocking pool while the request
     /// goes out, and the turn it was sent at.
     reading: Option<(u64, tokio::task::JoinHandle<Option<truncation::Sent>>)>,
+    /// The answer comes on the chat wire ([`chat::answer`] turns it back).
+    chat: bool,
+}
+
+/// The backend's answer as Anthropic SSE bytes (a chat-completions stream
+/// translated on its way in).
+type Upstream = futures::stream::BoxStream<'static, Result<Bytes, reqwest::Error>>;
+
+/// `resp`'s body as the Anthropic stream the relay reads.
+fn anthropic_stream(resp: reqwest::Response, chat: bool) -> Upstream {
+    use futures::StreamExt;
+    if chat {
+        chat::answer::stream(resp.bytes_stream()).boxed()
+    } else {
+        resp.bytes_stream().boxed()
+    }
 }
 
 /// Why a request ends without the backend's answer.
@@ -98,6 +115,7 @@ pub(crate) async fn messages(
         started,
         sending: None,
         reading: None,
+        chat: false,
     };
     let (mut out, tools) = match outgoing(&mut t, body) {
         Ok(o) => o,
@@ -144,16 +162,24 @@ pub(crate) async fn messages(
         return relayed(t, resp, tools);
     }
     let bytes = if collect {
-        collect_stream(&t.route, resp, t.started, &mut t.rec)
+        let up = anthropic_stream(resp, t.chat);
+        collect_stream(&t.route, up, t.started, &mut t.rec)
             .await
             .map_err(Failure::Answer)
     } else {
-        resp.bytes().await.map_err(|e| {
-            Failure::Answer(errors::unreachable(
-                &t.route.endpoint.base_url,
-                &format!("the answer broke off: {e}"),
-            ))
-        })
+        let chat = t.chat;
+        resp.bytes()
+            .await
+            .map(|b| match chat.then(|| chat::answer::whole(&b)).flatten() {
+                Some(anthropic) => Bytes::from(anthropic),
+                None => b,
+            })
+            .map_err(|e| {
+                Failure::Answer(errors::unreachable(
+                    &t.route.endpoint.base_url,
+                    &format!("the answer broke off: {e}"),
+                ))
+            })
     };
     match bytes {
         Ok(b) => whole(t, b, tools.as_ref()),
@@ -201,7 +227,9 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
     let mut loading_since: Option<Instant> = None;
     loop {
         let tp = t.rec.span.as_ref().map(crate::wire::SpanIds::traceparent);
-        let resp = send(&route, "/v1/messages", out.clone(), stream, tp.as_deref(), &mut t.notes)
+        let wire = route.wire_now();
+        let (path, body) = on_the_wire(wire, &out);
+        let resp = send(&route, path, body, stream, tp.as_deref(), &mut t.notes)
             .await
             .map_err(Failure::Unsent)?;
         if resp.status().is_success() {
@@ -209,9 +237,28 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
                 t.notes
                     .push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
             }
+            t.chat = path == chat::PATH;
+            if let (true, Wire::Chat(pin)) = (t.chat, wire) {
+                t.rec.slot = pin.slot;
+            }
             return Ok(resp);
         }
         let (status, err_body, text) = read_error(resp).await;
+        if path == chat::PATH
+            && chat::refused(status, &crate::anthropic::ErrorBody::of(&err_body))
+        {
+            // Said once: the route keeps to /v1/messages from now on.
+            route.guard.chat_refused.store(true, Ordering::Relaxed);
+            t.notes.push(Note::ChatRefused(status).into());
+            tracing::warn!(
+                route = %route.label,
+                status,
+                "{} refused /v1/chat/completions ({}): this job's requests go to /v1/messages, unpinned (set wire: messages on the endpoint to skip the try)",
+                route.endpoint.base_url,
+                crate::fmt::cut(&text, 200)
+            );
+            continue;
+        }
         // A model being loaded: wait and ask again, within the first-byte
         // budget (a router or llama-swap loading a 27B takes minutes).
         if errors::loading(status, &err_body) {
@@ -240,6 +287,18 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
             route.window,
         )));
     }
+}
+
+/// Where `out` (a prepared Messages request) goes on `wire`, and as what:
+/// the chat wire's translation, or the request itself (also when it does
+/// not translate: not JSON, the server then answers it as today).
+fn on_the_wire(wire: Wire, out: &Bytes) -> (&'static str, Bytes) {
+    if let Wire::Chat(pin) = wire
+        && let Ok(body) = chat::request::to_chat(out, pin)
+    {
+        return (chat::PATH, Bytes::from(body));
+    }
+    ("/v1/messages", out.clone())
 }
 
 /// The request mended for a refusal that a retry can get past, if this
@@ -334,9 +393,10 @@ fn relayed(t: Turn, resp: reqwest::Response, tools: Option<repair::LazyTools>) -
             r.truncation(&s, Some(read))
         }));
     }
+    let up = anthropic_stream(resp, t.chat);
     let on_done: sse::OnDone =
         Box::new(move |tap: &sse::Tap, report: &repair::Report| streamed(t, tap, report));
-    let body = sse::relay(resp.bytes_stream(), relay, route.idle_timeout, on_done);
+    let body = sse::relay(up, relay, route.idle_timeout, on_done);
     let mut out = Response::new(Body::from_stream(body));
     let h = out.headers_mut();
     h.insert(
@@ -357,6 +417,7 @@ fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
         started,
         sending: _,
         reading: _,
+        chat: _,
     } = t;
     rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
     rec.usage = tap.usage;
@@ -457,7 +518,7 @@ pub(crate) const MAX_COLLECTED: usize = 32 * 1024 * 1024;
 /// error it ended with. A runaway closes the backend's response at once.
 pub(crate) async fn collect_stream(
     route: &Arc<Route>,
-    resp: reqwest::Response,
+    mut up: Upstream,
     started: Instant,
     rec: &mut RequestRecord,
 ) -> Result<Bytes, Translated> {
@@ -466,7 +527,6 @@ pub(crate) async fn collect_stream(
     let mut relay = sse::Relay::new(started, route.backend, route.window).with_runaway(Box::new(
         move |f: &mut runaway::Found| r.guard.runaway(f, r.backend == Backend::LlamaCpp),
     ));
-    let mut up = resp.bytes_stream();
     let mut out: Vec<u8> = Vec::new();
     loop {
         let end = match tokio::time::timeout(route.idle_timeout, up.next()).await {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::{Backend, ClearToolResults, Endpoint, Thinking};
+use crate::shim::chat::{self, Wire};
 use crate::shim::clear;
 use crate::shim::log::{self, RequestLog};
 use crate::shim::loops;
@@ -38,6 +39,8 @@ pub struct Route {
     pub first_byte_timeout: Duration,
     /// What is done about the model's faults on this route.
     pub guard: Guard,
+    /// The wire its `/v1/messages` requests take ([`chat::choose`]).
+    pub wire: Wire,
 }
 
 /// What the shim does about a model's faults on one route, and what it saw.
@@ -65,6 +68,9 @@ pub struct Guard {
     pub clearing: clear::Clearing,
     /// The session's turn count and the budget notes placed ([`turns`]).
     pub turn_budget: turns::TurnBudget,
+    /// The server refused the chat wire once ([`chat::refused`]): this
+    /// route's requests go to `/v1/messages` from then on.
+    pub chat_refused: AtomicBool,
 }
 
 /// The backend's faults in a row on one route (hung, reset, slow, 5xx, a
@@ -271,6 +277,23 @@ impl Route {
             idle_timeout: Duration::from_secs(d.stream_idle_timeout_s),
             first_byte_timeout: first_byte_timeout(d.first_byte_timeout_s, window),
             guard: Guard::new(policy),
+            wire: chat::choose(t.backend, t.endpoint.wire, None),
+        }
+    }
+
+    /// The route of a job that holds `slot` (its lease): the wire chosen
+    /// again, now that the slot is known.
+    pub fn pinned(mut self, slot: Option<u64>) -> Route {
+        self.wire = chat::choose(self.backend, self.endpoint.wire, slot);
+        self
+    }
+
+    /// The wire the next request takes: the chosen one, unless the
+    /// server refused the chat wire.
+    pub fn wire_now(&self) -> Wire {
+        match self.wire {
+            Wire::Chat(_) if self.guard.chat_refused.load(Ordering::Relaxed) => Wire::Messages,
+            w => w,
         }
     }
 

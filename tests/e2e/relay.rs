@@ -9,6 +9,12 @@
 //! `count_tokens`, `/metrics`) is passed through, so the probe sees the
 //! real server.
 //!
+//! A job on the chat wire (issue 53) sends `/v1/chat/completions`: the
+//! same, with its `id_slot` kept, so the real server serves it on the
+//! job's slot; the script reads the Anthropic request it came from and
+//! its answer goes back as the real server writes a chat answer
+//! (`support::fake_chat`).
+//!
 //! `one_at_a_time` forwards one request at a time: the two jobs' requests
 //! then reach the server interleaved but never overlapping, the case in
 //! which llama-server routes by prompt similarity alone (an overlapping
@@ -98,6 +104,63 @@ async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
     }
 }
 
+/// `/v1/chat/completions`: as [`messages`], on the chat endpoint.
+async fn chat(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
+    use crate::support::fake_chat;
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    let mut cut = req.clone();
+    cut["max_tokens"] = 1.into();
+    cut["stream"] = false.into();
+    if let Some(o) = cut.as_object_mut() {
+        o.remove("stream_options");
+    }
+    let _turn = match &r.one_at_a_time {
+        Some(m) => Some(m.lock().await),
+        None => None,
+    };
+    let up = match r
+        .client
+        .post(format!("{}/v1/chat/completions", r.upstream))
+        .json(&cut)
+        .send()
+        .await
+    {
+        Ok(u) => u,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status = up.status();
+    let bytes = up.bytes().await.unwrap_or_default();
+    if !status.is_success() {
+        return (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response();
+    }
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let usage = &answer["usage"];
+    let cached = usage["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    let input = usage["prompt_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(cached);
+    if let Ok(mut s) = r.seen.lock() {
+        s.push((String::from_utf8_lossy(&body).into_owned(), input, cached));
+    }
+    let model = answer["model"].as_str().unwrap_or("gemma3-270m");
+    let anthropic = fake_chat::to_anthropic(&req);
+    let reply = (r.script)(&anthropic);
+    let asked = fake_chat::Asked::of(&req);
+    if req["stream"] == true {
+        let sse = script::message_sse(model, &reply, input, cached);
+        let body = fake_chat::stream(Body::from(sse), model, asked);
+        ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+    } else {
+        let whole = script::message_json(model, &reply, input, cached);
+        axum::Json(fake_chat::whole(&whole, asked)).into_response()
+    }
+}
+
 async fn pass(
     State(r): State<Arc<Relay>>,
     method: Method,
@@ -141,6 +204,7 @@ pub async fn start(upstream: &str, script: Script, one_at_a_time: bool) -> Runni
     let seen = relay.seen.clone();
     let app = Router::new()
         .route("/v1/messages", axum::routing::post(messages))
+        .route("/v1/chat/completions", axum::routing::post(chat))
         .fallback(pass)
         .with_state(relay);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

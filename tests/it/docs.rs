@@ -963,6 +963,7 @@ fn endpoint_defaults() -> Map<String, Value> {
         allow_insecure_key,
         session_header,
         vllm_router: _,
+        wire,
     } = loaded.config.endpoints[0].clone();
     let mut m = Map::new();
     m.insert("backend".into(), json!(backend.map(|b| b.as_str())));
@@ -972,6 +973,7 @@ fn endpoint_defaults() -> Map<String, Value> {
     m.insert("api_key_env".into(), json!(api_key_env));
     m.insert("allow_insecure_key".into(), json!(allow_insecure_key));
     m.insert("session_header".into(), json!(session_header));
+    m.insert("wire".into(), json!(wire.map(|w| w.as_str())));
     m
 }
 

@@ -663,14 +663,15 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
         rb["finished"]
     );
     // Usage on each record is what the fake served that job: the fake
-    // answers every request with input + cache_read = its body's pre-tokens
-    // and output_tokens 9.
+    // answers every request with input + cache_read = the pre-tokens of
+    // the chat request it was sent as (`fake_llama::chat_tokens`: a job on
+    // llama.cpp takes the chat wire) and output_tokens 9.
     assert!(
         fake.statuses().iter().all(|s| *s == 200),
         "{:?}",
         fake.statuses()
     );
-    let bodies = fake.bodies();
+    let bodies = fake.chat_bodies();
     let mut counted = 0;
     for (rec, word) in [(&ra, "ALPHA"), (&rb, "BETA")] {
         let mine: Vec<&Value> = bodies
@@ -678,7 +679,7 @@ async fn two_parallel_jobs_keep_separate_logs_and_usage() {
             .filter(|b| b.to_string().contains(word))
             .collect();
         counted += mine.len();
-        let served_in: u64 = mine.iter().map(|b| crate::support::tokens::count(b)).sum();
+        let served_in: u64 = mine.iter().map(|b| fake_llama::chat_tokens(b)).sum();
         let u = &rec["usage"];
         assert_eq!(
             u["input"].as_u64().unwrap() + u["cache_read"].as_u64().unwrap(),

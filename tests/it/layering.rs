@@ -172,6 +172,7 @@ const SHIM_ORDER: &[&str] = &[
     "fold",
     "sse",
     "log",
+    "chat",
     "route",
     "pipeline",
     "count",

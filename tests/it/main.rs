@@ -5,6 +5,7 @@ use localagents_testkit as support;
 mod accept;
 mod agents;
 mod bad_input;
+mod chat_wire;
 mod cli;
 mod config;
 mod docs;

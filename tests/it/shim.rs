@@ -26,6 +26,7 @@ fn endpoint(url: &str) -> Endpoint {
         allow_insecure_key: false,
         session_header: None,
         vllm_router: false,
+        wire: None,
     }
 }
 
@@ -90,6 +91,7 @@ impl<'a> ShimFor<'a> {
                 idle_timeout: Duration::from_secs(10),
                 first_byte_timeout: Duration::from_secs(300),
                 guard: Default::default(),
+                wire: Default::default(),
             })
             .unwrap();
         (shim, reg)

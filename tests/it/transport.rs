@@ -29,6 +29,7 @@ fn route(url: &str, dir: &std::path::Path) -> Route {
         idle_timeout: Duration::from_secs(10),
         first_byte_timeout: Duration::from_secs(2),
         guard: Default::default(),
+        wire: Default::default(),
     }
 }
 

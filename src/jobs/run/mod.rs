@@ -26,6 +26,7 @@ use super::admit;
 use super::args::deadline_in;
 use super::dir::JobDir;
 use super::job::{Halt, Job, Progress};
+use super::lease::Lease;
 use super::record::{JobRecord, Status};
 use super::runtime::Runtime;
 use crate::probe;
@@ -313,7 +314,7 @@ impl JobRun<'_> {
             return self.fail_before_session(e).await;
         }
 
-        let reg = match self.open_route().await {
+        let reg = match self.open_route(_lease.as_ref()).await {
             Ok(r) => r,
             Err(e) => return self.fail_before_session(e).await,
         };
@@ -431,16 +432,24 @@ impl JobRun<'_> {
 
     /// The job's route through the shim: its log, its timeouts and its
     /// guard. The error is the job's.
-    async fn open_route(&self) -> Result<crate::shim::Registration, LaunchError> {
+    async fn open_route(
+        &self,
+        lease: Option<&Lease>,
+    ) -> Result<crate::shim::Registration, LaunchError> {
         let (rt, job, rec) = (self.rt, &self.job, &self.rec);
+        let plain = crate::shim::chat::pinnable(job.target.probe.kind, job.target.endpoint.vllm_router);
+        let slot = lease.map(|l| l.slot).filter(|_| plain);
         let shim = rt.shim().await.map_err(LaunchError::Shim)?;
-        shim.register(Route::for_target(
-            rec.id().to_string(),
-            &job.target,
-            rec.context(),
-            RequestLog::new(rec.log_dir(), job.dump).traced(job.trace.clone()),
-            job.policy,
-        ))
+        shim.register(
+            Route::for_target(
+                rec.id().to_string(),
+                &job.target,
+                rec.context(),
+                RequestLog::new(rec.log_dir(), job.dump).traced(job.trace.clone()),
+                job.policy,
+            )
+            .pinned(slot),
+        )
         .map_err(LaunchError::Register)
     }
 }

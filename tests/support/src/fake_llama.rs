@@ -49,6 +49,14 @@ pub struct LlamaOpts {
     /// it, e2e t24). Off: every request after the first is nine tenths
     /// cached.
     pub prefix_cache: bool,
+    /// Serve `/v1/chat/completions` (every llama-server build here does;
+    /// off: an older or stripped build, answered 404 like any unknown
+    /// path).
+    pub chat: bool,
+    /// `/v1/chat/completions` answers 400 to a request with `id_slot`, as
+    /// a strict OpenAI-compatible front does to a field it does not know
+    /// (OpenAI's own wording: "Unrecognized request argument supplied").
+    pub chat_refuses_id_slot: bool,
     /// A server that truncates silently, like Ollama past its window
     /// (server/prompt.go: the oldest messages go, the system prompt and
     /// the last message stay) with `usage.input_tokens` the count after
@@ -73,6 +81,8 @@ impl Default for LlamaOpts {
             count_tokens: true,
             prefix_cache: false,
             truncate_past: None,
+            chat: true,
+            chat_refuses_id_slot: false,
         }
     }
 }
@@ -120,6 +130,11 @@ pub struct LlamaState {
     /// Each answered /v1/messages request's prompt tokens and how many of
     /// them were cached, in order.
     pub prompts: Mutex<Vec<(u64, u64)>>,
+    /// Every /v1/chat/completions body received, as sent.
+    pub chat_bodies: Mutex<Vec<Value>>,
+    /// The prompt each slot holds after a request pinned to it by
+    /// `id_slot` ([`LlamaOpts::prefix_cache`]).
+    pub pinned_prompts: Mutex<std::collections::HashMap<u64, String>>,
 }
 
 /// One streamed runaway answer, as the fake saw it go out.
@@ -265,6 +280,10 @@ impl FakeLlama {
     }
     pub fn bodies(&self) -> Vec<Value> {
         self.state.bodies.lock().unwrap().clone()
+    }
+    /// Every /v1/chat/completions body, as sent.
+    pub fn chat_bodies(&self) -> Vec<Value> {
+        self.state.chat_bodies.lock().unwrap().clone()
     }
     pub fn statuses(&self) -> Vec<u16> {
         self.state.statuses.lock().unwrap().clone()
@@ -478,12 +497,122 @@ pub fn jinja_error() -> Value {
     )
 }
 
+/// The key a chat request's `id_slot` reaches [`messages`] under.
+const PIN: &str = "__fake_id_slot";
+/// The key a chat request itself reaches [`messages`] under.
+const CHAT: &str = "__fake_chat";
+
+/// What the fake counts and caches of a request: the chat request it is
+/// on the model's side (llama-server renders both endpoints from the one
+/// llama.cpp converts a Messages request to), without what only pins it.
+/// So a conversation costs the same tokens on either wire, as on the
+/// real server.
+fn canonical(req: &Value, chat: Option<&Value>) -> Value {
+    let mut c = match chat {
+        Some(c) => c.clone(),
+        None => localagents::shim::chat::request::to_chat(
+            req.to_string().as_bytes(),
+            localagents::shim::chat::request::Pin::default(),
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| req.clone()),
+    };
+    if let Some(m) = c.as_object_mut() {
+        for k in ["id_slot", "timings_per_token", "stream_options"] {
+            m.remove(k);
+        }
+    }
+    c
+}
+
+/// The prompt tokens the fake answers a chat request `chat` with (read
+/// and cached together): what it counts of it ([`canonical`]).
+pub fn chat_tokens(chat: &Value) -> u64 {
+    super::tokens::count(&canonical(&Value::Null, Some(chat)))
+}
+
+/// The prompt a slot holds after `c` ([`canonical`]): its messages and
+/// tools as a template renders them (no `cache_control` marks: Claude Code
+/// moves them to the newest message every turn).
+fn rendered(c: &Value) -> String {
+    let mut parts = json!([c["tools"], c["messages"]]);
+    strip_cache_control(&mut parts);
+    serde_json::to_string(&parts).unwrap_or_default()
+}
+
+/// `POST /v1/chat/completions`: the request read back into the Anthropic
+/// one it came from, answered as `/v1/messages` answers it, and written
+/// as llama-server's chat answer ([`super::fake_chat`]).
+async fn chat_completions(
+    State(st): State<Arc<LlamaState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !st.opts.chat {
+        return err(404, "not_found_error", "File Not Found");
+    }
+    let chat: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return err(
+                400,
+                "invalid_request_error",
+                &format!("Failed to parse JSON: {e}"),
+            );
+        }
+    };
+    if let Ok(mut b) = st.chat_bodies.lock() {
+        b.push(chat.clone());
+    }
+    if st.opts.chat_refuses_id_slot && chat.get("id_slot").is_some() {
+        return err(
+            400,
+            "invalid_request_error",
+            "Unrecognized request argument supplied: id_slot",
+        );
+    }
+    let mut req = super::fake_chat::to_anthropic(&chat);
+    if let Some(slot) = chat["id_slot"].as_u64() {
+        req[PIN] = slot.into();
+    }
+    req[CHAT] = chat.clone();
+    let asked = super::fake_chat::Asked::of(&chat);
+    let model = chat["model"].as_str().unwrap_or(&st.opts.alias).to_string();
+    let resp = messages(State(st), headers, axum::body::Bytes::from(req.to_string())).await;
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let sse = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|c| c.as_bytes().starts_with(b"text/event-stream"));
+    if sse {
+        let body = super::fake_chat::stream(resp.into_body(), &model, asked);
+        return (
+            StatusCode::OK,
+            [("content-type", "text/event-stream")],
+            body,
+        )
+            .into_response();
+    }
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(msg) if msg["type"] == "message" => {
+            axum::Json(super::fake_chat::whole(&msg, asked)).into_response()
+        }
+        _ => (StatusCode::OK, bytes).into_response(),
+    }
+}
+
 async fn messages(
     State(st): State<Arc<LlamaState>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let req: Value = match serde_json::from_slice(&body) {
+    let mut req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
             return err(
@@ -515,6 +644,12 @@ async fn messages(
             );
         }
     }
+    let pin = req
+        .as_object_mut()
+        .and_then(|m| m.remove(PIN))
+        .and_then(|v| v.as_u64());
+    let chat = req.as_object_mut().and_then(|m| m.remove(CHAT));
+    let canon = canonical(&req, chat.as_ref());
     if let Ok(mut b) = st.bodies.lock() {
         b.push(req.clone());
     }
@@ -536,7 +671,7 @@ async fn messages(
     let input = st
         .opts
         .prompt_tokens
-        .unwrap_or_else(|| super::tokens::count(&req));
+        .unwrap_or_else(|| super::tokens::count(&canon));
     if input > st.opts.n_ctx {
         record(400);
         return (
@@ -558,8 +693,10 @@ async fn messages(
         Some(f) => f(&req),
         None => Reply::Text("ok".into()),
     };
-    let (input, cached) = if st.opts.prefix_cache {
-        prefix_cached(&st, &req)
+    let (input, cached) = if let (true, Some(slot)) = (st.opts.prefix_cache, pin) {
+        pinned_cached(&st, &canon, slot)
+    } else if st.opts.prefix_cache {
+        prefix_cached(&st, &canon)
     } else if st.bodies.lock().map(|b| b.len()).unwrap_or(0) > 1 {
         // A second request with the same prefix is mostly cached.
         (input, input * 9 / 10)
@@ -628,12 +765,8 @@ async fn messages(
 /// messages, [`super::tokens`]), and those already in a slot (of the longest common prefix
 /// with a slot's last prompt); the prompt then takes the slot it matched,
 /// else the least recently used one.
-fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
-    // What a chat template renders: no `cache_control` marks (Claude Code
-    // moves them to the newest message every turn).
-    let mut parts = json!([req["system"], req["tools"], req["messages"]]);
-    strip_cache_control(&mut parts);
-    let prompt = serde_json::to_string(&parts).unwrap_or_default();
+fn prefix_cached(st: &LlamaState, canon: &Value) -> (u64, u64) {
+    let prompt = rendered(canon);
     let total = super::tokens::count_str(&prompt);
     let Ok(mut slots) = st.cached_prompts.lock() else {
         return (total, 0);
@@ -665,6 +798,25 @@ fn prefix_cached(st: &LlamaState, req: &Value) -> (u64, u64) {
     };
     let cached = super::tokens::count_prefix(&prompt, cached);
     slots.push(prompt);
+    (total, cached)
+}
+
+/// [`prefix_cached`] for a request pinned to `slot`: the common prefix
+/// with what that slot holds, whatever the others hold.
+fn pinned_cached(st: &LlamaState, canon: &Value, slot: u64) -> (u64, u64) {
+    let prompt = rendered(canon);
+    let total = super::tokens::count_str(&prompt);
+    let Ok(mut slots) = st.pinned_prompts.lock() else {
+        return (total, 0);
+    };
+    let common = slots.get(&slot).map_or(0, |p| {
+        p.bytes()
+            .zip(prompt.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    let cached = super::tokens::count_prefix(&prompt, common);
+    slots.insert(slot, prompt);
     (total, cached)
 }
 
@@ -710,6 +862,7 @@ pub fn router(state: Arc<LlamaState>) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/v1/messages", post(messages))
+        .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), gate))
@@ -736,6 +889,8 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         runaways: Mutex::new(Vec::new()),
         truncations: Mutex::new(Vec::new()),
         prompts: Mutex::new(Vec::new()),
+        chat_bodies: Mutex::new(Vec::new()),
+        pinned_prompts: Mutex::new(std::collections::HashMap::new()),
     })
 }
 

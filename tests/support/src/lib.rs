@@ -32,6 +32,7 @@ pub mod claude;
 pub mod early_stops;
 pub mod editor;
 pub mod fake_bare;
+pub mod fake_chat;
 pub mod fake_llama;
 pub mod fake_lmstudio;
 pub mod fake_ollama;

@@ -25,6 +25,7 @@ pub fn llama(url: &str, served: &str, window: u64, dir: &Path, dump: bool) -> Ro
             allow_insecure_key: false,
             session_header: None,
             vllm_router: false,
+            wire: None,
         },
         backend: Backend::LlamaCpp,
         served_id: served.into(),
@@ -33,5 +34,6 @@ pub fn llama(url: &str, served: &str, window: u64, dir: &Path, dump: bool) -> Ro
         idle_timeout: Duration::from_secs(300),
         first_byte_timeout: Duration::from_secs(300),
         guard: Default::default(),
+        wire: Default::default(),
     }
 }

@@ -47,6 +47,8 @@ pub enum Reply {
         text: String,
         then: Box<Reply>,
     },
+    /// Several calls in one answer (parallel tool calls), in order.
+    Tools(Vec<(String, Value)>),
     /// A thinking block (llama.cpp's shape: empty signature), then `then`.
     ThinkThen {
         thinking: String,
@@ -139,6 +141,13 @@ fn blocks(reply: &Reply) -> (Vec<Value>, &'static str) {
             vec![
                 json!({"type": "tool_use", "id": format!("toolu_{}", msg_id()), "name": name, "input": input}),
             ],
+            "tool_use",
+        ),
+        Reply::Tools(calls) => (
+            calls
+                .iter()
+                .map(|(name, input)| json!({"type": "tool_use", "id": format!("toolu_{}", msg_id()), "name": name, "input": input}))
+                .collect(),
             "tool_use",
         ),
         _ => (vec![], "end_turn"),

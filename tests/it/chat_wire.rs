@@ -1,0 +1,262 @@
+//! The chat wire (issue 53) through the real Claude Code CLI and
+//! `localagents run`: a job on llama.cpp goes to `/v1/chat/completions`
+//! pinned to its slot; two jobs at once keep one slot each; a server
+//! without the endpoint, or one that refuses `id_slot`, gets the job's
+//! requests on `/v1/messages` after one try, said once; a stream cut in
+//! the middle of a call's arguments never runs half a call; two parallel
+//! calls in one answer both run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+
+use crate::faults::requests;
+use crate::jobs::strict_fake_opts;
+use crate::support::fake_llama::{self, LlamaOpts};
+use crate::support::harness::{Harness, localagents_json};
+use crate::support::script::{self, Reply};
+
+async fn run_json(e: &Harness, args: &[&str]) -> Value {
+    let mut all = vec!["run", "--model", "gemma3-270m", "--json"];
+    all.extend_from_slice(args);
+    localagents_json(e, &all).await
+}
+
+/// Bash `echo <word>` `turns` times, then a report.
+fn bash_turns(turns: usize) -> script::Script {
+    Arc::new(move |req: &Value| {
+        let n = script::tool_results(req);
+        if n < turns {
+            Reply::Tool {
+                name: "Bash".into(),
+                input: json!({"command": format!("echo step-{n}"), "description": "step"}),
+            }
+        } else {
+            Reply::Text("Done: every step ran.".into())
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_llama_cpp_is_pinned_to_its_slot_and_its_turns_stay_cached() {
+    let fake = fake_llama::spawn(LlamaOpts {
+        prefix_cache: true,
+        ..strict_fake_opts()
+    })
+    .await;
+    fake.set_script(bash_turns(3));
+    let e = Harness::with_fake(fake.url());
+    let rec = run_json(&e, &["Run the three steps."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    let chat = fake.chat_bodies();
+    assert_eq!(chat.len(), 4, "every turn on the chat wire: {chat:?}");
+    assert!(
+        fake.hits().iter().all(|h| h != "/v1/messages"),
+        "{:?}",
+        fake.hits()
+    );
+    for b in &chat {
+        assert_eq!(b["id_slot"], 0, "the job's lease is slot 0: {b}");
+        assert_eq!(b["timings_per_token"], true);
+        // The strict template's rule holds on this wire too: one system
+        // message, first.
+        let roles: Vec<&str> = b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles.iter().filter(|r| **r == "system").count(),
+            1,
+            "{roles:?}"
+        );
+        assert_eq!(roles[0], "system");
+    }
+    let reqs = requests(&rec);
+    assert_eq!(reqs.len(), 4, "{reqs:?}");
+    for r in &reqs {
+        assert_eq!(r["slot"], 0, "the log says which slot: {r}");
+    }
+    for r in &reqs[1..] {
+        let (input, cached) = (
+            r["usage"]["input"].as_u64().unwrap(),
+            r["usage"]["cache_read"].as_u64().unwrap(),
+        );
+        assert!(
+            cached > 5 * input,
+            "a later turn finds its prefix on its slot: {r}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_at_once_keep_one_slot_each() {
+    let fake = fake_llama::spawn(LlamaOpts {
+        prefix_cache: true,
+        slots: 2,
+        ..strict_fake_opts()
+    })
+    .await;
+    fake.set_script(bash_turns(3));
+    let e = Harness::with_fake(fake.url());
+    let (a, b) = tokio::join!(
+        run_json(&e, &["Run the three steps, alpha."]),
+        run_json(&e, &["Run the three steps, beta."])
+    );
+    let mut slots = Vec::new();
+    for rec in [&a, &b] {
+        assert_eq!(rec["status"], "succeeded", "{rec}");
+        let reqs = requests(rec);
+        let mine: Vec<u64> = reqs.iter().map(|r| r["slot"].as_u64().unwrap()).collect();
+        assert!(
+            mine.iter().all(|s| *s == mine[0]),
+            "one slot for the whole job: {mine:?}"
+        );
+        slots.push(mine[0]);
+        for r in &reqs[1..] {
+            let (input, cached) = (
+                r["usage"]["input"].as_u64().unwrap(),
+                r["usage"]["cache_read"].as_u64().unwrap(),
+            );
+            assert!(
+                cached > 5 * input,
+                "no turn lost its slot's cache to the other job: {r}"
+            );
+        }
+    }
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1], "the two jobs hold the two slots");
+}
+
+/// A server without `/v1/chat/completions` (404), and one that refuses
+/// `id_slot` (400 naming it): one try, then every request of the job on
+/// `/v1/messages`, and the log says why once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_chat_wire_gets_the_job_on_messages_after_one_try() {
+    for (opts, status) in [
+        (
+            LlamaOpts {
+                chat: false,
+                ..strict_fake_opts()
+            },
+            404,
+        ),
+        (
+            LlamaOpts {
+                chat_refuses_id_slot: true,
+                ..strict_fake_opts()
+            },
+            400,
+        ),
+    ] {
+        let fake = fake_llama::spawn(opts).await;
+        fake.set_script(bash_turns(2));
+        let e = Harness::with_fake(fake.url());
+        let rec = run_json(&e, &["Run the two steps."]).await;
+        assert_eq!(rec["status"], "succeeded", "{rec}");
+        let hits = fake.hits();
+        let tries = hits.iter().filter(|h| *h == "/v1/chat/completions").count();
+        assert_eq!(tries, 1, "one try on the chat wire: {hits:?}");
+        assert_eq!(fake.bodies().len(), 3, "then every turn on /v1/messages");
+        let reqs = requests(&rec);
+        let said: Vec<&Value> = reqs
+            .iter()
+            .filter(|r| {
+                r["translated"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("chat_refused"))
+            })
+            .collect();
+        assert_eq!(said.len(), 1, "said once: {reqs:?}");
+        assert!(
+            said[0]["translated"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("chat_refused {status}"))
+        );
+        assert!(
+            reqs.iter().all(|r| r["slot"].is_null()),
+            "nothing was pinned: {reqs:?}"
+        );
+    }
+}
+
+/// A stream that ends in the middle of a call's arguments: the call never
+/// reaches Claude Code whole, so nothing runs with half its input; the
+/// request is logged as cut and the next answer finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_in_a_calls_arguments_runs_no_half_call() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    let tries = Arc::new(AtomicU64::new(0));
+    let t = tries.clone();
+    fake.set_script(Arc::new(move |_req: &Value| {
+        if t.fetch_add(1, Ordering::SeqCst) == 0 {
+            let start = json!({"type": "message_start", "message": {"id": script::msg_id(), "type": "message", "role": "assistant",
+                "model": "gemma3-270m", "content": [], "usage": {"input_tokens": 900, "cache_read_input_tokens": 0, "output_tokens": 0}}});
+            let block = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "Bash", "input": {}}});
+            let half = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"command\": \"touch HALF"}});
+            Reply::RawSse(format!(
+                "event: message_start\ndata: {start}\n\nevent: content_block_start\ndata: {block}\n\nevent: content_block_delta\ndata: {half}\n\n"
+            ))
+        } else {
+            Reply::Text("Nothing to do.".into())
+        }
+    }));
+    let e = Harness::with_fake(fake.url());
+    let rec = run_json(&e, &["Touch a file."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["tool_calls"], 0, "no call ran: {rec}");
+    assert!(!e.work().join("HALF").exists());
+    let reqs = requests(&rec);
+    assert!(
+        reqs[0]["translated"]
+            .as_str()
+            .is_some_and(|t| t.contains("stream_cut")),
+        "the cut is in the log: {reqs:?}"
+    );
+    assert!(fake.chat_bodies().len() >= 2, "both on the chat wire");
+}
+
+/// Two calls in one answer: both reach Claude Code as `tool_use` blocks
+/// of one message, both run, and both results go back in one turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_parallel_calls_in_one_answer_both_run() {
+    let fake = fake_llama::spawn(strict_fake_opts()).await;
+    fake.set_script(Arc::new(|req: &Value| match script::tool_results(req) {
+        0 => Reply::Tools(vec![
+            (
+                "Bash".into(),
+                json!({"command": "echo left > left.txt", "description": "left"}),
+            ),
+            (
+                "Bash".into(),
+                json!({"command": "echo right > right.txt", "description": "right"}),
+            ),
+        ]),
+        _ => Reply::Text("Both files written.".into()),
+    }));
+    let e = Harness::with_fake(fake.url());
+    let rec = run_json(&e, &["Write two files."]).await;
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["tool_calls"], 2, "{rec}");
+    for f in ["left.txt", "right.txt"] {
+        assert!(e.work().join(f).exists(), "{f} was written");
+    }
+    let chat = fake.chat_bodies();
+    let last = chat.last().unwrap()["messages"].as_array().unwrap().clone();
+    let calls = last
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .unwrap()["tool_calls"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        calls, 2,
+        "the two calls went back as one assistant message: {last:?}"
+    );
+    assert_eq!(last.iter().filter(|m| m["role"] == "tool").count(), 2);
+}
