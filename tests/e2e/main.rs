@@ -2170,7 +2170,7 @@ async fn t24_a_reader_job_on_a_16k_real_server_finishes() {
 /// recording fake: its system prompt (~2k tokens with `--tools Read`),
 /// the brief, and an assistant turn with thinking, text and a `Read` of a
 /// file that is not there, answered by Claude Code's own tool error
-/// (`is_error`, `<tool_use_error>…`).
+/// (`is_error`, "File does not exist. …").
 async fn captured_turn_with_a_tool_error() -> Value {
     use support::script::Reply;
     let fake = support::fake_llama::spawn(support::fake_llama::LlamaOpts {
@@ -2178,22 +2178,23 @@ async fn captured_turn_with_a_tool_error() -> Value {
         ..Default::default()
     })
     .await;
+    let h = Harness::new();
+    let missing = h.work().join("missing.txt").display().to_string();
     fake.set_script(std::sync::Arc::new(
-        |req: &Value| match support::script::tool_results(req) {
+        move |req: &Value| match support::script::tool_results(req) {
             0 => Reply::ThinkThen {
                 thinking: "The file should be read first.".into(),
                 then: Box::new(Reply::TextThen {
                     text: "Reading it.".into(),
                     then: Box::new(Reply::Tool {
                         name: "Read".into(),
-                        input: json!({"file_path": "/nowhere/missing.txt"}),
+                        input: json!({"file_path": missing}),
                     }),
                 }),
             },
             _ => Reply::Text("It is missing.".into()),
         },
     ));
-    let h = Harness::new();
     let env = localagents::session_env::session_env(
         fake.url(),
         "gemma3-270m",
@@ -2212,7 +2213,7 @@ async fn captured_turn_with_a_tool_error() -> Value {
             "--tools",
             "Read",
         ],
-        "Read /nowhere/missing.txt and say what it holds.",
+        "Read missing.txt and say what it holds.",
     );
     let run = support::claude::run(cmd, Duration::from_secs(90)).await;
     assert!(run.result().is_some(), "{}", run.stderr);
@@ -2226,7 +2227,7 @@ async fn captured_turn_with_a_tool_error() -> Value {
         "\"thinking\"",
         "\"tool_use\"",
         "\"is_error\":true",
-        "tool_use_error",
+        "File does not exist",
     ] {
         assert!(
             text.contains(part),

@@ -20,8 +20,8 @@
 //!   `tool` messages after it; a result's text parts are joined, its
 //!   images kept as `image_url` parts;
 //! - `is_error` is not carried: the template has no place for it, and
-//!   Claude Code writes a failure into the result's text
-//!   (`<tool_use_error>…`, `Exit code 1`), which is carried;
+//!   Claude Code writes a failure into the result's text ("File does not
+//!   exist. …", "Exit code 1 …"), which is carried;
 //! - `tool_choice` `any` and `tool` become `required`; `stop_sequences`
 //!   become `stop`; `max_tokens` defaults to 4096; `temperature`,
 //!   `top_p`, `top_k`, `stream` and `chat_template_kwargs` pass as they
