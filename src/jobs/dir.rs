@@ -174,6 +174,9 @@ pub struct BriefMetrics {
     pub slot_losses: u64,
     #[serde(default)]
     pub reprocessed_tokens: u64,
+    /// The slot the job was pinned to (the chat wire).
+    #[serde(default)]
+    pub slot: Option<u64>,
 }
 
 /// A worktree, as a scan reads it.

@@ -331,12 +331,14 @@ impl SlotLosses {
 }
 
 /// Lost slots per endpoint over the jobs of the last `days` days, the
-/// endpoints with any, in the order first seen (newest job first).
+/// endpoints with any, in the order first seen (newest job first). Jobs
+/// pinned to their slot (the chat wire) are left out: `-sps` would not
+/// have helped them, and each one's own note says what took its slot.
 pub fn recent_slot_losses(store: &impl super::dir::Briefs, days: i64) -> Vec<SlotLosses> {
     let mut out: Vec<SlotLosses> = Vec::new();
     for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
         let Some(b) = store.brief(&id) else { continue };
-        let Some(m) = b.metrics.filter(|m| m.slot_losses > 0) else {
+        let Some(m) = b.metrics.filter(|m| m.slot_losses > 0 && m.slot.is_none()) else {
             continue;
         };
         let at = match out.iter().position(|l| l.endpoint == b.endpoint) {

@@ -30,6 +30,7 @@ pub mod prewarm;
 pub mod record;
 pub mod review;
 pub mod run;
+pub mod saved;
 mod runtime;
 pub mod status;
 pub mod store;

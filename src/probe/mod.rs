@@ -21,6 +21,7 @@ mod local;
 pub mod metrics;
 mod read;
 pub mod replicas;
+pub mod saved;
 mod types;
 
 use std::collections::HashMap;

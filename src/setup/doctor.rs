@@ -39,8 +39,31 @@ pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
         ));
     }
     let probes = probe::probe_all(&loaded.config).await;
+    out.extend(slot_saving(&loaded.config, &probes).await);
     endpoint_findings(ctx, &loaded.config, probes, &mut out);
     finish(ctx, out)
+}
+
+/// On each plain llama-server that is up (where jobs are pinned to their
+/// slot): whether it can save a job's slot for a resumed job, asked
+/// without saving anything ([`probe::saved::can_save`]), each at once.
+async fn slot_saving(config: &config::Config, probes: &[probe::EndpointStatus]) -> Vec<(Level, String)> {
+    let asks = probes
+        .iter()
+        .filter(|st| st.up && st.backend == "llama.cpp" && st.slots.is_some())
+        .filter_map(|st| {
+            let ep = config.endpoint(&st.name)?;
+            crate::shim::chat::pinnable(st.kind, ep.vllm_router).then_some((st.name.clone(), ep))
+        })
+        .map(|(name, ep)| async move {
+            match probe::saved::can_save(ep, std::time::Duration::from_secs(2)).await {
+                probe::saved::CanSave::Yes => (Level::Ok, format!("endpoint {name}: saves a job's slot when it ends and restores it when the job resumes (--slot-save-path)")),
+                probe::saved::CanSave::NoSavePath => (Level::Warn, format!("endpoint {name}: a resumed job starts cold once another job used its slot: start llama-server with --slot-save-path DIR so that a job's slot is saved and restored")),
+                probe::saved::CanSave::NoSlots => (Level::Warn, format!("endpoint {name}: its slot endpoints are off (--no-slots): start llama-server with --slots (and --slot-save-path DIR so that a resumed job starts warm)")),
+                probe::saved::CanSave::Unknown(why) => (Level::Warn, format!("endpoint {name}: cannot tell whether it saves slots ({why})")),
+            }
+        });
+    futures::future::join_all(asks).await
 }
 
 /// The doctor's line on the claude CLI: found, and its version.

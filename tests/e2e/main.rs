@@ -1530,8 +1530,10 @@ fn start_named_job(d: &Dirs, name: &str, turns: usize) -> std::process::Child {
 /// Two real jobs (the real Claude Code CLI, `localagents run` twice) on a
 /// fresh real server started with `server_args`, through the relay: the
 /// script gives the tool calls, the real server processes every prompt.
-/// `together`: started at once, else one after the other. Returns each
-/// job's record and request log.
+/// `serve` runs beside them as it does for a user, and its prewarm puts
+/// the delegate's fixed prefix into each slot first (one pinned request a
+/// slot; not counted here). `together`: started at once, else one after
+/// the other. Returns each job's record and request log.
 async fn two_real_jobs(
     server_args: &[&str],
     turns: usize,
@@ -1542,6 +1544,21 @@ async fn two_real_jobs(
     let d = dirs(&relay.url, "");
     // The script calls Bash alone: a ~2k-token fixed prompt, not ~4.5k.
     allow_tools(&d, "Bash");
+    let served = d.h.clone().serve().await;
+    let slots = scrape_slots(&srv.url);
+    let log = d.state.join("prewarm").join("real").join("requests.jsonl");
+    support::until(
+        "the prewarm's requests, one a slot",
+        Duration::from_secs(300),
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == slots
+        },
+    )
+    .await;
     let mut outs = Vec::new();
     if together {
         let children = ["alpha", "beta"].map(|n| start_named_job(&d, n, turns));
@@ -1551,6 +1568,7 @@ async fn two_real_jobs(
             outs.extend(outputs(vec![start_named_job(&d, name, turns)]).await);
         }
     }
+    served.cancel().await;
     drop(relay);
     drop(srv);
     outs.iter()
@@ -1585,11 +1603,12 @@ fn processed(jobs: &[(Value, Vec<Value>)]) -> u64 {
 }
 
 /// Issue 53 with two real jobs on a real `--parallel 2` server at its
-/// defaults (no `-sps`): each job is pinned to its slot on the chat wire,
-/// so started together they cost the server about what they cost one
-/// after the other (within 1.15x; on `/v1/messages` it was 3.0x, issue
-/// 53's figure), every later request of a job is served by its one slot,
-/// and no turn lost its cache.
+/// defaults (no `-sps`), `serve`'s prewarm having put the fixed prefix in
+/// each slot: each job is pinned to its slot on the chat wire, so started
+/// together they cost the server about what they cost one after the other
+/// (within 1.15x; on `/v1/messages` it was 3.0x, issue 53's figure), every
+/// later request of a job is served by its one slot, and no turn lost its
+/// cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t17_two_real_jobs_keep_their_slots_at_the_servers_defaults() {
     let turns = 4;
@@ -2379,4 +2398,93 @@ async fn t25_the_chat_wire_renders_what_messages_renders() {
         input, whole_call["input"],
         "the pieces make the server's own call"
     );
+}
+
+/// `run_agent` through `serve`, waited for: the job's summary.
+async fn run_agent(served: &support::harness::Served, args: Value) -> Value {
+    let (err, text) = served.call("run_agent", args).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "succeeded", "{v}");
+    v
+}
+
+/// The first `/v1/messages` request of job `id`: (processed, cached).
+fn first_tokens(state: &Path, id: &str) -> (u64, u64) {
+    let reqs: Vec<Value> = requests(state, id)
+        .into_iter()
+        .filter(|r| r["path"] == "/v1/messages")
+        .collect();
+    tokens_of(reqs.first().unwrap_or_else(|| panic!("no request of {id}")))
+}
+
+/// Issue 53: a resumed job starts warm. On a real one-slot server started
+/// with `--slot-save-path`, job A runs (its slot saved when it ends), job
+/// B then takes the slot (A's conversation is gone from it), and A is
+/// resumed: its slot file is restored into the slot, so the resumed
+/// session's first request processes only what is new. The same resume
+/// again after B, with the ring's record removed (nothing to restore),
+/// processes A's conversation again: the figure without restore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t26_a_resumed_job_restores_its_slot() {
+    let save = tempfile::tempdir().unwrap();
+    let save_path = format!("{}/", save.path().display());
+    let srv = start_server(&[
+        "-c",
+        "16384",
+        "--parallel",
+        "1",
+        "--slot-save-path",
+        &save_path,
+    ]);
+    let relay = relay::start(&srv.url, bash_task(2), true).await;
+    let d = dirs(&relay.url, "");
+    allow_tools(&d, "Bash");
+    repo(&d.work);
+    let served = d.h.clone().serve().await;
+    let log = d.state.join("prewarm").join("real").join("requests.jsonl");
+    support::until("the prewarm's request", Duration::from_secs(300), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            == 1
+    })
+    .await;
+    let job =
+        |task: &str| json!({"task": task, "model": "gemma3-270m", "max_turns": 4, "wait_s": 600});
+    let a = run_agent(
+        &served,
+        job("Task A: run each command you are given, then report."),
+    )
+    .await;
+    let a_id = a["id"].as_str().unwrap().to_string();
+    let saved = std::fs::read_dir(save.path()).unwrap().count();
+    assert_eq!(saved, 1, "A's slot was saved when it ended");
+    let other = "Task B: run each command you are given. It is another job with another brief, so it takes the slot and A's conversation leaves it.";
+    run_agent(&served, job(other)).await;
+    let resume =
+        json!({"task": "Now say done.", "resume_job": a_id, "max_turns": 4, "wait_s": 600});
+    let warm = run_agent(&served, resume.clone()).await;
+    let (w_new, w_cached) = first_tokens(&d.state, warm["id"].as_str().unwrap());
+    // Again, with nothing to restore.
+    run_agent(&served, job(other)).await;
+    std::fs::remove_file(d.state.join("saved").join("real.json")).unwrap();
+    let cold = run_agent(&served, resume).await;
+    let (c_new, c_cached) = first_tokens(&d.state, cold["id"].as_str().unwrap());
+    served.cancel().await;
+    eprintln!(
+        "t26 the resumed job's first request: restored {w_new} processed, {w_cached} cached; without restore {c_new} processed, {c_cached} cached"
+    );
+    assert!(
+        w_cached > 2000,
+        "the conversation came from the restored slot: {w_cached}"
+    );
+    assert!(w_new < 400, "only the new tokens were processed: {w_new}");
+    assert!(
+        c_new > 2 * w_new,
+        "without the restore A's conversation is processed again: {c_new} vs {w_new}"
+    );
+    drop(relay);
+    drop(srv);
 }

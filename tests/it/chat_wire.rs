@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::faults::requests;
 use crate::jobs::strict_fake_opts;
 use crate::support::fake_llama::{self, LlamaOpts};
-use crate::support::harness::{Harness, localagents_json};
+use crate::support::harness::{Harness, call, localagents_json, serve};
 use crate::support::script::{self, Reply};
 
 async fn run_json(e: &Harness, args: &[&str]) -> Value {
@@ -259,4 +259,99 @@ async fn two_parallel_calls_in_one_answer_both_run() {
         "the two calls went back as one assistant message: {last:?}"
     );
     assert_eq!(last.iter().filter(|m| m["role"] == "tool").count(), 2);
+}
+
+/// A resumed job starts warm: a job pinned to its slot has the slot saved
+/// on the server when it ends (a server with `--slot-save-path`); another
+/// job then takes the slot; the resumed job gets the saved file restored
+/// into its slot before its session, so its first request finds its
+/// conversation there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_job_has_its_saved_slot_restored() {
+    let fake = fake_llama::spawn(LlamaOpts {
+        prefix_cache: true,
+        slot_save_path: true,
+        slots: 1,
+        ..strict_fake_opts()
+    })
+    .await;
+    fake.set_script(bash_turns(2));
+    let e = Harness::with_fake(fake.url());
+    let c = serve(&e, None).await;
+    let run = |task: &str, resume: Option<&str>| {
+        let mut args = json!({"task": task, "model": "gemma3-270m", "wait_s": 120});
+        if let Some(id) = resume {
+            args["resume_job"] = json!(id);
+        }
+        args
+    };
+    let (err, a) = call(&c, "run_agent", run("Alpha: run the two steps.", None)).await;
+    assert!(!err && a["status"] == "succeeded", "{a}");
+    let a_id = a["id"].as_str().unwrap().to_string();
+    let actions = || fake.state.slot_actions.lock().unwrap().clone();
+    let saved_as = actions()
+        .into_iter()
+        .find(|(act, slot, _, code)| act == "save" && *slot == 0 && *code == 200)
+        .map(|(_, _, file, _)| file)
+        .unwrap_or_else(|| panic!("the job's slot was saved: {:?}", actions()));
+    let (err, b) = call(
+        &c,
+        "run_agent",
+        run("Beta: another job on the one slot.", None),
+    )
+    .await;
+    assert!(!err && b["status"] == "succeeded", "{b}");
+    let (err, r) = call(&c, "run_agent", run("Now say done.", Some(&a_id))).await;
+    assert!(!err && r["status"] == "succeeded", "{r}");
+    assert!(
+        actions()
+            .iter()
+            .any(|(act, slot, file, code)| act == "restore"
+                && *slot == 0
+                && *file == saved_as
+                && *code == 200),
+        "A's file restored into the slot: {:?}",
+        actions()
+    );
+    let dir = e.state_dir().join("jobs").join(r["id"].as_str().unwrap());
+    let first: Value = std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["path"] == "/v1/messages")
+        .unwrap();
+    let (input, cached) = (
+        first["usage"]["input"].as_u64().unwrap(),
+        first["usage"]["cache_read"].as_u64().unwrap(),
+    );
+    assert!(
+        cached > 5 * input,
+        "the resumed session's first request found its conversation: {first}"
+    );
+}
+
+/// `doctor` says whether a llama-server saves slots for resumed jobs, and
+/// names the flag where it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_whether_a_server_saves_slots_and_names_the_flag() {
+    for (save, said) in [
+        (false, "start llama-server with --slot-save-path DIR"),
+        (
+            true,
+            "saves a job's slot when it ends and restores it when the job resumes",
+        ),
+    ] {
+        let fake = fake_llama::spawn(LlamaOpts {
+            slot_save_path: save,
+            ..strict_fake_opts()
+        })
+        .await;
+        let e = Harness::with_fake(fake.url());
+        let out = crate::support::harness::localagents(&e, &["doctor"]).await;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(text.contains(said), "{text}");
+        let asked = fake.state.slot_actions.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "one question, nothing saved: {asked:?}");
+        assert_eq!(asked[0].2, "", "asked with an empty file name");
+    }
 }

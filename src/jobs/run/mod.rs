@@ -346,6 +346,10 @@ impl JobRun<'_> {
         } else {
             None
         };
+        let pinned = pinned_slot(&reg);
+        if resume.is_some() {
+            self.restore_slot(pinned).await;
+        }
         let mut live = Live {
             run: self,
             reg: &reg,
@@ -371,8 +375,70 @@ impl JobRun<'_> {
 
         live.finalize(end, snap_before, &shared).await;
         self.rt.keep_final(&mut self.rec).await;
+        // Still holding the slot: its cache, saved for a later resume.
+        self.save_slot(pinned).await;
         self.rt.unmark_active(self.rec.endpoint(), self.rec.id());
         drop(reg);
+    }
+
+    /// A resumed job pinned to `slot`: the slot file its earlier job was
+    /// saved to, restored into it, so its first request finds the
+    /// conversation in the cache. Best effort: said in the log.
+    async fn restore_slot(&self, slot: Option<u64>) {
+        let (Some(slot), Some(prior)) = (slot, self.rec.resumed_from()) else {
+            return;
+        };
+        let (state, endpoint, prior) = (
+            self.rt.ctx.state_dir.clone(),
+            self.rec.endpoint().to_string(),
+            prior.to_string(),
+        );
+        let file = tokio::task::spawn_blocking(move || super::saved::find(&state, &endpoint, &prior))
+            .await
+            .ok()
+            .flatten();
+        let Some(file) = file else {
+            tracing::info!(job = %self.rec.id(), "no saved slot of the resumed job: it starts cold");
+            return;
+        };
+        match probe::saved::restore(&self.job.target.endpoint, slot, &file).await {
+            Ok(m) => tracing::info!(job = %self.rec.id(), slot, tokens = m.tokens(), "restored the resumed job's slot from {file}"),
+            Err(e) => tracing::warn!(job = %self.rec.id(), slot, "could not restore the resumed job's slot from {file}: {e}"),
+        }
+    }
+
+    /// A job pinned to `slot` has ended its sessions: the slot's cache,
+    /// saved on the server under the ring's name for it
+    /// ([`super::saved`]). Best effort: a server without
+    /// `--slot-save-path` says so at debug level (`doctor` names the flag).
+    async fn save_slot(&self, slot: Option<u64>) {
+        let Some(slot) = slot else { return };
+        let (state, endpoint, id) = (
+            self.rt.ctx.state_dir.clone(),
+            self.rec.endpoint().to_string(),
+            self.rec.id().to_string(),
+        );
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let placed = {
+            let (state, endpoint, id) = (state.clone(), endpoint.clone(), id.clone());
+            tokio::task::spawn_blocking(move || super::saved::place(&state, &endpoint, &id, &now)).await
+        };
+        let file = match placed {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => return tracing::warn!(job = %id, "cannot record a saved slot: {e}"),
+            Err(_) => return,
+        };
+        match probe::saved::save(&self.job.target.endpoint, slot, &file).await {
+            Ok(m) => tracing::info!(job = %id, slot, tokens = m.tokens(), "saved the job's slot as {file}"),
+            Err(e) => {
+                if matches!(e, probe::saved::SlotError::NoSavePath | probe::saved::SlotError::NoSlots) {
+                    tracing::debug!(job = %id, "the job's slot is not saved: {e}");
+                } else {
+                    tracing::warn!(job = %id, slot, "could not save the job's slot: {e}");
+                }
+                let _ = tokio::task::spawn_blocking(move || super::saved::forget(&state, &endpoint, &id)).await;
+            }
+        }
     }
 
     /// A job that fails before its session starts (a load, the shim):
@@ -451,6 +517,16 @@ impl JobRun<'_> {
             .pinned(slot),
         )
         .map_err(LaunchError::Register)
+    }
+}
+
+/// The slot a job's route is pinned to on llama.cpp (the chat wire).
+fn pinned_slot(reg: &crate::shim::Registration) -> Option<u64> {
+    match reg.route.wire {
+        crate::shim::Wire::Chat(pin) if reg.route.backend == crate::config::Backend::LlamaCpp => {
+            pin.slot
+        }
+        _ => None,
     }
 }
 

@@ -57,6 +57,10 @@ pub struct LlamaOpts {
     /// a strict OpenAI-compatible front does to a field it does not know
     /// (OpenAI's own wording: "Unrecognized request argument supplied").
     pub chat_refuses_id_slot: bool,
+    /// `--slot-save-path`: `POST /slots/{id}?action=save|restore|erase`
+    /// work (a slot's prompt kept by file name); off, they answer 501 as
+    /// llama-server 11434 does without the flag.
+    pub slot_save_path: bool,
     /// A server that truncates silently, like Ollama past its window
     /// (server/prompt.go: the oldest messages go, the system prompt and
     /// the last message stay) with `usage.input_tokens` the count after
@@ -83,6 +87,7 @@ impl Default for LlamaOpts {
             truncate_past: None,
             chat: true,
             chat_refuses_id_slot: false,
+            slot_save_path: false,
         }
     }
 }
@@ -135,6 +140,10 @@ pub struct LlamaState {
     /// The prompt each slot holds after a request pinned to it by
     /// `id_slot` ([`LlamaOpts::prefix_cache`]).
     pub pinned_prompts: Mutex<std::collections::HashMap<u64, String>>,
+    /// Saved slots by file name ([`LlamaOpts::slot_save_path`]), and each
+    /// slot action answered: (action, slot, file name, status).
+    pub saved: Mutex<std::collections::HashMap<String, String>>,
+    pub slot_actions: Mutex<Vec<(String, u64, String, u16)>>,
 }
 
 /// One streamed runaway answer, as the fake saw it go out.
@@ -385,6 +394,77 @@ async fn props(State(st): State<Arc<LlamaState>>) -> Response {
         "is_sleeping": false
     }))
     .into_response()
+}
+
+/// `POST /slots/{id}?action=…` as llama-server 11434 answers it
+/// (tools/server/server-context.cpp `post_slots`, its save, restore and
+/// erase handlers; the bodies as measured, ../shared/reference/
+/// llama-slots.md): 501 without `--slot-save-path`, 400 for a bad file
+/// name or a file that is not there.
+async fn slot_action(
+    State(st): State<Arc<LlamaState>>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let action = q.get("action").cloned().unwrap_or_default();
+    let file = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["filename"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    let note = |code: u16| {
+        if let Ok(mut a) = st.slot_actions.lock() {
+            a.push((action.clone(), id, file.clone(), code));
+        }
+    };
+    if !st.opts.slot_save_path {
+        note(501);
+        return err(
+            501,
+            "not_supported_error",
+            "This server does not support slots action. Start it with `--slot-save-path`",
+        );
+    }
+    if action != "erase" && (file.is_empty() || file.contains('/')) {
+        note(400);
+        return err(400, "invalid_request_error", "Invalid filename");
+    }
+    let count = |p: &str| super::tokens::count_str(p);
+    let (Ok(mut slots), Ok(mut saved)) = (st.pinned_prompts.lock(), st.saved.lock()) else {
+        return err(500, "server_error", "lock");
+    };
+    let answer = match action.as_str() {
+        "save" => {
+            let p = slots.get(&id).cloned().unwrap_or_default();
+            let n = count(&p);
+            saved.insert(file.clone(), p);
+            json!({"id_slot": id, "filename": file, "n_saved": n, "n_written": n * 4})
+        }
+        "restore" => match saved.get(&file) {
+            Some(p) => {
+                slots.insert(id, p.clone());
+                json!({"id_slot": id, "filename": file, "n_restored": count(p), "n_read": count(p) * 4})
+            }
+            None => {
+                note(400);
+                return err(
+                    400,
+                    "invalid_request_error",
+                    "Unable to restore slot: No available space in KV cache or invalid slot save file",
+                );
+            }
+        },
+        "erase" => {
+            slots.remove(&id);
+            json!({"id_slot": id, "n_erased": 0})
+        }
+        _ => {
+            note(400);
+            return err(400, "invalid_request_error", "Invalid action");
+        }
+    };
+    note(200);
+    axum::Json(answer).into_response()
 }
 
 async fn slots(State(st): State<Arc<LlamaState>>) -> Response {
@@ -858,6 +938,7 @@ pub fn router(state: Arc<LlamaState>) -> Router {
         .route("/health", get(health))
         .route("/props", get(props))
         .route("/slots", get(slots))
+        .route("/slots/{id}", post(slot_action))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/models", get(models))
@@ -891,6 +972,8 @@ pub fn state(opts: LlamaOpts) -> Arc<LlamaState> {
         prompts: Mutex::new(Vec::new()),
         chat_bodies: Mutex::new(Vec::new()),
         pinned_prompts: Mutex::new(std::collections::HashMap::new()),
+        saved: Mutex::new(std::collections::HashMap::new()),
+        slot_actions: Mutex::new(Vec::new()),
     })
 }
 
