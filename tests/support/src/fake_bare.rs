@@ -4,7 +4,11 @@
 //! template). A request with `"stream": true` gets `events` SSE events (a
 //! text block of `events - 5` deltas), each written and flushed on its own
 //! like llama-server's; any other gets a one-token answer, held
-//! [`Bare::delay_ms`] first. `GET /v1/models` names the model `bench`.
+//! [`Bare::delay_ms`] first. `POST /v1/chat/completions` answers the same
+//! in llama-server's chat form (a `role` chunk, the deltas, a
+//! `finish_reason` chunk, a `usage` chunk and `[DONE]`; or a whole
+//! `chat.completion`), for the chat wire's figures (issue 53). `GET
+//! /v1/models` names the model `bench`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +44,7 @@ pub async fn spawn(events: usize) -> Arc<Bare> {
     });
     let app = Router::new()
         .route("/v1/messages", post(messages))
+        .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .with_state(bare.clone());
     tokio::spawn(async move { axum::serve(l, app).await.expect("the bare fake") });
@@ -75,6 +80,41 @@ async fn messages(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
         tokio::time::sleep(Duration::from_millis(d)).await;
     }
     axum::Json(json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "bench", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": 50000, "output_tokens": 1}})).into_response()
+}
+
+async fn chat(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
+    let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let chunk = |delta: &str, finish: &str| {
+        Bytes::from(format!(
+            "data: {{\"choices\":[{{\"finish_reason\":{finish},\"index\":0,\"delta\":{delta}}}],\"created\":1,\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"object\":\"chat.completion.chunk\",\"timings\":{{\"cache_n\":0,\"prompt_n\":10,\"predicted_n\":1}}}}\n\n"
+        ))
+    };
+    if req["stream"] == true {
+        let mut events: Vec<Result<Bytes, std::io::Error>> = vec![Ok(chunk(
+            "{\"role\":\"assistant\",\"content\":null}",
+            "null",
+        ))];
+        for i in 0..f.events.saturating_sub(5) {
+            events.push(Ok(chunk(&format!("{{\"content\":\"tok{i} \"}}"), "null")));
+        }
+        events.push(Ok(chunk("{}", "\"stop\"")));
+        events.push(Ok(Bytes::from_static(b"data: {\"choices\":[],\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"usage\":{\"completion_tokens\":1995,\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")));
+        let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
+            let next = it.next()?;
+            tokio::task::yield_now().await;
+            Some((next, it))
+        });
+        return (
+            [("content-type", "text/event-stream")],
+            Body::from_stream(stream),
+        )
+            .into_response();
+    }
+    let d = f.delay_ms.load(Ordering::SeqCst);
+    if d > 0 {
+        tokio::time::sleep(Duration::from_millis(d)).await;
+    }
+    axum::Json(json!({"id": "chatcmpl-b", "object": "chat.completion", "model": "bench", "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}], "usage": {"prompt_tokens": 50000, "completion_tokens": 1}})).into_response()
 }
 
 async fn models() -> Response {

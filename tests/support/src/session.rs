@@ -106,6 +106,13 @@ impl Turn {
 /// Send `body` to the real server at `url` as a replay does: not streamed,
 /// one output token, temperature 0.
 pub async fn send(url: &str, body: &Value) -> Turn {
+    send_on(url, body, None).await
+}
+
+/// [`send`], on the chat wire pinned to `slot` when one is given: the body
+/// translated as the shim translates it (`localagents::shim::chat`) and
+/// sent to `/v1/chat/completions` with `id_slot`.
+pub async fn send_on(url: &str, body: &Value, slot: Option<u64>) -> Turn {
     let client = localagents::probe::http_client();
     let mut b = body.clone();
     b["stream"] = json!(false);
@@ -124,9 +131,24 @@ pub async fn send(url: &str, body: &Value) -> Turn {
     };
     let before = scrape().await;
     let t = std::time::Instant::now();
+    let (path, sent) = match slot {
+        Some(slot) => {
+            let pin = localagents::shim::chat::request::Pin {
+                slot: Some(slot),
+                timings: true,
+            };
+            let chat =
+                localagents::shim::chat::request::to_chat(b.to_string().as_bytes(), pin).unwrap();
+            (
+                "/v1/chat/completions",
+                serde_json::from_slice::<Value>(&chat).unwrap(),
+            )
+        }
+        None => ("/v1/messages", b),
+    };
     let r = client
-        .post(format!("{url}/v1/messages"))
-        .json(&b)
+        .post(format!("{url}{path}"))
+        .json(&sent)
         .send()
         .await
         .unwrap();
@@ -136,9 +158,27 @@ pub async fn send(url: &str, body: &Value) -> Turn {
     assert!(status.is_success(), "{status}: {v}");
     let after = scrape().await;
     let d = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
+    let (processed, cached) = match slot {
+        Some(_) => {
+            let c = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
+            (
+                v["usage"]["prompt_tokens"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    .saturating_sub(c),
+                c,
+            )
+        }
+        None => (
+            v["usage"]["input_tokens"].as_u64().unwrap_or(0),
+            v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
+        ),
+    };
     Turn {
-        processed: v["usage"]["input_tokens"].as_u64().unwrap_or(0),
-        cached: v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
+        processed,
+        cached,
         metrics_processed: d("llamacpp:prompt_tokens_total"),
         metrics_cached: d("llamacpp:prompt_tokens_cached_total"),
         secs,
