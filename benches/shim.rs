@@ -116,20 +116,8 @@ fn main() {
         .unwrap();
     let fake = rt.block_on(support::fake_bare::spawn(EVENTS));
     let fake_url = fake.url.clone();
-    let h = support::harness::Harness::new().config(&format!(
-        "endpoints:\n  bench:\n    base_url: {fake_url}\n    backend: llama.cpp\n"
-    ));
-    let mut shim = h
-        .command(["shim", "--model", "bench"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    std::io::BufReader::new(shim.stdout.take().unwrap())
-        .read_line(&mut url)
-        .unwrap();
-    let shim_url = url.trim().to_string();
+    // The standalone shim has no slot: `/v1/messages`, as the rule says.
+    let (shim_url, mut shim, _h) = shim_on(&fake_url, "messages");
     let pid = shim.id();
 
     let client = localagents::probe::http_client().clone();
@@ -227,12 +215,16 @@ fn main() {
                 let mut st = r.bytes_stream();
                 let mut first = None;
                 let mut n = 0;
+                // A blank line split across two chunks counts too.
+                let mut last = 0u8;
                 while let Some(c) = st.next().await {
                     let c = c.unwrap();
                     if first.is_none() {
                         first = Some(t.elapsed().as_secs_f64() * 1000.0);
                     }
                     n += memchr::memmem::find_iter(&c, b"\n\n").count();
+                    n += usize::from(last == b'\n' && c.first() == Some(&b'\n'));
+                    last = c.last().copied().unwrap_or(last);
                 }
                 if i >= 10 {
                     res.push((

@@ -37,13 +37,16 @@ fn folded(body: &Value) -> Value {
 }
 
 /// One row: the server's flags, the order of the requests, whether each
-/// session is pinned to its slot (the chat wire), and how many sessions.
+/// session is pinned to its slot (the chat wire), how many sessions, and
+/// whether each slot is prewarmed first as `serve` does (the first
+/// session's first request, one output token, pinned to it; not counted).
 struct Row {
     name: &'static str,
     args: &'static [&'static str],
     interleaved: bool,
     pinned: bool,
     jobs: usize,
+    prewarm: bool,
 }
 
 const ROWS: &[Row] = &[
@@ -53,6 +56,7 @@ const ROWS: &[Row] = &[
         interleaved: false,
         pinned: false,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "`--parallel 1`, interleaved",
@@ -60,6 +64,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: false,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "`--parallel 2 --kv-unified`, interleaved (default `-sps 0.10`)",
@@ -67,6 +72,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: false,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "`--parallel 2 --kv-unified -sps 0.5`, interleaved",
@@ -82,6 +88,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: false,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "`--parallel 2 --kv-unified -sps 0.9`, interleaved",
@@ -97,6 +104,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: false,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "`--parallel 2`, interleaved, pinned (the chat wire, default `-sps`)",
@@ -104,6 +112,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: true,
         jobs: 2,
+        prewarm: false,
     },
     Row {
         name: "three sessions one after the other, `--parallel 1`",
@@ -111,6 +120,7 @@ const ROWS: &[Row] = &[
         interleaved: false,
         pinned: false,
         jobs: 3,
+        prewarm: false,
     },
     Row {
         name: "three, `--parallel 3 --kv-unified`, interleaved (default `-sps 0.10`)",
@@ -118,6 +128,7 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: false,
         jobs: 3,
+        prewarm: false,
     },
     Row {
         name: "three, `--parallel 3`, interleaved, pinned (the chat wire)",
@@ -125,6 +136,23 @@ const ROWS: &[Row] = &[
         interleaved: true,
         pinned: true,
         jobs: 3,
+        prewarm: false,
+    },
+    Row {
+        name: "`--parallel 2`, interleaved, pinned, after `serve`'s prewarm",
+        args: &["-c", "32768", "--parallel", "2"],
+        interleaved: true,
+        pinned: true,
+        jobs: 2,
+        prewarm: true,
+    },
+    Row {
+        name: "three, `--parallel 3`, interleaved, pinned, after `serve`'s prewarm",
+        args: &["-c", "49152", "--parallel", "3"],
+        interleaved: true,
+        pinned: true,
+        jobs: 3,
+        prewarm: true,
     },
 ];
 
@@ -173,6 +201,11 @@ async fn run_row(row: &Row, sessions: &[Vec<Value>]) -> Measured {
     let mut turns: Vec<Vec<Turn>> = sessions.iter().map(|_| Vec::new()).collect();
     let n = sessions.iter().map(Vec::len).max().unwrap_or(0);
     let slot = |s: usize| row.pinned.then_some(s as u64);
+    if row.prewarm {
+        for s in 0..sessions.len() {
+            support::session::send_on(&server.url, &sessions[0][0], slot(s)).await;
+        }
+    }
     if row.interleaved {
         for i in 0..n {
             for (s, session) in sessions.iter().enumerate() {

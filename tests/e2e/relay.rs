@@ -55,34 +55,43 @@ impl Drop for Running {
     }
 }
 
-async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
-    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+/// The request at `body` sent on to the real server's `path` cut to one
+/// output token and not streamed, one at a time when asked: the request,
+/// and the real answer; or the real server's own error, as it sent it.
+async fn forward(r: &Relay, path: &str, body: &Bytes) -> Result<(Value, Value), Response> {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        return Err((StatusCode::BAD_REQUEST, "not JSON").into_response());
     };
     let mut cut = req.clone();
     cut["max_tokens"] = 1.into();
     cut["stream"] = false.into();
+    if let Some(o) = cut.as_object_mut() {
+        o.remove("stream_options");
+    }
     let _turn = match &r.one_at_a_time {
         Some(m) => Some(m.lock().await),
         None => None,
     };
-    let up = match r
+    let up = r
         .client
-        .post(format!("{}/v1/messages", r.upstream))
+        .post(format!("{}{path}", r.upstream))
         .json(&cut)
         .send()
         .await
-    {
-        Ok(u) => u,
-        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-    };
+        .map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())?;
     let status = up.status();
     let bytes = up.bytes().await.unwrap_or_default();
     if !status.is_success() {
-        // The real server's own error, as it sent it.
-        return (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response();
+        return Err((status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response());
     }
-    let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok((req, serde_json::from_slice(&bytes).unwrap_or_default()))
+}
+
+async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
+    let (req, answer) = match forward(&r, "/v1/messages", &body).await {
+        Ok(a) => a,
+        Err(resp) => return resp,
+    };
     let usage = &answer["usage"];
     let (input, cached) = (
         usage["input_tokens"].as_u64().unwrap_or(0),
@@ -107,35 +116,10 @@ async fn messages(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
 /// `/v1/chat/completions`: as [`messages`], on the chat endpoint.
 async fn chat(State(r): State<Arc<Relay>>, body: Bytes) -> Response {
     use crate::support::fake_chat;
-    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    let (req, answer) = match forward(&r, "/v1/chat/completions", &body).await {
+        Ok(a) => a,
+        Err(resp) => return resp,
     };
-    let mut cut = req.clone();
-    cut["max_tokens"] = 1.into();
-    cut["stream"] = false.into();
-    if let Some(o) = cut.as_object_mut() {
-        o.remove("stream_options");
-    }
-    let _turn = match &r.one_at_a_time {
-        Some(m) => Some(m.lock().await),
-        None => None,
-    };
-    let up = match r
-        .client
-        .post(format!("{}/v1/chat/completions", r.upstream))
-        .json(&cut)
-        .send()
-        .await
-    {
-        Ok(u) => u,
-        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-    };
-    let status = up.status();
-    let bytes = up.bytes().await.unwrap_or_default();
-    if !status.is_success() {
-        return (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response();
-    }
-    let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let usage = &answer["usage"];
     let cached = usage["prompt_tokens_details"]["cached_tokens"]
         .as_u64()

@@ -23,6 +23,16 @@ async fn run_json(e: &Harness, args: &[&str]) -> Value {
     localagents_json(e, &all).await
 }
 
+/// Whether a request log line's prompt came mostly from the cache (over
+/// five in six of its tokens).
+fn found_its_prefix(r: &Value) -> bool {
+    let (input, cached) = (
+        r["usage"]["input"].as_u64().unwrap(),
+        r["usage"]["cache_read"].as_u64().unwrap(),
+    );
+    cached > 5 * input
+}
+
 /// Bash `echo <word>` `turns` times, then a report.
 fn bash_turns(turns: usize) -> script::Script {
     Arc::new(move |req: &Value| {
@@ -80,12 +90,8 @@ async fn a_job_on_llama_cpp_is_pinned_to_its_slot_and_its_turns_stay_cached() {
         assert_eq!(r["slot"], 0, "the log says which slot: {r}");
     }
     for r in &reqs[1..] {
-        let (input, cached) = (
-            r["usage"]["input"].as_u64().unwrap(),
-            r["usage"]["cache_read"].as_u64().unwrap(),
-        );
         assert!(
-            cached > 5 * input,
+            found_its_prefix(r),
             "a later turn finds its prefix on its slot: {r}"
         );
     }
@@ -116,12 +122,8 @@ async fn two_jobs_at_once_keep_one_slot_each() {
         );
         slots.push(mine[0]);
         for r in &reqs[1..] {
-            let (input, cached) = (
-                r["usage"]["input"].as_u64().unwrap(),
-                r["usage"]["cache_read"].as_u64().unwrap(),
-            );
             assert!(
-                cached > 5 * input,
+                found_its_prefix(r),
                 "no turn lost its slot's cache to the other job: {r}"
             );
         }
@@ -320,12 +322,8 @@ async fn a_resumed_job_has_its_saved_slot_restored() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v["path"] == "/v1/messages")
         .unwrap();
-    let (input, cached) = (
-        first["usage"]["input"].as_u64().unwrap(),
-        first["usage"]["cache_read"].as_u64().unwrap(),
-    );
     assert!(
-        cached > 5 * input,
+        found_its_prefix(&first),
         "the resumed session's first request found its conversation: {first}"
     );
 }

@@ -51,10 +51,36 @@ pub async fn spawn(events: usize) -> Arc<Bare> {
     bare
 }
 
+/// `events` as an SSE answer, like llama-server's: each event written and
+/// flushed on its own (the task yields between events, so hyper flushes
+/// each one).
+fn sse(events: Vec<Result<Bytes, std::io::Error>>) -> Response {
+    let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
+        let next = it.next()?;
+        tokio::task::yield_now().await;
+        Some((next, it))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// The prompt tokens the fake says it read: half the request's bytes,
+/// above any request's lower bound of tokens (its runs of letters and of
+/// digits), so the shim's truncation guard sees an honest server.
+fn read_of(body: &Bytes) -> usize {
+    body.len() / 2
+}
+
 async fn messages(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
     let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if req["stream"] == true {
-        let head = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":0}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string();
+        let head = format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{{\"input_tokens\":{},\"output_tokens\":0}}}}}}\n\nevent: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n",
+            read_of(&body)
+        );
         let mut events: Vec<Result<Bytes, std::io::Error>> = vec![Ok(Bytes::from(head))];
         for i in 0..f.events.saturating_sub(5) {
             events.push(Ok(Bytes::from(format!(
@@ -62,18 +88,7 @@ async fn messages(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
             ))));
         }
         events.push(Ok(Bytes::from_static(b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1995}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")));
-        // Like llama-server: each event is written and flushed on its own
-        // (the task yields between events, so hyper flushes each one).
-        let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
-            let next = it.next()?;
-            tokio::task::yield_now().await;
-            Some((next, it))
-        });
-        return (
-            [("content-type", "text/event-stream")],
-            Body::from_stream(stream),
-        )
-            .into_response();
+        return sse(events);
     }
     let d = f.delay_ms.load(Ordering::SeqCst);
     if d > 0 {
@@ -84,9 +99,10 @@ async fn messages(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
 
 async fn chat(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
     let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let read = read_of(&body);
     let chunk = |delta: &str, finish: &str| {
         Bytes::from(format!(
-            "data: {{\"choices\":[{{\"finish_reason\":{finish},\"index\":0,\"delta\":{delta}}}],\"created\":1,\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"object\":\"chat.completion.chunk\",\"timings\":{{\"cache_n\":0,\"prompt_n\":10,\"predicted_n\":1}}}}\n\n"
+            "data: {{\"choices\":[{{\"finish_reason\":{finish},\"index\":0,\"delta\":{delta}}}],\"created\":1,\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"object\":\"chat.completion.chunk\",\"timings\":{{\"cache_n\":0,\"prompt_n\":{read},\"predicted_n\":1}}}}\n\n"
         ))
     };
     if req["stream"] == true {
@@ -98,17 +114,8 @@ async fn chat(State(f): State<Arc<Bare>>, body: Bytes) -> Response {
             events.push(Ok(chunk(&format!("{{\"content\":\"tok{i} \"}}"), "null")));
         }
         events.push(Ok(chunk("{}", "\"stop\"")));
-        events.push(Ok(Bytes::from_static(b"data: {\"choices\":[],\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"usage\":{\"completion_tokens\":1995,\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")));
-        let stream = futures::stream::unfold(events.into_iter(), |mut it| async move {
-            let next = it.next()?;
-            tokio::task::yield_now().await;
-            Some((next, it))
-        });
-        return (
-            [("content-type", "text/event-stream")],
-            Body::from_stream(stream),
-        )
-            .into_response();
+        events.push(Ok(Bytes::from(format!("data: {{\"choices\":[],\"id\":\"chatcmpl-b\",\"model\":\"bench\",\"usage\":{{\"completion_tokens\":1995,\"prompt_tokens\":{read},\"prompt_tokens_details\":{{\"cached_tokens\":0}}}}}}\n\ndata: [DONE]\n\n"))));
+        return sse(events);
     }
     let d = f.delay_ms.load(Ordering::SeqCst);
     if d > 0 {

@@ -851,12 +851,7 @@ fn prefix_cached(st: &LlamaState, canon: &Value) -> (u64, u64) {
     let Ok(mut slots) = st.cached_prompts.lock() else {
         return (total, 0);
     };
-    let common = |p: &String| {
-        p.bytes()
-            .zip(prompt.bytes())
-            .take_while(|(a, b)| a == b)
-            .count()
-    };
+    let common = |p: &String| common_bytes(p, &prompt);
     // Like llama-server with `-sps 0.9`: a slot whose prompt this one
     // continues (nine tenths of it in common) is reused; else an idle
     // slot, else the least recently used one, from their common prefix.
@@ -881,6 +876,11 @@ fn prefix_cached(st: &LlamaState, canon: &Value) -> (u64, u64) {
     (total, cached)
 }
 
+/// The bytes `a` and `b` share from their start.
+fn common_bytes(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
 /// [`prefix_cached`] for a request pinned to `slot`: the common prefix
 /// with what that slot holds, whatever the others hold.
 fn pinned_cached(st: &LlamaState, canon: &Value, slot: u64) -> (u64, u64) {
@@ -889,12 +889,7 @@ fn pinned_cached(st: &LlamaState, canon: &Value, slot: u64) -> (u64, u64) {
     let Ok(mut slots) = st.pinned_prompts.lock() else {
         return (total, 0);
     };
-    let common = slots.get(&slot).map_or(0, |p| {
-        p.bytes()
-            .zip(prompt.bytes())
-            .take_while(|(a, b)| a == b)
-            .count()
-    });
+    let common = slots.get(&slot).map_or(0, |p| common_bytes(p, &prompt));
     let cached = super::tokens::count_prefix(&prompt, common);
     slots.insert(slot, prompt);
     (total, cached)
