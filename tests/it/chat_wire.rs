@@ -94,7 +94,12 @@ async fn a_job_on_llama_cpp_is_pinned_to_its_slot_and_its_turns_stay_cached() {
             found_its_prefix(r),
             "a later turn finds its prefix on its slot: {r}"
         );
-    }
+    } // The record, and so job_status, the page's Cache row and the prompt
+    // hook's line, say which slot and how many turns found their prefix.
+    let said = "held slot 0: 3 of 3 later turns found their prefix in its cache";
+    assert_eq!(rec["cache_note"], said, "{rec}");
+    let line = crate::support::harness::hook_line(&e).await;
+    assert!(line.contains(said), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -479,6 +479,28 @@ async fn savings_subtracts_what_the_delegating_sessions_spent() {
         .split("localagents job ")
         .find(|l| l.starts_with(ours["id"].as_str().unwrap()))
         .unwrap_or_else(|| panic!("no line for {}: {said}", ours["id"]));
-    assert!(line.contains(", net ≈ $"), "{line}");
+    // The line's net is this job's: its gross (the record's) less what
+    // delegating it cost Claude (the figure the line gives, from this
+    // job's call in the transcript), to the rounding of the figures. Its
+    // sign is the fake's arithmetic (its cached share of a request), not
+    // the point.
+    let money = |after: &str, before: &str| -> f64 {
+        let v = line
+            .split(after)
+            .nth(1)
+            .and_then(|r| r.split(before).next())
+            .unwrap_or_else(|| panic!("no {after:?} in {line}"));
+        v.replace('$', "")
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let said = money(", net ≈ ", " after Claude's own ");
+    let own = money(" after Claude's own ", " for delegating");
+    let gross = ours["equivalent_usd"].as_f64().unwrap();
+    assert!(own > 0.0 && own <= cost, "{own} of {cost}: {line}");
+    assert!(
+        (said - (gross - own)).abs() < 0.0002,
+        "{said} vs {gross} - {own}: {line}"
+    );
     assert!(line.contains("for delegating"), "{line}");
 }
