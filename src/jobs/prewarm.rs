@@ -288,7 +288,6 @@ async fn send(
         probe: p.clone(),
     };
     let log_dir = state_dir.join(DIR).join(super::lease::component(&p.name));
-    let plain = crate::shim::chat::pinnable(p.kind, target.endpoint.vllm_router);
     let route = Route::for_target(
         format!("prewarm-{}", p.name),
         &target,
@@ -296,7 +295,7 @@ async fn send(
         RequestLog::new(&log_dir, false),
         super::policy::job_policy(&config.defaults),
     )
-    .pinned(Some(slot).filter(|_| plain));
+    .pinned(Some(slot), p.kind);
     let reg = shim
         .register(route)
         .map_err(|e| WarmError::Register(e.to_string()))?;

@@ -225,11 +225,12 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
     let route = t.route.clone();
     let mut retried = false;
     let mut loading_since: Option<Instant> = None;
+    // Translated once per body: a model's load is waited for by sending
+    // the same bytes again.
+    let (mut wire, mut path, mut body) = on_the_wire(route.wire_now(), &out).await;
     loop {
         let tp = t.rec.span.as_ref().map(crate::wire::SpanIds::traceparent);
-        let wire = route.wire_now();
-        let (path, body) = on_the_wire(wire, &out);
-        let resp = send(&route, path, body, stream, tp.as_deref(), &mut t.notes)
+        let resp = send(&route, path, body.clone(), stream, tp.as_deref(), &mut t.notes)
             .await
             .map_err(Failure::Unsent)?;
         if resp.status().is_success() {
@@ -237,14 +238,14 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
                 t.notes
                     .push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
             }
-            t.chat = path == chat::PATH;
-            if let (true, Wire::Chat(pin)) = (t.chat, wire) {
+            if let Wire::Chat(pin) = wire {
+                t.chat = true;
                 t.rec.slot = pin.slot;
             }
             return Ok(resp);
         }
         let (status, err_body, text) = read_error(resp).await;
-        if path == chat::PATH
+        if matches!(wire, Wire::Chat(_))
             && chat::refused(status, &crate::anthropic::ErrorBody::of(&err_body))
         {
             // Said once: the route keeps to /v1/messages from now on.
@@ -257,6 +258,7 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
                 route.endpoint.base_url,
                 crate::fmt::cut(&text, 200)
             );
+            (wire, path, body) = (Wire::Messages, "/v1/messages", out.clone());
             continue;
         }
         // A model being loaded: wait and ask again, within the first-byte
@@ -276,6 +278,7 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
         t.rec.error = Some(text);
         if let Some(again) = mended(&route, &out, status, &err_body, &mut retried, &mut t.notes) {
             out = again;
+            (wire, path, body) = on_the_wire(wire, &out).await;
             continue;
         }
         return Err(Failure::Answer(errors::translate(
@@ -290,15 +293,18 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
 }
 
 /// Where `out` (a prepared Messages request) goes on `wire`, and as what:
-/// the chat wire's translation, or the request itself (also when it does
-/// not translate: not JSON, the server then answers it as today).
-fn on_the_wire(wire: Wire, out: &Bytes) -> (&'static str, Bytes) {
-    if let Wire::Chat(pin) = wire
-        && let Ok(body) = chat::request::to_chat(out, pin)
-    {
-        return (chat::PATH, Bytes::from(body));
+/// the chat wire's translation (a parse and a rebuild of the whole body,
+/// on the blocking pool), or the request itself, also when it does not
+/// translate (not JSON: the server then answers it as today).
+async fn on_the_wire(wire: Wire, out: &Bytes) -> (Wire, &'static str, Bytes) {
+    if let Wire::Chat(pin) = wire {
+        let body = out.clone();
+        let chat = tokio::task::spawn_blocking(move || chat::request::to_chat(&body, pin)).await;
+        if let Ok(Ok(translated)) = chat {
+            return (wire, chat::PATH, Bytes::from(translated));
+        }
     }
-    ("/v1/messages", out.clone())
+    (Wire::Messages, "/v1/messages", out.clone())
 }
 
 /// The request mended for a refusal that a retry can get past, if this

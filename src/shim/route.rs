@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::{Backend, ClearToolResults, Endpoint, Thinking};
+use crate::probe::ServerKind;
 use crate::shim::chat::{self, Wire};
 use crate::shim::clear;
 use crate::shim::log::{self, RequestLog};
@@ -281,11 +282,22 @@ impl Route {
         }
     }
 
-    /// The route of a job that holds `slot` (its lease): the wire chosen
-    /// again, now that the slot is known.
-    pub fn pinned(mut self, slot: Option<u64>) -> Route {
+    /// The route of a job that holds `slot` (its lease) on a server of
+    /// `kind`: the wire chosen again, now that the slot is known; a slot
+    /// that is not one server's ([`chat::pinnable`]) is not pinned.
+    pub fn pinned(mut self, slot: Option<u64>, kind: Option<ServerKind>) -> Route {
+        let slot = slot.filter(|_| chat::pinnable(kind, self.endpoint.vllm_router));
         self.wire = chat::choose(self.backend, self.endpoint.wire, slot);
         self
+    }
+
+    /// The slot this route's requests are pinned to on llama.cpp, whose
+    /// slot can be saved and restored.
+    pub fn pinned_slot(&self) -> Option<u64> {
+        match self.wire {
+            Wire::Chat(pin) if self.backend == Backend::LlamaCpp => pin.slot,
+            _ => None,
+        }
     }
 
     /// The wire the next request takes: the chosen one, unless the

@@ -358,3 +358,177 @@ async fn doctor_says_whether_a_server_saves_slots_and_names_the_flag() {
         assert_eq!(asked[0].2, "", "asked with an empty file name");
     }
 }
+
+/// What a guard's case runs on a fake and asserts of the job it ends.
+struct GuardCase {
+    name: &'static str,
+    opts: fn() -> LlamaOpts,
+    /// Sets the fake's script (and the files it needs); the job's args.
+    setup: fn(&fake_llama::FakeLlama, &Harness) -> Vec<&'static str>,
+    check: fn(&Value, &Harness, &fake_llama::FakeLlama),
+}
+
+/// Every guard of the shim acts the same on both wires: each case runs a
+/// real Claude Code job once with `wire: messages` and once on the chat
+/// wire (the rule's choice on llama.cpp), and the same checks hold, as
+/// their own tests check them on one wire: the fold of system entries
+/// (the strict template), the repair of a call written as text, the
+/// runaway guard, the loop guard, the truncation guard and the turn notes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_guard_acts_the_same_on_both_wires() {
+    let cases = [
+        GuardCase {
+            name: "fold",
+            opts: strict_fake_opts,
+            setup: |f, _| {
+                f.set_script(bash_turns(2));
+                vec!["Run the two steps."]
+            },
+            check: |rec, _, f| {
+                assert_eq!(rec["status"], "succeeded", "{rec}");
+                assert!(
+                    requests(rec)
+                        .iter()
+                        .any(|r| r["folded_system"].as_u64().unwrap_or(0) > 0),
+                    "{rec}"
+                );
+                assert_eq!(
+                    f.state
+                        .system_entries_seen
+                        .load(std::sync::atomic::Ordering::SeqCst),
+                    0
+                );
+            },
+        },
+        GuardCase {
+            name: "repair",
+            opts: strict_fake_opts,
+            setup: |f, e| {
+                let file = crate::faults::calc_py(e);
+                let xml = format!(
+                    "<tool_call>\n<function=Edit>\n<parameter=file_path>\n{}\n</parameter>\n<parameter=old_string>\n    return n - 1\n</parameter>\n<parameter=new_string>\n    return n\n</parameter>\n</function>\n</tool_call>",
+                    file.display()
+                );
+                f.set_script(crate::faults::read_then_text_edit(
+                    file.to_str().unwrap(),
+                    xml,
+                ));
+                vec!["--max-turns", "6", "Fix the off-by-one in calc.py."]
+            },
+            check: |rec, e, _| {
+                assert_eq!(rec["status"], "succeeded", "{rec}");
+                assert_eq!(rec["model_faults"]["repaired_tool_calls"], 1, "{rec}");
+                let calc = std::fs::read_to_string(e.work().join("calc.py")).unwrap();
+                assert_eq!(calc, "def last(n):\n    return n\n");
+            },
+        },
+        GuardCase {
+            name: "runaway",
+            opts: strict_fake_opts,
+            setup: |f, _| {
+                let text = crate::faults::gemma_runaway();
+                f.set_script(Arc::new(move |_: &Value| Reply::Runaway(text.clone())));
+                vec!["Fix the failing test in calc.py."]
+            },
+            check: |rec, _, _| {
+                assert_eq!(rec["status"], "failed", "{rec}");
+                let why = rec["error"].as_str().unwrap_or_default();
+                assert!(
+                    why.starts_with("runaway output: the model repeated one line 20 times ("),
+                    "{rec}"
+                );
+                assert_eq!(rec["model_faults"]["runaway_output"]["count"], 2, "{rec}");
+            },
+        },
+        GuardCase {
+            name: "loop",
+            opts: strict_fake_opts,
+            setup: |f, _| {
+                f.set_script(Arc::new(|_: &Value| Reply::Tool {
+                    name: "Bash".into(),
+                    input: json!({"command": "echo same-result", "description": "Run it"}),
+                }));
+                vec!["--max-turns", "12", "Make the tests pass."]
+            },
+            check: |rec, _, _| {
+                assert_eq!(rec["status"], "failed", "{rec}");
+                let why = rec["error"].as_str().unwrap_or_default();
+                assert!(why.starts_with("stuck: the model called Bash(`echo same-result`) 6 times in a row with the same result"), "{rec}");
+            },
+        },
+        GuardCase {
+            name: "truncation",
+            opts: || LlamaOpts {
+                truncate_past: Some(25_000),
+                ..strict_fake_opts()
+            },
+            setup: |f, e| {
+                f.set_script(crate::truncation::reading(crate::truncation::big_files(e)));
+                vec![crate::truncation::TASK]
+            },
+            check: |rec, _, _| {
+                assert_eq!(rec["status"], "failed", "{rec}");
+                let why = rec["error"].as_str().unwrap_or_default();
+                assert!(why.contains("dropped part of the conversation"), "{rec}");
+                assert!(rec["model_faults"]["truncated"]["turn"].is_u64(), "{rec}");
+            },
+        },
+        GuardCase {
+            name: "turn notes",
+            opts: strict_fake_opts,
+            setup: |f, _| {
+                f.set_script(bash_turns(10));
+                vec!["--max-turns", "4", "Run the ten steps."]
+            },
+            check: |rec, _, _| {
+                assert_eq!(rec["status"], "failed", "{rec}");
+                assert!(
+                    rec["error"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with("incomplete:"),
+                    "{rec}"
+                );
+                let notes = requests(rec)
+                    .iter()
+                    .filter(|r| r["turn_note"].is_string())
+                    .count();
+                assert!(notes >= 1, "the last turns carry the note: {rec}");
+            },
+        },
+    ];
+    for case in &cases {
+        for wire in ["messages", "chat"] {
+            let fake = fake_llama::spawn((case.opts)()).await;
+            let config = crate::support::harness::fake_config(fake.url()).replace(
+                "    backend: llama.cpp\n",
+                &format!("    backend: llama.cpp\n    wire: {wire}\n"),
+            );
+            let e = Harness::new().config(&config);
+            let args = (case.setup)(&fake, &e);
+            let rec = run_json(&e, &args).await;
+            eprintln!(
+                "{} on {wire}: {} {}",
+                case.name, rec["status"], rec["error"]
+            );
+            (case.check)(&rec, &e, &fake);
+            let (chat, messages) = (
+                fake.chat_bodies().len(),
+                fake.hits().iter().filter(|h| *h == "/v1/messages").count(),
+            );
+            if wire == "chat" {
+                assert!(
+                    chat > 0 && messages == 0,
+                    "{}: on the chat wire: {chat} chat, {messages} messages",
+                    case.name
+                );
+            } else {
+                assert!(
+                    chat == 0 && messages > 0,
+                    "{}: on /v1/messages: {chat} chat, {messages} messages",
+                    case.name
+                );
+            }
+        }
+    }
+}

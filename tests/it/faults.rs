@@ -33,7 +33,7 @@ pub(crate) fn requests(rec: &Value) -> Vec<Value> {
 }
 
 /// Read `path` (a real tool call), then make `edit` as text, then report.
-fn read_then_text_edit(path: &str, edit: String) -> script::Script {
+pub(crate) fn read_then_text_edit(path: &str, edit: String) -> script::Script {
     let path = path.to_string();
     Arc::new(move |req: &Value| match script::tool_results(req) {
         0 => Reply::Tool {
@@ -45,7 +45,7 @@ fn read_then_text_edit(path: &str, edit: String) -> script::Script {
     })
 }
 
-fn calc_py(e: &Harness) -> std::path::PathBuf {
+pub(crate) fn calc_py(e: &Harness) -> std::path::PathBuf {
     let p = e.work().join("calc.py");
     std::fs::write(&p, "def last(n):\n    return n - 1\n").unwrap();
     p
@@ -516,7 +516,7 @@ async fn a_failing_backend_ends_the_job_early_with_the_reason() {
 
 /// Real runaway output: what the tiny Gemma wrote on the real llama-server
 /// for the eval's first task (tests/fixtures/runaway/SOURCES.md).
-fn gemma_runaway() -> String {
+pub(crate) fn gemma_runaway() -> String {
     std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/runaway/gemma3-270m-loop.txt"),

@@ -30,10 +30,10 @@ use crate::support::fake_ollama;
 use crate::support::harness::{Harness, localagents_json};
 use crate::support::script::{self, Reply};
 
-const TASK: &str = "Read every file under big/, one at a time.";
+pub(crate) const TASK: &str = "Read every file under big/, one at a time.";
 
 /// Twelve files of about 7,800 tokens each under `big/`.
-fn big_files(e: &Harness) -> Vec<PathBuf> {
+pub(crate) fn big_files(e: &Harness) -> Vec<PathBuf> {
     let dir = e.work().join("big");
     std::fs::create_dir_all(&dir).unwrap();
     (0..12)
@@ -50,7 +50,7 @@ fn big_files(e: &Harness) -> Vec<PathBuf> {
 
 /// A model that Reads each of `paths` in turn (real tool calls), then
 /// reports.
-fn reading(paths: Vec<PathBuf>) -> script::Script {
+pub(crate) fn reading(paths: Vec<PathBuf>) -> script::Script {
     Arc::new(
         move |req: &Value| match paths.get(script::tool_results(req)) {
             Some(p) => Reply::Tool {

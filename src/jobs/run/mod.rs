@@ -346,7 +346,7 @@ impl JobRun<'_> {
         } else {
             None
         };
-        let pinned = pinned_slot(&reg);
+        let pinned = reg.route.pinned_slot();
         if resume.is_some() {
             self.restore_slot(pinned).await;
         }
@@ -503,8 +503,6 @@ impl JobRun<'_> {
         lease: Option<&Lease>,
     ) -> Result<crate::shim::Registration, LaunchError> {
         let (rt, job, rec) = (self.rt, &self.job, &self.rec);
-        let plain = crate::shim::chat::pinnable(job.target.probe.kind, job.target.endpoint.vllm_router);
-        let slot = lease.map(|l| l.slot).filter(|_| plain);
         let shim = rt.shim().await.map_err(LaunchError::Shim)?;
         shim.register(
             Route::for_target(
@@ -514,19 +512,9 @@ impl JobRun<'_> {
                 RequestLog::new(rec.log_dir(), job.dump).traced(job.trace.clone()),
                 job.policy,
             )
-            .pinned(slot),
+            .pinned(lease.map(|l| l.slot), job.target.probe.kind),
         )
         .map_err(LaunchError::Register)
-    }
-}
-
-/// The slot a job's route is pinned to on llama.cpp (the chat wire).
-fn pinned_slot(reg: &crate::shim::Registration) -> Option<u64> {
-    match reg.route.wire {
-        crate::shim::Wire::Chat(pin) if reg.route.backend == crate::config::Backend::LlamaCpp => {
-            pin.slot
-        }
-        _ => None,
     }
 }
 

@@ -294,11 +294,11 @@ impl Translator {
             }
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return;
-        };
-        let c = Chunk::deserialize(&v).unwrap_or_default();
-        self.chunk(&c, out);
+        // Every field reads by the lenient rule: only a chunk that is no
+        // JSON object is passed over.
+        if let Ok(c) = serde_json::from_str::<Chunk>(data) {
+            self.chunk(&c, out);
+        }
     }
 
     fn chunk(&mut self, c: &Chunk, out: &mut Vec<u8>) {
@@ -482,8 +482,7 @@ where
 /// text, then the calls (an input that is not a JSON object reads as
 /// `{}`, as llama.cpp reads it). `None`: not an answer (an error body).
 pub fn whole(body: &[u8]) -> Option<Vec<u8>> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let c = Chunk::deserialize(&v).ok()?;
+    let c: Chunk = serde_json::from_slice(body).ok()?;
     let choice = c.choices.first()?;
     let msg = choice.message.as_ref()?;
     let mut content = Vec::new();
