@@ -113,11 +113,36 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     (OwnedFd::from(r), OwnedFd::from(w))
 }
 
+/// How many times a Chromium that exits before it opens the page is started
+/// again. Under a loaded CI run Chromium has once exited at start with the
+/// page unopened (the test then failed on a closed pipe); a start that fails
+/// every time still fails the test, with each start's stderr.
+const STARTS: usize = 3;
+
 impl Browser {
     /// Start Chromium and open `url`.
     pub fn open(bin: &Path, url: &str) -> Browser {
+        let mut failures = Vec::new();
+        for _ in 0..STARTS {
+            match Browser::start(bin, url) {
+                Ok(b) => {
+                    for f in &failures {
+                        eprintln!("chromium exited at start and was started again: {f}");
+                    }
+                    return b;
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("chromium did not open {url} in {STARTS} starts: {failures:#?}")
+    }
+
+    /// One start: Chromium on the pipe, `url` opened and attached. `Err`
+    /// when Chromium exited before it answered, with its status and stderr.
+    fn start(bin: &Path, url: &str) -> Result<Browser, String> {
         use std::os::fd::AsRawFd;
         let profile = tempfile::tempdir().unwrap();
+        let log = profile.path().join("stderr.log");
         let (cmd_r, cmd_w) = pipe(); // we write commands, Chromium reads fd 3
         let (ans_r, ans_w) = pipe(); // Chromium writes fd 4, we read
         let (r3, w4) = (cmd_r.as_raw_fd(), ans_w.as_raw_fd());
@@ -128,12 +153,16 @@ impl Browser {
             .arg("about:blank")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: dup2 is async-signal-safe; it puts the pipe ends on the
-        // fds the protocol names (dup2 clears their close-on-exec flag).
+            .stderr(std::fs::File::create(&log).expect("chromium's stderr file"));
+        // SAFETY: fcntl and dup2 are async-signal-safe. Both ends are first
+        // copied above fd 9, so that neither is overwritten when the other
+        // lands on 3 or 4 (a pipe end may itself be fd 3 or 4); dup2 then
+        // puts them on the fds the protocol names, without close-on-exec.
         unsafe {
             c.pre_exec(move || {
-                if libc::dup2(r3, 3) < 0 || libc::dup2(w4, 4) < 0 {
+                let a = libc::fcntl(r3, libc::F_DUPFD_CLOEXEC, 10);
+                let b = libc::fcntl(w4, libc::F_DUPFD_CLOEXEC, 10);
+                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -141,36 +170,23 @@ impl Browser {
         }
         let child = c.spawn().expect("start chromium");
         drop((cmd_r, ans_w));
-        let (tx, rx) = mpsc::channel();
-        let mut reader = std::fs::File::from(ans_r);
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 65536];
-            loop {
-                let n = match reader.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                buf.extend_from_slice(&chunk[..n]);
-                while let Some(i) = buf.iter().position(|b| *b == 0) {
-                    let msg: Vec<u8> = buf.drain(..=i).collect();
-                    if let Ok(v) = serde_json::from_slice::<Value>(&msg[..msg.len() - 1])
-                        && tx.send(v).is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
         let mut b = Browser {
             child,
             to: std::fs::File::from(cmd_w),
-            from: rx,
+            from: read_messages(std::fs::File::from(ans_r)),
             next_id: 0,
             session: String::new(),
             _profile: profile,
         };
-        let target = b.call(None, "Target.createTarget", json!({"url": url}));
+        let exited = |b: &mut Browser, e: String| {
+            let status = b.child.try_wait();
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            format!("{e}; exit status {status:?}; stderr: {stderr}")
+        };
+        let target = match b.try_call(None, "Target.createTarget", json!({"url": url})) {
+            Ok(t) => t,
+            Err(e) => return Err(exited(&mut b, e)),
+        };
         let target_id = target["targetId"]
             .as_str()
             .expect("a target id")
@@ -184,11 +200,22 @@ impl Browser {
             .as_str()
             .expect("a session id")
             .to_string();
-        b
+        Ok(b)
     }
 
     /// Send a command and wait for its answer (60 s at most).
     fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_call(session, method, params)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Browser::call`], with `Err` when Chromium is gone or silent.
+    fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = json!({"id": id, "method": method, "params": params});
@@ -197,17 +224,19 @@ impl Browser {
         }
         let mut bytes = serde_json::to_vec(&msg).unwrap();
         bytes.push(0);
-        self.to.write_all(&bytes).unwrap();
+        self.to
+            .write_all(&bytes)
+            .map_err(|e| format!("chromium: cannot send {method}: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let v = self
                 .from
                 .recv_timeout(left)
-                .unwrap_or_else(|e| panic!("chromium: no answer to {method}: {e}"));
+                .map_err(|e| format!("chromium: no answer to {method}: {e}"))?;
             if v["id"] == id {
                 assert!(v["error"].is_null(), "chromium: {method}: {v}");
-                return v["result"].clone();
+                return Ok(v["result"].clone());
             }
         }
     }
@@ -228,6 +257,32 @@ impl Browser {
     pub fn wait_for(&mut self, what: &str, expr: &str, limit: Duration) {
         crate::until_blocking(what, limit, || self.eval(expr) == json!(true));
     }
+}
+
+/// A thread that reads Chromium's NUL-ended messages into a channel; the
+/// channel closes when Chromium closes its end.
+fn read_messages(mut reader: std::fs::File) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 65536];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            while let Some(i) = buf.iter().position(|b| *b == 0) {
+                let msg: Vec<u8> = buf.drain(..=i).collect();
+                if let Ok(v) = serde_json::from_slice::<Value>(&msg[..msg.len() - 1])
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 impl Drop for Browser {
