@@ -112,6 +112,7 @@ fn fold_once(b: &[u8], marks: Option<&Marks>) -> Duration {
         loops: marks.map(|m| (m, 3)),
         drop_thinking: false,
         turns: None,
+        lift_images: false,
     };
     let (out, _) = fold::fold_raw_with(b, Some("m"), Some(131072), extras).unwrap();
     std::hint::black_box(out.len());

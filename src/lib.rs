@@ -1,5 +1,7 @@
 //! localagents: hand Claude Code's grunt work to a model on your own
-//! llama.cpp or vLLM server.
+//! server: llama.cpp, vLLM, Ollama, LM Studio, SGLang, exo, Docker Model
+//! Runner, Lemonade, LocalAI, llamafile, Jan, vllm-mlx, mlx_lm.server,
+//! TabbyAPI, KoboldCpp or any OpenAI-compatible server.
 //!
 //! The crate is both the `localagents` binary and a library, so tests and
 //! benchmarks drive the same code paths the binary does. Each concern has

@@ -30,7 +30,7 @@ use crate::api::{BatchArgs, Caller, JobSummary, Manager, Review};
 pub use params::*;
 
 /// What Claude reads about this server in its system prompt.
-pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own llama.cpp or vLLM server, through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about. Work that needs no tools does not need a session: local_complete for one answer (a commit message, a docstring, a regex), local_batch for many small independent ones, local_review to have a local model read a diff before you do.";
+pub const INSTRUCTIONS: &str = "localagents runs coding tasks on a model served from the user's own server (llama.cpp, vLLM, Ollama, LM Studio, SGLang, exo, Docker Model Runner, Lemonade, LocalAI, llamafile, Jan, vllm-mlx, mlx_lm.server, TabbyAPI, KoboldCpp or any OpenAI-compatible server), through a full headless Claude Code session. The loop: (1) list_models to see what is up, each endpoint's served ids, per-slot window and free slots; (2) run_agent with a self-contained brief (files, interface, acceptance command, constraints); (3) wait_job, or leave it running and poll job_status later; (4) review what it changed before accepting it. If the model you need is not running, do not retry: tell the user its name and host and ask them to start it. register_endpoint adds a server the user tells you about. Work that needs no tools does not need a session: local_complete for one answer (a commit message, a docstring, a regex), local_batch for many small independent ones, local_review to have a local model read a diff before you do.";
 
 /// A successful tool result: `T` as one JSON text block.
 #[derive(Debug)]
@@ -356,7 +356,7 @@ impl Server {
         api::local_review(&self.manager, args).await.map(Reply)
     }
 
-    /// Live view of every configured endpoint: up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.
+    /// Live view of every configured endpoint (llama.cpp, vLLM, Ollama, LM Studio, SGLang, exo, Docker Model Runner, Lemonade, LocalAI, llamafile, Jan, vllm-mlx, mlx_lm.server, TabbyAPI, KoboldCpp or any OpenAI-compatible server): up or down (with the fix), served model ids, per-slot context window, slots busy/free, load, plus the menu of model names and where each is running. Call this before run_agent.
     #[tool(name = "list_models")]
     async fn list_models(&self) -> ToolResult<ModelsReport> {
         api::list_models(&self.ctx).await.map(Reply)

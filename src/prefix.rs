@@ -230,6 +230,7 @@ pub fn job_launch_with(
         session_header: None,
         vllm_router: false,
         wire: None,
+        window: None,
     };
     let mcp = d
         .mcp_config

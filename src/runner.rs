@@ -775,6 +775,7 @@ mod tests {
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         };
         let s = RunSettings {
             served_id: "m",
@@ -932,6 +933,7 @@ mod tests {
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         };
         let d = crate::config::Defaults::default();
         let s = RunSettings {

@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 pub use crate::api::ExitStatus;
 use crate::api::{Context, LogStream, Status};
 
-/// Hand Claude Code's grunt work to a model on your own llama.cpp or vLLM server.
+/// Hand Claude Code's grunt work to a model on your own server: llama.cpp, vLLM, Ollama, LM Studio, SGLang, exo, Docker Model Runner, Lemonade, LocalAI, llamafile, Jan, vllm-mlx, mlx_lm.server, TabbyAPI, KoboldCpp or any OpenAI-compatible server.
 #[derive(Debug, Parser)]
 #[command(name = "localagents", version, about, max_term_width = 100)]
 pub struct Cli {

@@ -138,7 +138,8 @@ fn build_endpoint(
             Some(b) => Some(b),
             None => {
                 warnings.push(format!(
-                    "endpoint `{name}`: unknown backend `{b}` (use llama.cpp, vllm, vllm-router, ollama, lmstudio or other); it will be detected"
+                    "endpoint `{name}`: unknown backend `{b}` (use {}); it will be detected",
+                    Backend::names()
                 ));
                 None
             }
@@ -176,6 +177,7 @@ fn build_endpoint(
     });
     Some(Endpoint {
         wire,
+        window: m.window.filter(|w| *w > 0),
         name: name.to_string(),
         base_url,
         allow_insecure_key,
@@ -255,7 +257,7 @@ fn build_models(
             host: text(&m.host),
             served_name: text(&m.served_name),
             endpoint,
-            context: m.context,
+            context: m.window.or(m.context),
             bring_up: text(&m.bring_up),
         });
     }

@@ -28,6 +28,7 @@
 //! so one bad line never takes every tool down.
 
 pub mod agents;
+mod backend;
 mod build;
 pub mod otel;
 pub mod prices;
@@ -35,6 +36,7 @@ mod schema;
 pub mod trust;
 mod wire;
 
+pub use backend::{Counts, Speaks};
 pub use build::check_base_url;
 pub use schema::{
     BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER,

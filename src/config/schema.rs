@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
+pub use super::backend::Backend;
 pub use super::wire::WireSetting;
 
 /// One file (and the merged result), every field optional. These structs
@@ -56,6 +57,7 @@ pub(super) struct EndpointShape {
     pub allow_insecure_key: Option<bool>,
     pub session_header: Option<String>,
     pub wire: Option<String>,
+    pub window: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -66,6 +68,7 @@ pub(super) struct ModelShape {
     pub served_name: Option<String>,
     pub endpoint: Option<String>,
     pub context: Option<u64>,
+    pub window: Option<u64>,
     pub bring_up: Option<String>,
 }
 
@@ -152,49 +155,6 @@ pub fn default_keys() -> Vec<String> {
     keys_of::<DefaultsShape>()
 }
 
-/// Which kind of server an endpoint is. `None` in [`Endpoint::backend`]
-/// means "detect it".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum Backend {
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-    #[serde(rename = "vllm")]
-    Vllm,
-    /// Ollama (`ollama serve`, default port 11434).
-    #[serde(rename = "ollama")]
-    Ollama,
-    /// LM Studio's server (`lms server start`, default port 1234).
-    #[serde(rename = "lmstudio")]
-    LmStudio,
-    #[serde(rename = "other")]
-    Other,
-}
-
-impl Backend {
-    pub fn parse(s: &str) -> Option<Backend> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "llama.cpp" | "llamacpp" | "llama-cpp" | "llama_cpp" | "llama-server" => {
-                Some(Backend::LlamaCpp)
-            }
-            "vllm" => Some(Backend::Vllm),
-            "ollama" => Some(Backend::Ollama),
-            "lmstudio" | "lm-studio" | "lm_studio" | "lms" => Some(Backend::LmStudio),
-            "other" | "openai" | "anthropic" => Some(Backend::Other),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::LlamaCpp => "llama.cpp",
-            Backend::Vllm => "vllm",
-            Backend::Ollama => "ollama",
-            Backend::LmStudio => "lmstudio",
-            Backend::Other => "other",
-        }
-    }
-}
-
 /// A place that serves `/v1/messages`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
@@ -225,6 +185,11 @@ pub struct Endpoint {
     /// `wire: messages | chat`: which endpoint a job's requests go to
     /// (`None`: the shim's rule, `crate::shim::chat::choose`).
     pub wire: Option<WireSetting>,
+    /// `window:`: the per-request window of every model this server
+    /// serves, for a server that does not say its own (an
+    /// OpenAI-compatible one, mlx_lm.server, Jan). The server's own word
+    /// wins.
+    pub window: Option<u64>,
 }
 
 /// `session_header` when an endpoint does not set it: the first header
@@ -265,6 +230,7 @@ impl Endpoint {
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         }
     }
 
@@ -543,6 +509,7 @@ impl Config {
             session_header: Some(DEFAULT_SESSION_HEADER.into()),
             vllm_router: false,
             wire: None,
+            window: None,
         };
         Config {
             endpoints: vec![

@@ -139,11 +139,12 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
     let targets =
         registry::resolve_targets(&rt.ctx, args.model.as_deref(), args.endpoint.as_deref()).await?;
     for t in &targets {
-        if let Some(refusal) = t
-            .resolved
-            .context
-            .and_then(|c| crate::probe::small_window(t.backend, &t.resolved.served_id, c))
-        {
+        if let Some(refusal) = crate::probe::window_refusal(
+            t.backend,
+            &t.resolved.endpoint,
+            &t.resolved.served_id,
+            t.resolved.context,
+        ) {
             return Err(StartError::Invalid(refusal));
         }
         super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)?;

@@ -255,10 +255,12 @@ impl Manager {
         let target =
             registry::resolve_target(&self.ctx, plan.model.as_deref(), plan.endpoint.as_deref())
                 .await?;
-        if let Some(c) = target.resolved.context
-            && let Some(refusal) =
-                probe::small_window(target.backend, &target.resolved.served_id, c)
-        {
+        if let Some(refusal) = probe::window_refusal(
+            target.backend,
+            &target.resolved.endpoint,
+            &target.resolved.served_id,
+            target.resolved.context,
+        ) {
             return Err(StartError::Invalid(refusal));
         }
         if !plan.force {

@@ -343,6 +343,7 @@ mod tests {
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         };
         let mut p = EndpointStatus::new(&ep);
         p.up = true;

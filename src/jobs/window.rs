@@ -128,16 +128,7 @@ pub fn ran_out(terminal_reason: Option<&str>, text: &str) -> bool {
 
 /// The server's own fix for a window too small, in its words.
 pub fn server_fix(backend: crate::config::Backend, served_id: &str) -> String {
-    use crate::config::Backend;
-    match backend {
-        Backend::LlamaCpp => "restart llama-server with a larger `-c`, or fewer `--parallel` slots (each slot gets `-c` divided by `--parallel`; 65536 a slot is comfortable)".into(),
-        Backend::Vllm => "restart vLLM with a larger `--max-model-len` (65536 is comfortable)".into(),
-        Backend::Ollama => "restart Ollama with `OLLAMA_CONTEXT_LENGTH=65536 ollama serve`, or set `PARAMETER num_ctx 65536` in the model's Modelfile".into(),
-        Backend::LmStudio => format!(
-            "load the model with a larger context length: `lms load {served_id} --context-length 65536` (or the app's model settings)"
-        ),
-        _ => "give the model a larger window on its server (65536 tokens is comfortable)".into(),
-    }
+    backend.window_fix(served_id)
 }
 
 /// The job's error when its session ran out of `window`: the window, what

@@ -112,6 +112,10 @@ pub enum Owner {
     Vllm,
     /// `llamacpp`, any case, or `llama-swap` in another case.
     LlamaCpp,
+    /// A server that names itself ([`others::owner`](super::others)):
+    /// `sglang`, `exo`, `docker`, `lemonade`, `koboldcpp`, `llamafile`,
+    /// `vllm-mlx`, `tabbyAPI`, and Jan's `llama.cpp` (with the dot).
+    Server(crate::config::Backend),
     Unknown,
 }
 
@@ -123,6 +127,8 @@ impl From<String> for Owner {
             Owner::Vllm
         } else if s.eq_ignore_ascii_case("llamacpp") || s.eq_ignore_ascii_case("llama-swap") {
             Owner::LlamaCpp
+        } else if let Some(b) = super::others::owner(&s) {
+            Owner::Server(b)
         } else {
             Owner::Unknown
         }
@@ -160,6 +166,18 @@ pub struct ModelEntry {
     pub root: Field<String>,
     /// A llama.cpp router's or llama-swap's per-model state.
     pub status: Object<ModelStatus>,
+    /// Docker Model Runner: `dmr.context_window`.
+    pub dmr: Object<DmrMeta>,
+}
+
+/// Docker Model Runner's `dmr` object of a `/v1/models` entry
+/// (docker/model-runner pkg/inference/models/api.go:82-102).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct DmrMeta {
+    /// The size the model was packaged with, or its GGUF's trained
+    /// length (not a runtime setting: that is `/engines/_configure`).
+    pub context_window: Field<u64>,
 }
 
 impl ModelEntry {

@@ -190,7 +190,7 @@ pub fn http(ep: &Endpoint, path: &str, status: u16, body: &[u8]) -> (FailureKind
         ),
         404 => (
             FailureKind::Http,
-            format!("GET {path} answered 404: this does not look like a llama.cpp, vLLM, Ollama, LM Studio or OpenAI-compatible server; check base_url"),
+            format!("GET {path} answered 404: this does not look like a model server (none of {}); check base_url", crate::config::Backend::names()),
         ),
         _ => (
             FailureKind::Http,
@@ -203,8 +203,8 @@ pub fn http(ep: &Endpoint, path: &str, status: u16, body: &[u8]) -> (FailureKind
 pub fn bad_body(ep: &Endpoint, path: &str, body: &[u8]) -> (FailureKind, String) {
     let what = ep
         .backend
-        .map(|b| b.as_str())
-        .unwrap_or("llama.cpp or vLLM");
+        .map(|b| b.title())
+        .unwrap_or("model");
     let start = short(&String::from_utf8_lossy(&body[..body.len().min(80)]));
     (
         FailureKind::BadBody,

@@ -10,7 +10,7 @@ use super::read::{
 };
 use super::{
     EndpointStatus, FailureKind, Replica, ServerKind, TemplateCaps, answer, classify, client,
-    http_client, local, replicas,
+    http_client, local, others, replicas,
 };
 use crate::config::{Backend, Endpoint};
 
@@ -19,6 +19,8 @@ struct Fetched {
     status: u16,
     body: Vec<u8>,
     elapsed: Duration,
+    /// The `Server` header, when the server sends one.
+    server: Option<String>,
 }
 
 async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, reqwest::Error> {
@@ -29,11 +31,17 @@ async fn fetch(ep: &Endpoint, path: &str, deadline: Instant) -> Result<Fetched, 
         .send()
         .await?;
     let status = resp.status().as_u16();
+    let server = resp
+        .headers()
+        .get(reqwest::header::SERVER)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| crate::fmt::cut(s, 80));
     let body = client::read_at_most(resp, PROBE_BODY_CAP).await;
     Ok(Fetched {
         status,
         body,
         elapsed: started.elapsed(),
+        server,
     })
 }
 
@@ -77,14 +85,20 @@ struct Answers {
     list_workers: Option<Result<Fetched, reqwest::Error>>,
     /// Ollama's and LM Studio's own paths, read.
     local: local::Answers,
+    /// The other servers' own paths, read.
+    others: others::Answers,
 }
 
 /// Fetch the paths this backend answers, in parallel; `/list_workers`
 /// too when `detect_router` (not for a router's own replicas).
 async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Answers {
-    let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp));
+    let want_llama = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Llamafile));
     let want_metrics = matches!(ep.backend, None | Some(Backend::LlamaCpp | Backend::Vllm));
-    let detect_router = detect_router && !matches!(ep.backend, Some(Backend::Ollama | Backend::LmStudio));
+    let detect_router = detect_router
+        && matches!(
+            ep.backend,
+            None | Some(Backend::LlamaCpp | Backend::Vllm | Backend::Other)
+        );
 
     let models_f = fetch(ep, "/v1/models", deadline);
     let props_f = async {
@@ -128,13 +142,15 @@ async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Ans
             None
         }
     };
-    let (models, (props, slots), metrics, list_workers, mut local) = tokio::join!(
+    let (models, (props, slots), metrics, list_workers, mut local, mut others) = tokio::join!(
         models_f,
         props_then_slots,
         metrics_f,
         workers_f,
-        fetch_local(ep, deadline)
+        fetch_local(ep, deadline),
+        fetch_others(ep, deadline)
     );
+    others.server_header = models.as_ref().ok().and_then(|f| f.server.clone());
     local.unexpected |= props
         .as_ref()
         .and_then(ok_body)
@@ -146,6 +162,51 @@ async fn fetch_all(ep: &Endpoint, deadline: Instant, detect_router: bool) -> Ans
         metrics,
         list_workers,
         local,
+        others,
+    }
+}
+
+/// The paths only the other servers answer ([`others`]), in the same
+/// round; only those of what the backend may be. Docker Model Runner's
+/// `/engines/_configure` is at the server's root, above a base_url that
+/// ends in its `/engines` prefix.
+async fn fetch_others(ep: &Endpoint, deadline: Instant) -> others::Answers {
+    let want = |b: Backend| others::wanted(ep.backend, b);
+    let get = |path: &'static str, want: bool| async move {
+        if want {
+            ok_body(&fetch(ep, path, deadline).await).map(<[u8]>::to_vec)
+        } else {
+            None
+        }
+    };
+    let configure = if ep.base_url.trim_end_matches('/').ends_with("/engines") {
+        "/_configure"
+    } else {
+        "/engines/_configure"
+    };
+    let tabby = want(Backend::TabbyApi);
+    let kobold = want(Backend::KoboldCpp);
+    let (version, window, info, model, localai, dmr, slots) = tokio::join!(
+        get("/api/extra/version", kobold),
+        get("/api/extra/true_max_context_length", kobold),
+        get("/.well-known/serviceinfo", tabby || kobold),
+        get("/v1/model", tabby),
+        get("/.well-known/localai.json", want(Backend::LocalAi)),
+        get(configure, want(Backend::DockerModelRunner)),
+        get("/api/v1/slots", want(Backend::Lemonade)),
+    );
+    let list = |b: Option<Vec<u8>>| {
+        b.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
+    others::Answers {
+        server_header: None,
+        kobold_version: version.as_deref().and_then(answer::parse),
+        kobold_window: window.as_deref().and_then(answer::parse),
+        serviceinfo: info.as_deref().and_then(answer::parse),
+        tabby_model: model.as_deref().and_then(answer::parse),
+        localai: localai.as_deref().and_then(answer::parse),
+        dmr_runners: list(dmr).and_then(|v| answer::Field::<_, false>::from_value(v).into_value()),
+        lemonade_slots: slots.as_deref().and_then(answer::slots),
     }
 }
 
@@ -215,17 +276,15 @@ pub(super) async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router
         Ok(data) => data,
         Err((kind, sentence)) => return st.fail(kind, sentence),
     };
-    if let Some(b) = local::detect(ep.backend, &answers.local) {
-        local::read(&mut st, b, &data, &answers.local);
-        add_warnings(&mut st, b, false);
-        return st;
-    }
     let props = answers
         .props
         .as_ref()
         .and_then(ok_body)
         .and_then(answer::parse::<answer::Props>)
         .filter(answer::Props::is_llama);
+    if read_known(&mut st, ep, &data, props.as_ref(), (&answers.others, &answers.local)) {
+        return st;
+    }
     let shape = Shape {
         router: props.as_ref().is_some_and(answer::Props::router),
         swap: data
@@ -254,6 +313,7 @@ pub(super) async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router
         .and_then(ok_body)
         .and_then(answer::slots);
     st.models = served_models(&data, props.as_ref(), slots.as_deref(), backend, shape);
+    with_config_window(&mut st, ep);
 
     if let Some(p) = &props {
         if p.chat_template_caps.present() {
@@ -281,6 +341,39 @@ pub(super) async fn probe_server(ep: &Endpoint, deadline: Instant, detect_router
     st.counters = counters;
     add_warnings(&mut st, backend, props.is_some());
     st
+}
+
+/// One of the servers with readers of their own ([`others`], then
+/// [`local`]: several of the others answer Ollama's and llama.cpp's paths
+/// too), read into `st`; false for llama.cpp, vLLM and the rest.
+fn read_known(
+    st: &mut EndpointStatus,
+    ep: &Endpoint,
+    data: &[answer::ModelEntry],
+    props: Option<&answer::Props>,
+    (other, desktop): (&others::Answers, &local::Answers),
+) -> bool {
+    if let Some(b) = others::detect(ep.backend, data, props, other) {
+        others::read(st, b, data, props, other);
+        with_config_window(st, ep);
+        add_warnings(st, b, false);
+        return true;
+    }
+    if let Some(b) = local::detect(ep.backend, desktop) {
+        local::read(st, b, data, desktop);
+        add_warnings(st, b, false);
+        return true;
+    }
+    false
+}
+
+/// The endpoint's `window:` for each model the server says no window of.
+fn with_config_window(st: &mut EndpointStatus, ep: &Endpoint) {
+    let Some(w) = ep.window else { return };
+    for m in st.models.iter_mut().filter(|m| m.context.is_none()) {
+        m.context = Some(w);
+        m.context_source = Some(super::ContextSource::Config);
+    }
 }
 
 /// A vLLM router: each replica probed on its own, concurrently, in what is

@@ -293,6 +293,7 @@ mod tests {
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         };
         let mut st = EndpointStatus::new(&ep);
         st.kind = Some(kind);

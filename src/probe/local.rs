@@ -167,27 +167,37 @@ pub fn refusals(st: &EndpointStatus) -> Vec<String> {
 }
 
 /// Why no job starts on `id`, when its window is under [`MIN_WINDOW`] on
-/// Ollama or LM Studio, with the server's own fix. Both default to small
-/// windows and truncate a longer prompt without an error, so a job there
-/// would run on a conversation the model never saw. The same sentence is
-/// the status warning, doctor's line, `list_models`' and `run_agent`'s
-/// error. Never a setting sent to the server: the user's to change.
+/// a server whose refusal of a prompt too long the shim cannot turn into
+/// a compaction ([`Backend::refuses_small_window`]: every one but
+/// llama.cpp, vLLM and a gateway), with the server's own fix. Ollama and
+/// LM Studio default to small windows and truncate a longer prompt
+/// without an error, so a job there would run on a conversation the
+/// model never saw. The same sentence is the status warning, doctor's
+/// line, `list_models`' and `run_agent`'s error. Never a setting sent to
+/// the server: the user's to change.
 pub fn small_window(backend: Backend, id: &str, window: u64) -> Option<String> {
+    if !backend.refuses_small_window() || window >= MIN_WINDOW {
+        return None;
+    }
+    let silently = if backend.cuts_silently() {
+        format!(
+            ", and {} truncates a longer prompt without an error",
+            backend.title()
+        )
+    } else {
+        String::new()
+    };
     let fix = match backend {
-        Backend::Ollama => "restart Ollama with `OLLAMA_CONTEXT_LENGTH=65536 ollama serve`, or set `PARAMETER num_ctx 65536` in the model's Modelfile".to_string(),
         Backend::LmStudio => format!(
             "load it with a larger context length: `lms load {id} --context-length 65536` (or the app's model settings)"
         ),
-        _ => return None,
+        b => b.window_fix(id),
     };
-    (window < MIN_WINDOW).then(|| {
-        format!(
-            "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt and one tool result leave the conversation no room), and {} truncates a longer prompt without an error, so no job starts on it: {fix}",
-            crate::fmt::thousands(window),
-            crate::fmt::thousands(MIN_WINDOW),
-            if backend == Backend::Ollama { "Ollama" } else { "LM Studio" },
-        )
-    })
+    Some(format!(
+        "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt and one tool result leave the conversation no room){silently}, so no job starts on it: {fix}",
+        crate::fmt::thousands(window),
+        crate::fmt::thousands(MIN_WINDOW),
+    ))
 }
 
 /// The sentence of a model that is downloaded but not loaded.

@@ -19,6 +19,7 @@ mod fetch;
 pub mod load;
 mod local;
 pub mod metrics;
+mod others;
 mod read;
 pub mod replicas;
 pub mod saved;
@@ -33,6 +34,7 @@ pub use classify::FailureKind;
 pub use client::{CONNECT_TIMEOUT, fresh_http_client, http_client, install_crypto_provider};
 pub use fetch::probe;
 pub use local::{refusals, small_window};
+pub use others::{guard_note, no_window, window_refusal};
 pub use read::preset_window;
 pub use replicas::Replica;
 pub use types::{

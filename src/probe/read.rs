@@ -199,6 +199,12 @@ pub(super) fn add_warnings(st: &mut EndpointStatus, backend: Backend, props_answ
             ));
         }
     }
+    if backend.needs_window()
+        && let Some(m) = st.models.iter().find(|m| m.context.is_none())
+    {
+        st.warnings.push(super::no_window(backend, &st.name, &m.id));
+    }
+    st.warnings.extend(super::guard_note(backend));
     if backend == Backend::LlamaCpp && !props_answered {
         st.warnings
             .push("GET /props did not answer: per-slot window and slots unknown".into());

@@ -40,9 +40,13 @@ pub struct ServedModel {
     pub context: Option<u64>,
     /// Where `context` came from: `props.n_ctx`, `v1/models meta.n_ctx`,
     /// `slots.n_ctx`, `max_model_len`, `preset` (a router's launch args for
-    /// a model it has not loaded), `config`, `api/ps context_length`
+    /// a model it has not loaded), `config` (the model's `context:` or
+    /// `window:`, else the endpoint's `window:`), `api/ps context_length`
     /// (Ollama), `loaded_instances.config.context_length` or
-    /// `loaded_context_length` (LM Studio).
+    /// `loaded_context_length` (LM Studio), `v1/models context_length`
+    /// (exo, Lemonade), `engines/_configure context-size` or
+    /// `dmr.context_window` (Docker Model Runner), `v1/model max_seq_len`
+    /// (TabbyAPI), `true_max_context_length` (KoboldCpp).
     pub context_source: Option<ContextSource>,
     /// On servers that load models on demand: `loaded`, `unloaded`,
     /// `loading`; `sleeping` for a server asleep (`--sleep-idle-seconds`).
@@ -84,6 +88,21 @@ pub enum ContextSource {
     /// LM Studio `/api/v0/models` `loaded_context_length`.
     #[serde(rename = "loaded_context_length")]
     LmsV0,
+    /// `/v1/models` `context_length` (exo, Lemonade).
+    #[serde(rename = "v1/models context_length")]
+    ContextLength,
+    /// Docker Model Runner `/engines/_configure` `Config.context-size`.
+    #[serde(rename = "engines/_configure context-size")]
+    DmrConfigure,
+    /// Docker Model Runner `/v1/models` `dmr.context_window`.
+    #[serde(rename = "dmr.context_window")]
+    DmrContextWindow,
+    /// TabbyAPI `/v1/model` `parameters.max_seq_len`.
+    #[serde(rename = "v1/model max_seq_len")]
+    MaxSeqLen,
+    /// KoboldCpp `/api/extra/true_max_context_length`.
+    #[serde(rename = "true_max_context_length")]
+    TrueMaxContext,
 }
 
 impl ContextSource {
@@ -98,6 +117,11 @@ impl ContextSource {
             ContextSource::OllamaPs => "api/ps context_length",
             ContextSource::LmsInstance => "loaded_instances.config.context_length",
             ContextSource::LmsV0 => "loaded_context_length",
+            ContextSource::ContextLength => "v1/models context_length",
+            ContextSource::DmrConfigure => "engines/_configure context-size",
+            ContextSource::DmrContextWindow => "dmr.context_window",
+            ContextSource::MaxSeqLen => "v1/model max_seq_len",
+            ContextSource::TrueMaxContext => "true_max_context_length",
         }
     }
 }

@@ -109,6 +109,17 @@ static VLLM_4: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"maximum context length is (\d+) tokens\. However, you requested (\d+) tokens \((\d+) in the messages, (\d+) in the completion\)")
         .expect("regex")
 });
+// SGLang (python/sglang/srt/managers/tokenizer_manager.py at 0.5.23,
+// 1348-1351): `{"object":"error","message":…,"code":400}`.
+static SGLANG: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)")
+        .expect("regex")
+});
+// TabbyAPI (common/errors.py:51-54 at e632af4).
+static TABBY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"Prompt length (\d+) exceeds the available context size of (\d+) tokens")
+        .expect("regex")
+});
 // Claude Code's own form (already translated, or a backend that speaks it).
 static ANTHROPIC_FORM: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"prompt is too long: (\d+) tokens > (\d+) maximum").expect("regex")
@@ -181,6 +192,13 @@ pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
             prompt: n(&c, 3),
             max: n(&c, 1),
             requested_output: n(&c, 4),
+        });
+    }
+    if let Some(c) = SGLANG.captures(&msg).or_else(|| TABBY.captures(&msg)) {
+        return Some(Overflow {
+            prompt: n(&c, 1),
+            max: n(&c, 2),
+            requested_output: None,
         });
     }
     if let Some(c) = ANTHROPIC_FORM.captures(&msg) {
@@ -630,6 +648,28 @@ mod tests {
             let m = msg(&tr);
             assert!(m.contains(&format!("window of {n_ctx} tokens")), "{m}");
             assert!(m.contains("`lms load m --context-length 65536`"), "{m}");
+        }
+    }
+
+    /// Each server's overflow, as its source builds it
+    /// (docs/servers/), becomes the answer Claude
+    /// Code compacts on.
+    #[test]
+    fn every_servers_overflow_is_prompt_too_long() {
+        let bodies = [
+            // SGLang 0.5.23 tokenizer_manager.py:1348-1351.
+            json!({"object":"error","message":"The input (40000 tokens) is longer than the model's context length (32768 tokens).","type":"BadRequestError","param":null,"code":400}),
+            // TabbyAPI common/errors.py:51-54.
+            json!({"error":{"message":"Prompt length 40000 exceeds the available context size of 32768 tokens","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}),
+            // Lemonade wrapped_server.cpp:91-95 (llama-server's text).
+            json!({"error":{"message":"request (40000 tokens) exceeds the available context size (32768 tokens), try increasing it","type":"invalid_request_error","status_code":400,"code":"context_length_exceeded"}}),
+            // LocalAI, a 500 (lfnovo/open-notebook#470).
+            json!({"error":{"code":500,"message":"rpc error: code = Internal desc = request (40000 tokens) exceeds the available context size (32768 tokens), try increasing it","type":""}}),
+        ];
+        for (status, body) in [400, 400, 400, 500].into_iter().zip(bodies) {
+            let tr = t(status, body.clone());
+            assert_eq!(tr.status, 400, "{body}");
+            assert_eq!(msg(&tr), "prompt is too long: 40000 tokens > 32768 maximum", "{body}");
         }
     }
 

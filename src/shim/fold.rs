@@ -251,6 +251,8 @@ pub struct Facts {
     pub turn_note: Option<String>,
     /// Thinking blocks dropped from the history (`thinking: drop`).
     pub thinking_dropped: usize,
+    /// Images moved out of tool results ([`super::fold_images`]).
+    pub images_lifted: usize,
 }
 
 /// What the shim adds to a fold besides the system entries.
@@ -262,6 +264,8 @@ pub struct Extras<'a> {
     pub drop_thinking: bool,
     /// The job's turn budget ([`super::turns`]).
     pub turns: Option<&'a super::turns::TurnBudget>,
+    /// Move images out of tool results ([`super::fold_images`]).
+    pub lift_images: bool,
 }
 
 /// Thinking blocks of an assistant message, removed; how many. A message
@@ -377,13 +381,14 @@ fn fold_messages(
     if let Some((marks, limit)) = extras.loops {
         facts.loops = marks.scan(&msgs, &roles, limit);
     }
-    let thinking: Vec<usize> = if extras.drop_thinking {
-        (0..msgs.len())
-            .filter(|&i| roles[i] == Some("assistant") && may_think(msgs[i].get()))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let thinking: Vec<usize> = (0..msgs.len())
+        .filter(|&i| {
+            (extras.drop_thinking && roles[i] == Some("assistant") && may_think(msgs[i].get()))
+                || (extras.lift_images
+                    && roles[i] == Some("user")
+                    && super::fold_images::may_hold(msgs[i].get()))
+        })
+        .collect();
     let turns = extras
         .turns
         .map(|t| t.scan(&msgs, &roles, tools))
@@ -499,10 +504,17 @@ fn write_messages(
                     moved.post.remove(&i).unwrap_or_default(),
                 );
             }
+            if thinking.contains(&i) {
+                facts.images_lifted += super::fold_images::lift(&mut msg);
+            }
             serde_json::to_writer(&mut buf, &msg)?;
         } else if thinking.contains(&i) {
             let mut msg: Value = serde_json::from_str(m.get())?;
-            facts.thinking_dropped += drop_thinking_blocks(&mut msg);
+            if roles[i] == Some("user") {
+                facts.images_lifted += super::fold_images::lift(&mut msg);
+            } else {
+                facts.thinking_dropped += drop_thinking_blocks(&mut msg);
+            }
             serde_json::to_writer(&mut buf, &msg)?;
         } else {
             buf.extend_from_slice(m.get().as_bytes());

@@ -32,6 +32,7 @@ pub mod chat;
 pub mod clear;
 pub mod errors;
 pub mod fold;
+pub mod fold_images;
 pub mod log;
 pub mod loops;
 pub mod repair;

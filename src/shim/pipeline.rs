@@ -91,6 +91,7 @@ pub(crate) fn prepare(
         loops: (turn && p.loop_limit > 0).then_some((&route.guard.marks, p.loop_limit)),
         drop_thinking: route.guard.drops_thinking(),
         turns: turn.then_some(&route.guard.turn_budget),
+        lift_images: !route.backend.images_in_tool_results(),
     };
     let (out, mut facts) = fold::fold_raw_with(body, Some(&route.served_id), route.window, extras)
         .map_err(bad_json)?;

@@ -246,6 +246,7 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
         }
         let (status, err_body, text) = read_error(resp).await;
         if matches!(wire, Wire::Chat(_))
+            && route.backend.has_messages()
             && chat::refused(status, &crate::anthropic::ErrorBody::of(&err_body))
         {
             // Said once: the route keeps to /v1/messages from now on.
@@ -332,6 +333,7 @@ fn mended(
                 loops: None,
                 drop_thinking: true,
                 turns: None,
+                lift_images: false,
             },
         )
         && f.thinking_dropped > 0

@@ -507,7 +507,13 @@ pub fn fix(backend: &str, model: &str) -> String {
             "load the model with a larger context length: `lms load {model} --context-length 65536` (or the app's model settings)"
         ),
         "llama.cpp" => "start llama-server without `--context-shift` and with a larger window per slot (`-c` divided by `-np`)".into(),
-        _ => "serve the model with a larger window, and have the server refuse a prompt over it rather than cut it".into(),
+        "sglang" => "give it a larger window, and start it without `--allow-auto-truncate`: restart SGLang with a larger `--context-length`".into(),
+        b => match crate::config::Backend::parse(b) {
+            Some(b) if b != crate::config::Backend::Other && b != crate::config::Backend::Vllm => {
+                b.window_fix(model)
+            }
+            _ => "serve the model with a larger window, and have the server refuse a prompt over it rather than cut it".into(),
+        },
     }
 }
 

@@ -964,6 +964,7 @@ fn endpoint_defaults() -> Map<String, Value> {
         session_header,
         vllm_router: _,
         wire,
+        window,
     } = loaded.config.endpoints[0].clone();
     let mut m = Map::new();
     m.insert("backend".into(), json!(backend.map(|b| b.as_str())));
@@ -974,6 +975,7 @@ fn endpoint_defaults() -> Map<String, Value> {
     m.insert("allow_insecure_key".into(), json!(allow_insecure_key));
     m.insert("session_header".into(), json!(session_header));
     m.insert("wire".into(), json!(wire.map(|w| w.as_str())));
+    m.insert("window".into(), json!(window));
     m
 }
 

@@ -169,6 +169,7 @@ const SHIM_ORDER: &[&str] = &[
     "repair",
     "runaway",
     "truncation",
+    "fold_images",
     "fold",
     "sse",
     "log",

@@ -27,6 +27,7 @@ mod npm;
 mod ollama;
 mod oneshot;
 mod otel;
+mod others;
 mod plugin;
 mod probe;
 mod real_claude;

@@ -27,6 +27,7 @@ fn endpoint(url: &str) -> Endpoint {
         session_header: None,
         vllm_router: false,
         wire: None,
+        window: None,
     }
 }
 

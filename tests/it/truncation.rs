@@ -67,7 +67,7 @@ pub(crate) fn reading(paths: Vec<PathBuf>) -> script::Script {
 /// Read cap of 25,000) while it holds about twice that many tokens
 /// (`a[1] = b[2] + c[3];` is 19 bytes and 14 pre-tokens). A model's
 /// tokenizer splits such code as finely.
-fn dense_file(e: &Harness) -> PathBuf {
+pub(crate) fn dense_file(e: &Harness) -> PathBuf {
     let dir = e.work().join("dense");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("table.c");
@@ -113,7 +113,12 @@ async fn read_dense(
 /// reached the server after the caught one. `cuts` is the server's
 /// (bytes, tokens, tokens reported) for each request it got. Prints the
 /// figure the issue asks for.
-fn caught_at_the_first_cut(server: &str, rec: &Value, cuts: &[(u64, u64, u64)], fix: &str) {
+pub(crate) fn caught_at_the_first_cut(
+    server: &str,
+    rec: &Value,
+    cuts: &[(u64, u64, u64)],
+    fix: &str,
+) {
     assert_eq!(rec["status"], "failed", "{rec}");
     let why = rec["error"].as_str().unwrap_or_default();
     assert!(

@@ -25,7 +25,7 @@ pub mod answer;
 pub mod request;
 
 use crate::anthropic::ErrorBody;
-use crate::config::{Backend, WireSetting};
+use crate::config::{Backend, Speaks, WireSetting};
 use crate::probe::ServerKind;
 
 /// The chat-completions path.
@@ -41,19 +41,30 @@ pub enum Wire {
     Chat(request::Pin),
 }
 
-/// The wire of a route to `backend`, whose job holds `slot` (its lease),
-/// as the endpoint's `wire:` says, else by the rule measured on the real
-/// llama-server: a llama.cpp job that holds a slot is pinned to it
+/// The wire of a route to `backend`, whose job holds `slot` (its lease):
+/// the chat wire, never pinned, on a server without `/v1/messages`
+/// (`openai`, mlx_lm.server, TabbyAPI); else as the endpoint's `wire:`
+/// says; else the chat wire where the server's own rule wants it
+/// ([`Backend::speaks`]: exo, vllm-mlx), or by the rule measured on the
+/// real llama-server: a llama.cpp job that holds a slot is pinned to it
 /// (docs/benchmarks.md "Many jobs on one server"); anything else keeps
-/// `/v1/messages`, the wire every server here speaks.
+/// `/v1/messages`.
 pub fn choose(backend: Backend, setting: Option<WireSetting>, slot: Option<u64>) -> Wire {
     let timings = backend == Backend::LlamaCpp;
+    let unpinned = Wire::Chat(request::Pin {
+        slot: None,
+        timings: false,
+    });
+    if !backend.has_messages() {
+        return unpinned;
+    }
     match setting {
         Some(WireSetting::Messages) => Wire::Messages,
         Some(WireSetting::Chat) => Wire::Chat(request::Pin { slot, timings }),
         None if backend == Backend::LlamaCpp && slot.is_some() => {
             Wire::Chat(request::Pin { slot, timings })
         }
+        None if backend.speaks() == Speaks::Chat => unpinned,
         None => Wire::Messages,
     }
 }
@@ -104,6 +115,21 @@ mod tests {
                 timings: false
             })
         );
+        // A server without /v1/messages: chat, never pinned, whatever
+        // `wire:` says; exo and vllm-mlx: chat unless `wire:` says.
+        let unpinned = Wire::Chat(request::Pin {
+            slot: None,
+            timings: false,
+        });
+        for b in [Backend::OpenAi, Backend::MlxLm, Backend::TabbyApi] {
+            assert_eq!(choose(b, Some(WireSetting::Messages), Some(1)), unpinned, "{b:?}");
+        }
+        assert_eq!(choose(Backend::Exo, None, Some(1)), unpinned);
+        assert_eq!(
+            choose(Backend::VllmMlx, Some(WireSetting::Messages), None),
+            Wire::Messages
+        );
+        assert_eq!(choose(Backend::Sglang, None, Some(1)), Wire::Messages);
     }
 
     #[test]

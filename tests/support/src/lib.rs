@@ -36,6 +36,7 @@ pub mod fake_chat;
 pub mod fake_llama;
 pub mod fake_lmstudio;
 pub mod fake_ollama;
+pub mod fake_others;
 pub mod fake_swap;
 pub mod fake_vllm;
 pub mod git;

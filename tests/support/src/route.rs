@@ -26,6 +26,7 @@ pub fn llama(url: &str, served: &str, window: u64, dir: &Path, dump: bool) -> Ro
             session_header: None,
             vllm_router: false,
             wire: None,
+            window: None,
         },
         backend: Backend::LlamaCpp,
         served_id: served.into(),
