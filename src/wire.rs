@@ -221,6 +221,11 @@ pub struct RequestRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(default, deserialize_with = "lenient")]
     pub slot: Option<u64>,
+    /// The path the request reached on the server when it is not `path`
+    /// (`/v1/chat/completions`: the chat wire).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "lenient")]
+    pub upstream_path: Option<String>,
     /// A complete answer with no text and no tool call.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     #[serde(default, deserialize_with = "lenient")]

@@ -153,6 +153,7 @@ fn endpoint_findings(
         }
         up_endpoint_findings(ctx, &st, &losses, out);
         small_window_refusals(&st, out);
+        window_and_guard(&st, out);
         for l in runaways.iter().filter(|l| l.endpoint == st.name) {
             out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
         }
@@ -164,6 +165,26 @@ fn endpoint_findings(
 fn small_window_refusals(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
     for refusal in probe::refusals(st) {
         out.push((Level::Fail, format!("endpoint {}: {refusal}", st.name)));
+    }
+}
+
+/// A server that says no window of a model and has no `window:`: no job
+/// starts there; and what the truncation guard can still check where the
+/// server's answers count less than everything (issue 54).
+fn window_and_guard(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
+    let Some(backend) = crate::config::Backend::parse(&st.backend) else {
+        return;
+    };
+    if backend.needs_window()
+        && let Some(m) = st.models.iter().find(|m| m.context.is_none())
+    {
+        out.push((
+            Level::Fail,
+            format!("endpoint {}: {}", st.name, probe::no_window(backend, &st.name, &m.id)),
+        ));
+    }
+    if let Some(note) = probe::guard_note(backend) {
+        out.push((Level::Warn, format!("endpoint {}: {note}", st.name)));
     }
 }
 

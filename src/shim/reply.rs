@@ -233,6 +233,7 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
         let resp = send(&route, path, body.clone(), stream, tp.as_deref(), &mut t.notes)
             .await
             .map_err(Failure::Unsent)?;
+        t.rec.upstream_path = matches!(wire, Wire::Chat(_)).then(|| path.to_string());
         if resp.status().is_success() {
             if let Some(since) = loading_since.take() {
                 t.notes

@@ -1676,6 +1676,14 @@ fn processing_slots(url: &str) -> usize {
 /// ended, and the job fails with the cause and the fix.
 #[test]
 fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
+    // As llama.cpp, and as an OpenAI-compatible server through its chat
+    // endpoint (issue 54): the guard acts the same on both.
+    for backend in ["", "    backend: openai\n    window: 32768\n"] {
+        runaway_on_the_real_server(backend);
+    }
+}
+
+fn runaway_on_the_real_server(backend: &str) {
     let srv = server::start_own_template(&["-c", "32768", "--parallel", "1"]);
     let port = srv.url.rsplit(':').next().unwrap().to_string();
     let d = dirs(&srv.url, "");
@@ -1683,7 +1691,7 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
     std::fs::write(
         &d.cfg,
         format!(
-            "endpoints:\n  real:\n    base_url: {}\ndefaults:\n  max_turns: 3\n  timeout_s: 1200\n  setting_sources: []\n",
+            "endpoints:\n  real:\n    base_url: {}\n{backend}defaults:\n  max_turns: 3\n  timeout_s: 1200\n  setting_sources: []\n",
             srv.url
         ),
     )
@@ -1710,8 +1718,16 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
     let cut: Vec<&Value> = reqs.iter().filter(|r| r["runaway"].is_object()).collect();
     for r in &reqs {
         eprintln!(
-            "t18: {} ms, stream {}, runaway {}, translated {}",
-            r["ms"], r["stream"], r["runaway"], r["translated"]
+            "t18 ({}): {} ms, stream {}, runaway {}, translated {}",
+            if backend.is_empty() {
+                "llama.cpp"
+            } else {
+                "openai"
+            },
+            r["ms"],
+            r["stream"],
+            r["runaway"],
+            r["translated"]
         );
     }
     assert!(!cut.is_empty(), "the guard fired: {rec}");
@@ -1772,6 +1788,14 @@ fn t18_a_runaway_on_the_real_server_is_cut_off_and_the_server_stops() {
             && released.iter().all(|(at, _)| at.is_some()),
         "the server cancelled and released a task for each cut answer: cancelled {cancelled:?}, released {released:?}"
     );
+    if !backend.is_empty() {
+        assert!(
+            reqs.iter()
+                .filter(|r| r["path"] == "/v1/messages" && r["upstream_status"].is_u64())
+                .all(|r| r["upstream_path"] == "/v1/chat/completions"),
+            "backend: openai reached the chat endpoint only: {reqs:?}"
+        );
+    }
 }
 
 /// Two real jobs behind vLLM's real router (PyPI vllm-router 0.1.17,
@@ -2496,4 +2520,100 @@ async fn t26_a_resumed_job_restores_its_slot() {
     );
     drop(relay);
     drop(srv);
+}
+
+/// Issue 54: the real llama-server's `/v1/chat/completions` as an
+/// OpenAI-compatible server (`backend: openai`; its window, 16,384, read
+/// from `/v1/models` `meta.n_ctx`). A job succeeds through the real CLI on
+/// the chat wire, never pinned, and every answer the chat wire brings
+/// back counts at least the truncation guard's bound (no false sign, as
+/// t2 on `/v1/messages`). A brief over the window (20,000 single letters,
+/// each a run and about a token) is refused by the server, which never
+/// cuts a prompt (its context shift acts during generation only:
+/// tools/server/server-context.cpp), and the refusal reaches Claude Code
+/// as "prompt is too long" with the server's numbers, as t4 on
+/// `/v1/messages`. The runaway guard on this wire is t18's second run; a
+/// silent cut caught on it, tests/it/others.rs against the stand-in.
+#[test]
+fn t27_the_real_servers_chat_endpoint_as_backend_openai() {
+    let srv = server::start(&["-c", "16384", "--parallel", "1", "--jinja"]);
+    let config = |env: &str| {
+        format!(
+            "endpoints:\n  real:\n    base_url: {}\n    backend: openai\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n{env}defaults:\n  max_turns: 2\n  timeout_s: 600\n  setting_sources: []\n  allowed_tools: [Read]\n",
+            srv.url
+        )
+    };
+    let d = dirs(&srv.url, "");
+    std::fs::write(&d.cfg, config("")).unwrap();
+    let started = Instant::now();
+    let out = localagents(
+        &d,
+        &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!(
+        "t27: a job on backend: openai: {} in {:?}: {}",
+        rec["status"],
+        started.elapsed(),
+        rec["error"]
+    );
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert_succeeded_or_output_capped(&rec, &reqs);
+    assert_read_at_least_its_bound(&reqs);
+    assert_eq!(rec["context"], 16384, "{rec}");
+    assert!(
+        reqs.iter()
+            .all(|r| r["slot"].is_null() && r["upstream_path"] == "/v1/chat/completions"),
+        "the chat endpoint only, never pinned: {reqs:?}"
+    );
+
+    // Told a bigger window than the server's, Claude Code sends the brief.
+    std::fs::write(
+        &d.cfg,
+        config("      CLAUDE_CODE_MAX_CONTEXT_TOKENS: \"200000\"\n"),
+    )
+    .unwrap();
+    let letters: String = (0..20_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .flat_map(|c| [c, ' '])
+        .collect();
+    let brief = format!("Count the letters below.\n\n{letters}");
+    let out = localagents(&d, &["run", "--model", "gemma3-270m", "--json", &brief]);
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    let over: Vec<&Value> = reqs
+        .iter()
+        .filter(|r| {
+            r["translated"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("context_overflow "))
+        })
+        .collect();
+    eprintln!(
+        "t27: over the window on the chat wire: {:?}",
+        over.iter().map(|r| &r["translated"]).collect::<Vec<_>>()
+    );
+    assert!(!over.is_empty(), "{reqs:?}");
+    for r in over {
+        assert_eq!(r["status"], 400, "{r}");
+        assert_eq!(r["upstream_path"], "/v1/chat/completions", "{r}");
+        assert!(r["translated"].as_str().unwrap().ends_with(">16384"), "{r}");
+    }
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_lowercase()
+            .contains("too long"),
+        "{rec}"
+    );
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::ollama::{a_64k_job, by_id, refused_with_the_fix, status};
 use crate::support::fake_others::{self, FakeOther, Kind};
-use crate::support::harness::{Harness, call, localagents_json, serve};
+use crate::support::harness::{Harness, call, localagents, localagents_json, serve};
 
 const MODEL: &str = "qwen3-coder-30b";
 
@@ -187,6 +187,12 @@ async fn an_openai_server_with_no_window_anywhere_is_refused_naming_window() {
             w.contains("set `window:` on endpoint `local`"),
             "{kind:?}: {w}"
         );
+        let doctor =
+            String::from_utf8_lossy(&localagents(&e, &["doctor"]).await.stdout).to_string();
+        assert!(
+            doctor.contains("set `window:` on endpoint `local` in models.yaml"),
+            "{kind:?}: {doctor}"
+        );
         let c = serve(&e, None).await;
         let (err, v) = call(&c, "run_agent", json!({"task": "Say hi.", "model": MODEL})).await;
         assert!(err, "{kind:?}: {v}");
@@ -260,6 +266,51 @@ fn every_place_that_names_the_servers_names_them_all() {
                 b => b.title(),
             };
             assert!(text.contains(name), "{place} does not name {name}: {text}");
+        }
+    }
+}
+
+/// What the truncation guard can still check where a server counts less
+/// than everything, said in `status` and in `doctor` (issue 54): LocalAI
+/// counts no input in a stream, so only the window; vllm-mlx (on the chat
+/// wire) and TabbyAPI count no cached tokens, so a job's cache is
+/// unknown. A server that counts everything gets no such line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_what_the_truncation_guard_can_check_on_each_server() {
+    for (kind, line) in [
+        (
+            Kind::LocalAi,
+            Some(
+                "truncation: LocalAI reports no token counts in a stream, so the guard can check only that a request fits the window",
+            ),
+        ),
+        (
+            Kind::VllmMlx,
+            Some(
+                "figures: vllm-mlx reports no cached tokens, so a job's prompt cache is unknown (not zero)",
+            ),
+        ),
+        (
+            Kind::TabbyApi,
+            Some("figures: TabbyAPI reports no cached tokens"),
+        ),
+        (Kind::Sglang, None),
+    ] {
+        let fake = fake_others::spawn(kind, MODEL, 65536).await;
+        let e = env(kind, fake.url(), 65536, "");
+        let (ep, _) = status(&e).await;
+        let w = ep["warnings"].to_string();
+        let doctor =
+            String::from_utf8_lossy(&localagents(&e, &["doctor"]).await.stdout).to_string();
+        match line {
+            Some(l) => {
+                assert!(w.contains(l), "{kind:?}: {w}");
+                assert!(doctor.contains(l), "{kind:?}: {doctor}");
+            }
+            None => assert!(
+                !w.contains("truncation:") && !doctor.contains("reports no"),
+                "{kind:?}: {w} {doctor}"
+            ),
         }
     }
 }
