@@ -111,7 +111,7 @@ async fn main() {
     println!("|---|---|---|---|");
     let mut p50 = Vec::new();
     for (i, (what, eps)) in sets.iter().enumerate() {
-        let (a, b) = (pct(&mut times[i], 50.0), pct(&mut times[i], 99.0));
+        let (a, b) = (pct(&mut times[i], 0.5), pct(&mut times[i], 0.99));
         p50.push(a);
         println!("| {what} | {} | {a:.2} ms | {b:.2} ms |", eps.len());
     }
