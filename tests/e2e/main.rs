@@ -90,6 +90,17 @@ fn requests(state: &Path, id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A `run --json`'s record, and the `/v1/messages` requests of its log.
+fn job_of(d: &Dirs, out: &std::process::Output) -> (Value, Vec<Value>) {
+    let rec: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let reqs = requests(&d.state, rec["id"].as_str().unwrap_or_default())
+        .into_iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    (rec, reqs)
+}
+
 /// Issue 44: the truncation guard never fires on the real llama-server:
 /// no record is `truncated`, and every answered request's count (input
 /// plus cached) is at least its lower bound of tokens.
@@ -2546,22 +2557,19 @@ fn t27_the_real_servers_chat_endpoint_as_backend_openai() {
     let d = dirs(&srv.url, "");
     std::fs::write(&d.cfg, config("")).unwrap();
     let started = Instant::now();
-    let out = localagents(
+    let (rec, reqs) = job_of(
         &d,
-        &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+        &localagents(
+            &d,
+            &["run", "--model", "gemma3-270m", "--json", "Say hello."],
+        ),
     );
-    let rec: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     eprintln!(
         "t27: a job on backend: openai: {} in {:?}: {}",
         rec["status"],
         started.elapsed(),
         rec["error"]
     );
-    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
-        .into_iter()
-        .filter(|l| l["path"] == "/v1/messages")
-        .collect();
     assert_succeeded_or_output_capped(&rec, &reqs);
     assert_read_at_least_its_bound(&reqs);
     assert_eq!(rec["context"], 16384, "{rec}");
@@ -2582,14 +2590,11 @@ fn t27_the_real_servers_chat_endpoint_as_backend_openai() {
         .flat_map(|c| [c, ' '])
         .collect();
     let brief = format!("Count the letters below.\n\n{letters}");
-    let out = localagents(&d, &["run", "--model", "gemma3-270m", "--json", &brief]);
-    let rec: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (rec, reqs) = job_of(
+        &d,
+        &localagents(&d, &["run", "--model", "gemma3-270m", "--json", &brief]),
+    );
     assert_eq!(rec["status"], "failed", "{rec}");
-    let reqs: Vec<Value> = requests(&d.state, rec["id"].as_str().unwrap())
-        .into_iter()
-        .filter(|l| l["path"] == "/v1/messages")
-        .collect();
     let over: Vec<&Value> = reqs
         .iter()
         .filter(|r| {

@@ -73,7 +73,7 @@ async fn recognised(kind: Kind, fake: &FakeOther, base_url: &str) {
         "probe figures: {}: status --json took {} ms; the server was asked {:?}",
         kind.backend(),
         took.as_millis(),
-        fake.hits()
+        fake.seen().hits
     );
 }
 
@@ -81,15 +81,15 @@ async fn recognised(kind: Kind, fake: &FakeOther, base_url: &str) {
 async fn a_job(kind: Kind) {
     let fake = fake_others::spawn(kind, MODEL, 65536).await;
     let e = env(kind, fake.url(), 65536, "");
-    a_64k_job(&e, MODEL, || fake.requests().into_iter().next()).await;
+    a_64k_job(&e, MODEL, || fake.seen().requests.into_iter().next()).await;
     assert_eq!(
-        !fake.chat_bodies().is_empty(),
+        !fake.seen().chat_bodies.is_empty(),
         on_chat(kind),
         "{kind:?}: {:?}",
-        fake.hits()
+        fake.seen().hits
     );
     if on_chat(kind) {
-        let first = &fake.chat_bodies()[0];
+        let first = &fake.seen().chat_bodies[0];
         assert!(
             first.get("id_slot").is_none(),
             "{kind:?}: never pinned: {first}"
@@ -116,7 +116,7 @@ async fn a_silent_cut(kind: Kind) {
     crate::truncation::caught_at_the_first_cut(
         kind.backend(),
         &rec,
-        &fake.truncations(),
+        &fake.seen().truncations,
         fix(kind),
     );
 }
@@ -132,9 +132,9 @@ async fn every_check(kind: Kind) {
     let e = env(kind, small.url(), 4096, "");
     refused_with_the_fix(&e, MODEL, fix(kind)).await;
     assert!(
-        small.requests().is_empty(),
+        small.seen().requests.is_empty(),
         "{kind:?}: a job started: {:?}",
-        small.hits()
+        small.seen().hits
     );
     a_job(kind).await;
     a_silent_cut(kind).await;
@@ -202,7 +202,11 @@ async fn an_openai_server_with_no_window_anywhere_is_refused_naming_window() {
                 .contains("set `window:` on endpoint `local` in models.yaml"),
             "{kind:?}: {v}"
         );
-        assert!(fake.requests().is_empty(), "{kind:?}: {:?}", fake.hits());
+        assert!(
+            fake.seen().requests.is_empty(),
+            "{kind:?}: {:?}",
+            fake.seen().hits
+        );
     }
 }
 

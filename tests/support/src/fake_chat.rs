@@ -328,3 +328,36 @@ pub fn whole(msg: &Value, asked: Asked) -> Value {
     }
     out
 }
+
+/// A `/v1/messages` answer written as the chat endpoint writes it: an
+/// error as it is, a stream as chunks, a whole message as a completion.
+pub async fn as_chat(
+    resp: axum::response::Response,
+    model: &str,
+    asked: Asked,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let sse = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|c| c.as_bytes().starts_with(b"text/event-stream"));
+    if sse {
+        let body = stream(resp.into_body(), model, asked);
+        return (
+            axum::http::StatusCode::OK,
+            [("content-type", "text/event-stream")],
+            body,
+        )
+            .into_response();
+    }
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(msg) if msg["type"] == "message" => axum::Json(whole(&msg, asked)).into_response(),
+        _ => (axum::http::StatusCode::OK, bytes).into_response(),
+    }
+}

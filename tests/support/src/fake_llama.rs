@@ -660,31 +660,7 @@ async fn chat_completions(
     let asked = super::fake_chat::Asked::of(&chat);
     let model = chat["model"].as_str().unwrap_or(&st.opts.alias).to_string();
     let resp = messages(State(st), headers, axum::body::Bytes::from(req.to_string())).await;
-    if !resp.status().is_success() {
-        return resp;
-    }
-    let sse = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|c| c.as_bytes().starts_with(b"text/event-stream"));
-    if sse {
-        let body = super::fake_chat::stream(resp.into_body(), &model, asked);
-        return (
-            StatusCode::OK,
-            [("content-type", "text/event-stream")],
-            body,
-        )
-            .into_response();
-    }
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap_or_default();
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(msg) if msg["type"] == "message" => {
-            axum::Json(super::fake_chat::whole(&msg, asked)).into_response()
-        }
-        _ => (StatusCode::OK, bytes).into_response(),
-    }
+    super::fake_chat::as_chat(resp, &model, asked).await
 }
 
 async fn messages(

@@ -332,14 +332,20 @@ pub struct OthersState {
     model: String,
     window: u64,
     script: Mutex<Script>,
-    /// Every request, `METHOD /path`, in order.
-    pub hits: Mutex<Vec<String>>,
+    seen: Mutex<Seen>,
+}
+
+/// What a stand-in was asked, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// Every request, `METHOD /path`.
+    pub hits: Vec<String>,
     /// The Anthropic form of every job request (a chat one read back).
-    pub requests: Mutex<Vec<Value>>,
+    pub requests: Vec<Value>,
     /// The chat-completions bodies as they came.
-    pub chat_bodies: Mutex<Vec<Value>>,
+    pub chat_bodies: Vec<Value>,
     /// Each request's bytes, its tokens, and the tokens reported as read.
-    pub truncations: Mutex<Vec<(u64, u64, u64)>>,
+    pub truncations: Vec<(u64, u64, u64)>,
 }
 
 pub struct FakeOther {
@@ -354,18 +360,16 @@ impl FakeOther {
     pub fn set_script(&self, s: Script) {
         *self.state.script.lock().unwrap() = s;
     }
-    pub fn hits(&self) -> Vec<String> {
-        self.state.hits.lock().unwrap().clone()
+    /// What it was asked so far.
+    pub fn seen(&self) -> Seen {
+        self.state.seen.lock().unwrap().clone()
     }
-    pub fn requests(&self) -> Vec<Value> {
-        self.state.requests.lock().unwrap().clone()
-    }
-    pub fn chat_bodies(&self) -> Vec<Value> {
-        self.state.chat_bodies.lock().unwrap().clone()
-    }
-    pub fn truncations(&self) -> Vec<(u64, u64, u64)> {
-        self.state.truncations.lock().unwrap().clone()
-    }
+}
+
+/// A body that is not JSON: a 400 in OpenAI's shape.
+fn bad_json() -> Response {
+    let body = json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// An error as a FastAPI or Go server writes a 404: plain text.
@@ -376,7 +380,7 @@ fn not_found() -> Response {
 /// The Anthropic answer to `req`: the scripted model's, the prompt cut
 /// past the window and counted as the server counts it.
 fn answer(st: &OthersState, req: &Value, bytes: usize, usage: Usage) -> Response {
-    st.requests.lock().unwrap().push(req.clone());
+    st.seen.lock().unwrap().requests.push(req.clone());
     let reply = (st.script.lock().unwrap().clone())(req);
     if let Reply::Error { status, body } = &reply {
         return (
@@ -387,9 +391,10 @@ fn answer(st: &OthersState, req: &Value, bytes: usize, usage: Usage) -> Response
     }
     let whole = super::tokens::count(req);
     let input = super::tokens::silently_cut(req, whole, st.window);
-    st.truncations
+    st.seen
         .lock()
         .unwrap()
+        .truncations
         .push((bytes as u64, whole, input));
     let model = req["model"].as_str().unwrap_or(&st.model).to_string();
     if req["stream"] != true {
@@ -419,13 +424,7 @@ async fn messages(State(st): State<Arc<OthersState>>, body: axum::body::Bytes) -
         return not_found();
     }
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            axum::Json(
-                json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}),
-            ),
-        )
-            .into_response();
+        return bad_json();
     };
     answer(&st, &req, body.len(), st.kind.usage())
 }
@@ -434,36 +433,14 @@ async fn messages(State(st): State<Arc<OthersState>>, body: axum::body::Bytes) -
 /// came from, answered by the same model, written as chat chunks.
 async fn chat(State(st): State<Arc<OthersState>>, body: axum::body::Bytes) -> Response {
     let Ok(chat) = serde_json::from_slice::<Value>(&body) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            axum::Json(
-                json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}),
-            ),
-        )
-            .into_response();
+        return bad_json();
     };
-    st.chat_bodies.lock().unwrap().push(chat.clone());
+    st.seen.lock().unwrap().chat_bodies.push(chat.clone());
     let req = super::fake_chat::to_anthropic(&chat);
     let asked = super::fake_chat::Asked::of(&chat);
     let model = chat["model"].as_str().unwrap_or(&st.model).to_string();
     let resp = answer(&st, &req, body.len(), st.kind.chat_usage());
-    if !resp.status().is_success() {
-        return resp;
-    }
-    if req["stream"] == true {
-        let body = super::fake_chat::stream(resp.into_body(), &model, asked);
-        return (
-            StatusCode::OK,
-            [("content-type", "text/event-stream")],
-            body,
-        )
-            .into_response();
-    }
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap_or_default();
-    let msg: Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    axum::Json(super::fake_chat::whole(&msg, asked)).into_response()
+    super::fake_chat::as_chat(resp, &model, asked).await
 }
 
 async fn record(
@@ -471,9 +448,10 @@ async fn record(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    st.hits
+    st.seen
         .lock()
         .unwrap()
+        .hits
         .push(format!("{} {}", req.method(), req.uri().path()));
     let mut resp = next.run(req).await;
     if let Some(h) = st.kind.server_header() {
@@ -491,10 +469,7 @@ pub async fn spawn(kind: Kind, model: &str, window: u64) -> FakeOther {
         model: model.to_string(),
         window,
         script: Mutex::new(script::text("ok")),
-        hits: Mutex::new(Vec::new()),
-        requests: Mutex::new(Vec::new()),
-        chat_bodies: Mutex::new(Vec::new()),
-        truncations: Mutex::new(Vec::new()),
+        seen: Mutex::new(Seen::default()),
     });
     let list = kind.models(model, window);
     let mut app = Router::new();
