@@ -403,6 +403,7 @@ async fn each_wire(fake_url: &str, body: &Bytes, sbody: &Bytes) -> [[f64; 3]; 2]
     let pin = Pin {
         slot: None,
         timings: true,
+        plain: false,
     };
     let chat = |b: &Bytes| Bytes::from(to_chat(b, pin).unwrap());
     let cases = [

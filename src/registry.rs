@@ -781,8 +781,17 @@ pub async fn resolve_targets(
         let mut resolved = first.resolved.clone();
         resolved.endpoint = p.name.clone();
         resolved.base_url = ep.base_url.clone();
-        resolved.context = m.context;
-        resolved.context_source = m.context_source;
+        // The same fallback as the first target's: the model's own
+        // `window:` (or `context:`) when this server says none.
+        let fallback = first
+            .resolved
+            .context
+            .filter(|_| first.resolved.context_source == Some(probe::ContextSource::Config));
+        (resolved.context, resolved.context_source) = match (m.context, fallback) {
+            (Some(c), _) => (Some(c), m.context_source),
+            (None, Some(c)) => (Some(c), Some(probe::ContextSource::Config)),
+            (None, None) => (None, None),
+        };
         resolved.queued_note = None;
         out.push(Target {
             config: first.config.clone(),

@@ -269,7 +269,8 @@ pub async fn register_endpoint(ctx: &Context, args: RegisterArgs) -> Result<Regi
         Some(b) if b.eq_ignore_ascii_case("auto") => None,
         Some(b) => Some(config::Backend::parse(b).ok_or_else(|| {
             Error::Invalid(format!(
-                "unknown backend `{b}`: use llama.cpp, vllm, ollama, lmstudio or other, or leave it out to detect it"
+                "unknown backend `{b}`: use one of {}, or leave it out to detect it",
+                config::Backend::names()
             ))
         })?),
     };

@@ -226,26 +226,28 @@ impl Backend {
             | Backend::Ollama
             | Backend::Lemonade
             | Backend::TabbyApi
-            | Backend::VllmMlx
-            | Backend::KoboldCpp => Counts::NoCache,
-            // LocalAI sends input_tokens 0 in a /v1/messages stream.
-            Backend::LocalAi => Counts::None,
+            | Backend::VllmMlx => Counts::NoCache,
+            // LocalAI sends input_tokens 0 in a /v1/messages stream, and
+            // so does KoboldCpp when it fakes a stream for a request with
+            // tools (koboldcpp.py:7192 at 1.116.1), which is every one of
+            // Claude Code's unless it runs with `--jinja --jinja_tools`.
+            Backend::LocalAi | Backend::KoboldCpp => Counts::None,
         }
     }
 
-    /// Whether a prompt over the window is cut (or run) without an error,
-    /// rather than refused with one.
-    pub fn cuts_silently(self) -> bool {
-        matches!(
-            self,
-            Backend::Ollama
-                | Backend::LmStudio
-                | Backend::KoboldCpp
-                | Backend::Exo
-                | Backend::VllmMlx
-                | Backend::MlxLm
-                | Backend::OpenAi
-        )
+    /// What it does with a prompt over its window, when that is not a
+    /// refusal: how a sentence says it.
+    pub fn over_window(self) -> Option<&'static str> {
+        match self {
+            Backend::Ollama | Backend::LmStudio | Backend::KoboldCpp => {
+                Some("truncates a longer prompt without an error")
+            }
+            Backend::Exo | Backend::VllmMlx | Backend::MlxLm => {
+                Some("checks no window and runs a longer prompt as far as the model goes")
+            }
+            Backend::OpenAi => Some("may cut or run a longer prompt without an error"),
+            _ => None,
+        }
     }
 
     /// Whether no job starts on a model whose window is under the least a
@@ -258,14 +260,20 @@ impl Backend {
     }
 
     /// Whether a job needs a known window to start: the servers that load
-    /// on demand learn theirs at load, llama.cpp and vLLM always say
-    /// theirs, a gateway may not know; on every other server the window
-    /// budget and the truncation guard need one, from the server or from
-    /// `window:`.
+    /// on demand learn theirs at load (Ollama, LM Studio, Lemonade, whose
+    /// `/api/v1/slots` answers for the loaded model only), llama.cpp and
+    /// vLLM always say theirs, a gateway may not know; on every other
+    /// server the window budget and the truncation guard need one, from
+    /// the server or from `window:`.
     pub fn needs_window(self) -> bool {
         !matches!(
             self,
-            Backend::LlamaCpp | Backend::Vllm | Backend::Ollama | Backend::LmStudio | Backend::Other
+            Backend::LlamaCpp
+                | Backend::Vllm
+                | Backend::Ollama
+                | Backend::LmStudio
+                | Backend::Lemonade
+                | Backend::Other
         )
     }
 

@@ -14,7 +14,7 @@ pub struct RegisterEndpointParams {
     pub name: String,
     /// Base URL of the server, http or https, without `/v1` (e.g. `http://10.0.0.5:8080`).
     pub base_url: String,
-    /// `llama.cpp`, `vllm`, `ollama`, `lmstudio` or `other`. Leave out to detect it.
+    /// `llama.cpp`, `vllm`, `ollama`, `lmstudio`, `sglang`, `exo`, `docker-model-runner`, `lemonade`, `localai`, `llamafile`, `jan`, `vllm-mlx`, `mlx-lm`, `tabbyapi`, `koboldcpp`, `openai` (any OpenAI chat-completions server; set `window:` in models.yaml if it says none) or `other`. Leave out to detect it.
     #[serde(default)]
     pub backend: Option<String>,
     /// A label for the machine, used when asking the user to start a model there.

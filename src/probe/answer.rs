@@ -116,6 +116,8 @@ pub enum Owner {
     /// `sglang`, `exo`, `docker`, `lemonade`, `koboldcpp`, `llamafile`,
     /// `vllm-mlx`, `tabbyAPI`, and Jan's `llama.cpp` (with the dot).
     Server(crate::config::Backend),
+    /// `remote`: Jan's cloud-provider models, not served on this machine.
+    Remote,
     Unknown,
 }
 
@@ -129,6 +131,8 @@ impl From<String> for Owner {
             Owner::LlamaCpp
         } else if let Some(b) = super::others::owner(&s) {
             Owner::Server(b)
+        } else if s == "remote" {
+            Owner::Remote
         } else {
             Owner::Unknown
         }

@@ -203,7 +203,11 @@ pub fn http(ep: &Endpoint, path: &str, status: u16, body: &[u8]) -> (FailureKind
 pub fn bad_body(ep: &Endpoint, path: &str, body: &[u8]) -> (FailureKind, String) {
     let what = ep
         .backend
-        .map(|b| b.title())
+        .map(|b| match b {
+            crate::config::Backend::OpenAi => "OpenAI-compatible",
+            crate::config::Backend::Other => "model",
+            b => b.title(),
+        })
         .unwrap_or("model");
     let start = short(&String::from_utf8_lossy(&body[..body.len().min(80)]));
     (

@@ -179,21 +179,35 @@ async fn fetch_others(ep: &Endpoint, deadline: Instant) -> others::Answers {
             None
         }
     };
-    let configure = if ep.base_url.trim_end_matches('/').ends_with("/engines") {
-        "/_configure"
-    } else {
-        "/engines/_configure"
+    // Under a base_url of `…/engines` or `…/engines/llama.cpp`, the root
+    // is above `/engines`: so many levels up, then its own path.
+    let below = ep
+        .base_url
+        .trim_end_matches('/')
+        .rsplit('/')
+        .position(|seg| seg == "engines")
+        .filter(|_| !ep.base_url.ends_with("://"));
+    let configure = match below {
+        Some(0) => "/_configure",
+        Some(1) => "/../_configure",
+        _ => "/engines/_configure",
     };
     let tabby = want(Backend::TabbyApi);
     let kobold = want(Backend::KoboldCpp);
-    let (version, window, info, model, localai, dmr, slots) = tokio::join!(
+    let lemonade = want(Backend::Lemonade);
+    let (version, window, info, model, localai, dmr, (slots, health)) = tokio::join!(
         get("/api/extra/version", kobold),
         get("/api/extra/true_max_context_length", kobold),
         get("/.well-known/serviceinfo", tabby || kobold),
         get("/v1/model", tabby),
         get("/.well-known/localai.json", want(Backend::LocalAi)),
         get(configure, want(Backend::DockerModelRunner)),
-        get("/api/v1/slots", want(Backend::Lemonade)),
+        async {
+            tokio::join!(
+                get("/api/v1/slots", lemonade),
+                get("/api/v1/health", lemonade)
+            )
+        },
     );
     let list = |b: Option<Vec<u8>>| {
         b.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
@@ -207,6 +221,7 @@ async fn fetch_others(ep: &Endpoint, deadline: Instant) -> others::Answers {
         localai: localai.as_deref().and_then(answer::parse),
         dmr_runners: list(dmr).and_then(|v| answer::Field::<_, false>::from_value(v).into_value()),
         lemonade_slots: slots.as_deref().and_then(answer::slots),
+        lemonade_health: health.as_deref().and_then(answer::parse),
     }
 }
 

@@ -179,14 +179,10 @@ pub fn small_window(backend: Backend, id: &str, window: u64) -> Option<String> {
     if !backend.refuses_small_window() || window >= MIN_WINDOW {
         return None;
     }
-    let silently = if backend.cuts_silently() {
-        format!(
-            ", and {} truncates a longer prompt without an error",
-            backend.title()
-        )
-    } else {
-        String::new()
-    };
+    let silently = backend
+        .over_window()
+        .map(|w| format!(", and {} {w}", backend.title()))
+        .unwrap_or_default();
     let fix = match backend {
         Backend::LmStudio => format!(
             "load it with a larger context length: `lms load {id} --context-length 65536` (or the app's model settings)"

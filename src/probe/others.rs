@@ -52,6 +52,24 @@ pub(super) fn owner(s: &str) -> Option<Backend> {
     })
 }
 
+/// Whether `b` is read here (not by `read.rs` or `local.rs`).
+fn ours(b: Backend) -> bool {
+    !matches!(
+        b,
+        Backend::LlamaCpp | Backend::Vllm | Backend::Ollama | Backend::LmStudio | Backend::Other
+    )
+}
+
+/// The `owned_by` a backend's server writes ([`owner`]'s inverse).
+fn owner_name(b: Backend) -> &'static str {
+    match b {
+        Backend::DockerModelRunner => "docker",
+        Backend::Jan => "llama.cpp",
+        Backend::TabbyApi => "tabbyAPI",
+        b => b.as_str(),
+    }
+}
+
 /// `{"value": N}`: KoboldCpp's `/api/extra/true_max_context_length`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -133,6 +151,15 @@ pub(super) struct Answers {
     /// Lemonade's `/api/v1/slots`: llama-server's `/slots` of the loaded
     /// model.
     pub(super) lemonade_slots: Option<Vec<Object<answer::Slot>>>,
+    /// Lemonade's `/api/v1/health`: which model that is.
+    pub(super) lemonade_health: Option<LemonadeHealth>,
+}
+
+/// Lemonade's `/api/v1/health` (src/cpp/server/server.cpp).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct LemonadeHealth {
+    model_loaded: Field<String>,
 }
 
 /// Which paths a probe of an endpoint declared `declared` asks here.
@@ -159,20 +186,30 @@ pub(super) fn detect(
     a: &Answers,
 ) -> Option<Backend> {
     if let Some(b) = declared {
-        return (b.needs_window() || b == Backend::Llamafile).then_some(b);
+        return ours(b).then_some(b);
     }
     let named = |s: &str| a.serviceinfo.as_ref().and_then(|i| i.software.value()).and_then(|s| s.name.value()).is_some_and(|n| n.eq_ignore_ascii_case(s));
-    if a.kobold_version.as_ref().and_then(|v| v.result.value()).is_some_and(|r| r == "KoboldCpp") || named("KoboldCpp") {
-        return Some(Backend::KoboldCpp);
-    }
+    // First: TabbyAPI with its Kobold API on answers KoboldCpp's version
+    // path as KoboldCpp (endpoints/Kobold/router.py, "Impersonate
+    // Koboldcpp").
     if named("TabbyAPI") {
         return Some(Backend::TabbyApi);
+    }
+    if a.kobold_version.as_ref().and_then(|v| v.result.value()).is_some_and(|r| r == "KoboldCpp") || named("KoboldCpp") {
+        return Some(Backend::KoboldCpp);
     }
     if a.localai.as_ref().is_some_and(|l| l.version.value().is_some() && l.endpoints.value().is_some()) {
         return Some(Backend::LocalAi);
     }
+    // An `owned_by` that is only the id's namespace (Ollama's is the
+    // model's: `exo/…`, `docker/…` pulled from a user of that name) says
+    // nothing of the server.
     if let Some(b) = data.iter().find_map(|m| match m.owned_by.value() {
-        Some(answer::Owner::Server(b)) => Some(*b),
+        Some(answer::Owner::Server(b))
+            if !m.id.value().is_some_and(|id| id.starts_with(&format!("{}/", owner_name(*b)))) =>
+        {
+            Some(*b)
+        }
         _ => None,
     }) {
         return Some(b);
@@ -201,6 +238,8 @@ pub(super) fn read(
     st.up = true;
     st.models = data
         .iter()
+        // Jan's cloud-provider models: a job there would leave the machine.
+        .filter(|m| m.owned_by.value() != Some(&answer::Owner::Remote))
         .map(|m| {
             let id = m.id.value().cloned().unwrap_or_default();
             let (context, source) = window(backend, &id, m, props, a).unzip();
@@ -239,6 +278,9 @@ fn window(
         Backend::Lemonade => positive(m.context_length.value().copied())
             .map(|c| (c, ContextSource::ContextLength))
             .or_else(|| {
+                // The slots are the loaded model's only.
+                let health = a.lemonade_health.as_ref()?;
+                (health.model_loaded.value().map(String::as_str) == Some(id)).then_some(())?;
                 let slot = a.lemonade_slots.as_ref()?.first()?.value()?;
                 positive(slot.n_ctx.value().copied()).map(|c| (c, ContextSource::SlotsNCtx))
             }),
@@ -263,7 +305,7 @@ fn window(
 /// config says the window of `id` on endpoint `endpoint`.
 pub fn no_window(backend: Backend, endpoint: &str, id: &str) -> String {
     format!(
-        "{id} on `{endpoint}`: {} does not say its window, and the window budget and the truncation guard need it, so no job starts on it: set `window:` on endpoint `{endpoint}` in models.yaml to the tokens a request may have there (e.g. `window: 65536`)",
+        "{id} on `{endpoint}`: {} does not say its window, and the window budget and the truncation guard need it, so no job starts on it: set `window:` on endpoint `{endpoint}` in models.yaml to the tokens a request may have there (e.g. `window: 65536`), or on the model's entry under `models:`",
         backend.title()
     )
 }
@@ -298,5 +340,31 @@ pub fn guard_note(backend: Backend) -> Option<String> {
             backend.title()
         )),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(models: &str) -> Vec<answer::ModelEntry> {
+        let list: answer::ModelList = answer::parse(models.as_bytes()).unwrap();
+        list.data
+            .into_value()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.into_value().unwrap())
+            .collect()
+    }
+
+    /// Ollama's `owned_by` is the model's namespace: a model pulled as
+    /// `exo/…` does not make Ollama exo.
+    #[test]
+    fn an_owned_by_that_is_only_the_namespace_says_nothing() {
+        let none = Answers::default();
+        let pulled = entries(r#"{"object":"list","data":[{"id":"exo/qwen3:8b","object":"model","owned_by":"exo"}]}"#);
+        assert_eq!(detect(None, &pulled, None, &none), None);
+        let served = entries(r#"{"object":"list","data":[{"id":"mlx-community/Qwen3","object":"model","owned_by":"exo"}]}"#);
+        assert_eq!(detect(None, &served, None, &none), Some(Backend::Exo));
     }
 }

@@ -153,7 +153,7 @@ fn endpoint_findings(
         }
         up_endpoint_findings(ctx, &st, &losses, out);
         small_window_refusals(&st, out);
-        window_and_guard(&st, out);
+        window_and_guard(config, &st, out);
         for l in runaways.iter().filter(|l| l.endpoint == st.name) {
             out.push((Level::Warn, l.line(crate::jobs::metrics::SLOT_LOSS_DAYS)));
         }
@@ -171,12 +171,25 @@ fn small_window_refusals(st: &probe::EndpointStatus, out: &mut Vec<(Level, Strin
 /// A server that says no window of a model and has no `window:`: no job
 /// starts there; and what the truncation guard can still check where the
 /// server's answers count less than everything (issue 54).
-fn window_and_guard(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) {
+fn window_and_guard(
+    config: &crate::config::Config,
+    st: &probe::EndpointStatus,
+    out: &mut Vec<(Level, String)>,
+) {
     let Some(backend) = crate::config::Backend::parse(&st.backend) else {
         return;
     };
+    // A model entry's own `window:` (or `context:`) gives it one.
+    let entry_says = |id: &str| {
+        config.models.iter().any(|e| {
+            e.context.is_some() && (e.name == id || e.served_name.as_deref() == Some(id))
+        })
+    };
     if backend.needs_window()
-        && let Some(m) = st.models.iter().find(|m| m.context.is_none())
+        && let Some(m) = st
+            .models
+            .iter()
+            .find(|m| m.context.is_none() && !entry_says(&m.id))
     {
         out.push((
             Level::Fail,
@@ -186,6 +199,22 @@ fn window_and_guard(st: &probe::EndpointStatus, out: &mut Vec<(Level, String)>) 
     if let Some(note) = probe::guard_note(backend) {
         out.push((Level::Warn, format!("endpoint {}: {note}", st.name)));
     }
+}
+
+/// The note on a model under the smallest window, with the server's fix;
+/// empty when none is.
+fn small_note(st: &probe::EndpointStatus) -> String {
+    if !st
+        .models
+        .iter()
+        .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW))
+    {
+        return String::new();
+    }
+    let fix = crate::config::Backend::parse(&st.backend)
+        .map(|b| b.window_fix("MODEL"))
+        .unwrap_or_else(|| "give each slot 16,384 or more".into());
+    format!("; under 16,384 per slot a delegate's conversation has no room (issue 45's measure): {fix}")
 }
 
 /// The doctor's lines on an endpoint that is up: its models and windows,
@@ -209,16 +238,8 @@ fn up_endpoint_findings(
             )
         })
         .collect();
-    let small = st
-        .models
-        .iter()
-        .any(|m| m.context.is_some_and(|c| c < probe::MIN_WINDOW));
-    let lvl = if small { Level::Warn } else { Level::Ok };
-    let extra = if small {
-        "; under 16,384 per slot a delegate's conversation has no room (issue 45's measure): raise -c or lower --parallel"
-    } else {
-        ""
-    };
+    let extra = small_note(st);
+    let lvl = if extra.is_empty() { Level::Ok } else { Level::Warn };
     out.push((
         lvl,
         format!(

@@ -73,6 +73,10 @@ pub(crate) async fn count_tokens(route: Arc<Route>, body: Bytes) -> Response {
         finish_record(&route, rec, started, &notes);
         json_response(200, &out)
     };
+    // A server without /v1/messages has no count_tokens either.
+    if !route.backend.has_messages() {
+        return estimate(rec, notes);
+    }
     let out = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
     match send(&route, "/v1/messages/count_tokens", out, false, None, &mut notes).await {
         Err(e) => send_failed(&route, e, rec, started, notes),

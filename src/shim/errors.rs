@@ -115,6 +115,18 @@ static SGLANG: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)")
         .expect("regex")
 });
+// SGLang, the prompt and `max_tokens` together (tokenizer_manager.py
+// 1370-1377 at 0.5.23): Claude Code's large `max_tokens` meets it first.
+static SGLANG_TOTAL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"maximum context length of (\d+) tokens\. You requested a total of \d+ tokens: (\d+) tokens from the input messages and (\d+) tokens for the completion")
+        .expect("regex")
+});
+// SGLang's KV pool, and TabbyAPI's cache (common/errors.py:67-70): the
+// limit only.
+static POOL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)|requires (\d+) cache tokens, which exceeds the available context size of (\d+) tokens")
+        .expect("regex")
+});
 // TabbyAPI (common/errors.py:51-54 at e632af4).
 static TABBY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"Prompt length (\d+) exceeds the available context size of (\d+) tokens")
@@ -192,6 +204,20 @@ pub fn overflow(body: &Value, window: Option<u64>) -> Option<Overflow> {
             prompt: n(&c, 3),
             max: n(&c, 1),
             requested_output: n(&c, 4),
+        });
+    }
+    if let Some(c) = SGLANG_TOTAL.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 2),
+            max: n(&c, 1),
+            requested_output: n(&c, 3),
+        });
+    }
+    if let Some(c) = POOL.captures(&msg) {
+        return Some(Overflow {
+            prompt: n(&c, 1),
+            max: n(&c, 2).or_else(|| n(&c, 4)),
+            requested_output: None,
         });
     }
     if let Some(c) = SGLANG.captures(&msg).or_else(|| TABBY.captures(&msg)) {
@@ -670,6 +696,18 @@ mod tests {
             let tr = t(status, body.clone());
             assert_eq!(tr.status, 400, "{body}");
             assert_eq!(msg(&tr), "prompt is too long: 40000 tokens > 32768 maximum", "{body}");
+        }
+        // SGLang's prompt and max_tokens together, and its KV pool.
+        let total = json!({"object":"error","message":"Requested token count exceeds the model's maximum context length of 32768 tokens. You requested a total of 60000 tokens: 28000 tokens from the input messages and 32000 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.","type":"BadRequestError","param":null,"code":400});
+        assert!(overflow(&total, None).is_some_and(|o| o.prompt == Some(28000) && o.max == Some(32768) && o.requested_output == Some(32000)));
+        let pool = json!({"object":"error","message":"Input length (40000 tokens) exceeds the maximum allowed length (32768 tokens). Use a shorter input or enable --allow-auto-truncate.","type":"BadRequestError","param":null,"code":400});
+        let tabby = json!({"error":{"message":"Initial job allocation requires 40000 cache tokens, which exceeds the available context size of 32768 tokens","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}});
+        // TabbyAPI's count is the prompt and max_tokens together: the
+        // prompt is said as one over the limit.
+        for (body, said) in [(pool, 40000), (tabby, 32769)] {
+            let tr = t(400, body.clone());
+            assert_eq!(tr.status, 400, "{body}");
+            assert_eq!(msg(&tr), format!("prompt is too long: {said} tokens > 32768 maximum"), "{body}");
         }
     }
 

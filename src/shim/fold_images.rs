@@ -9,9 +9,10 @@
 //! LocalAI, vllm-mlx and exo drop the image without a word
 //! (docs/servers/), so the model answers about a picture it never saw.
 //! Each of them takes an image in a user message's own content, so the
-//! image moves there: right after the tool result it belonged to, which
-//! keeps a note of where it went. The request stays append-only: every
-//! turn lifts the same images the same way.
+//! image moves there: after the message's last tool result (tool results
+//! stay first, as Anthropic's order and strict converters want), and the
+//! result it came from keeps a note that says so. The request stays
+//! append-only: every turn lifts the same images the same way.
 
 use serde_json::{Value, json};
 
@@ -21,17 +22,20 @@ pub fn may_hold(raw: &str) -> bool {
     raw.contains("\"tool_result\"") && raw.contains("\"image\"")
 }
 
-/// Move each image out of the tool results of a user message, to just
-/// after its tool result; how many moved.
+/// Move each image out of the tool results of a user message, to after
+/// its last tool result, in order; how many moved.
 pub fn lift(msg: &mut Value) -> usize {
     let Some(blocks) = msg.get_mut("content").and_then(Value::as_array_mut) else {
         return 0;
     };
+    let is_result = |b: &Value| b.get("type").and_then(Value::as_str) == Some("tool_result");
+    let Some(last) = blocks.iter().rposition(is_result) else {
+        return 0;
+    };
     let mut out = Vec::with_capacity(blocks.len());
-    let mut moved = 0;
-    for mut block in blocks.drain(..) {
-        let mut images = Vec::new();
-        if block.get("type").and_then(Value::as_str) == Some("tool_result")
+    let mut lifted = Vec::new();
+    for (i, mut block) in blocks.drain(..).enumerate() {
+        if is_result(&block)
             && let Some(parts) = block.get_mut("content").and_then(Value::as_array_mut)
         {
             let (imgs, rest): (Vec<Value>, Vec<Value>) = parts
@@ -40,20 +44,21 @@ pub fn lift(msg: &mut Value) -> usize {
             *parts = rest;
             if !imgs.is_empty() {
                 parts.push(json!({"type": "text", "text": format!(
-                    "[{} image{} of this result follow{} it]",
+                    "[{} image{} of this result follow{} the tool results]",
                     imgs.len(),
                     if imgs.len() == 1 { "" } else { "s" },
                     if imgs.len() == 1 { "s" } else { "" },
                 )}));
             }
-            images = imgs;
+            lifted.extend(imgs);
         }
-        moved += images.len();
         out.push(block);
-        out.extend(images);
+        if i == last {
+            out.append(&mut lifted.clone());
+        }
     }
     *blocks = out;
-    moved
+    lifted.len()
 }
 
 #[cfg(test)]
@@ -74,7 +79,7 @@ mod tests {
             msg["content"],
             json!([
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
-                    {"type": "text", "text": "[1 image of this result follows it]"}]},
+                    {"type": "text", "text": "[1 image of this result follows the tool results]"}]},
                 img,
                 {"type": "text", "text": "what is in it?"}
             ])
@@ -83,5 +88,22 @@ mod tests {
         let again = msg.clone();
         assert_eq!(lift(&mut msg), 0);
         assert_eq!(msg, again);
+    }
+
+    /// Parallel Reads of two pictures: both results first, then both
+    /// images, in order.
+    #[test]
+    fn two_results_keep_their_place_and_the_images_follow_both() {
+        let img = |d: &str| json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": d}});
+        let mut msg = json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": [img("A")]},
+            {"type": "tool_result", "tool_use_id": "b", "content": [{"type": "text", "text": "b.png"}, img("B")]}
+        ]});
+        assert_eq!(lift(&mut msg), 2);
+        let kinds: Vec<&str> = msg["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["tool_result", "tool_result", "image", "image"]);
+        assert_eq!(msg["content"][2], img("A"));
+        assert_eq!(msg["content"][3], img("B"));
+        assert_eq!(msg["content"][1]["content"][0]["text"], "b.png");
     }
 }

@@ -2350,6 +2350,7 @@ async fn t25_the_chat_wire_renders_what_messages_renders() {
     let chat = Wire::Chat(Pin {
         slot: Some(0),
         timings: true,
+        plain: false,
     });
     let mut body = captured_turn_with_a_tool_error().await;
     body["stream"] = json!(false);

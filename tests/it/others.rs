@@ -45,6 +45,7 @@ fn fix(kind: Kind) -> &'static str {
         Kind::MlxLm => "mlx_lm.server checks no window",
         Kind::TabbyApi => "raise `max_seq_len` and `cache_size` in TabbyAPI's config.yml",
         Kind::KoboldCpp => "restart KoboldCpp with a larger `--contextsize`",
+        // (the fixes name the served id, `koboldcpp/…` on KoboldCpp)
         Kind::OpenAi => "give the model a larger window on its server",
     }
 }
@@ -66,7 +67,7 @@ async fn recognised(kind: Kind, fake: &FakeOther, base_url: &str) {
     assert_eq!(ep["backend"], kind.backend(), "{kind:?}: {ep}");
     assert_eq!(ep["backend_detected"], kind.recognised(), "{kind:?}: {ep}");
     assert!(ep["kind"].is_null(), "{kind:?}: {ep}");
-    let m = by_id(&ep, MODEL);
+    let m = by_id(&ep, &kind.served(MODEL));
     assert_eq!(m["context"], 65536, "{kind:?}: {ep}");
     assert_eq!(m["context_source"], kind.context_source(), "{kind:?}: {ep}");
     eprintln!(
@@ -81,7 +82,10 @@ async fn recognised(kind: Kind, fake: &FakeOther, base_url: &str) {
 async fn a_job(kind: Kind) {
     let fake = fake_others::spawn(kind, MODEL, 65536).await;
     let e = env(kind, fake.url(), 65536, "");
-    a_64k_job(&e, MODEL, || fake.seen().requests.into_iter().next()).await;
+    a_64k_job(&e, &kind.served(MODEL), || {
+        fake.seen().requests.into_iter().next()
+    })
+    .await;
     assert_eq!(
         !fake.seen().chat_bodies.is_empty(),
         on_chat(kind),
@@ -98,26 +102,49 @@ async fn a_job(kind: Kind) {
     }
 }
 
-/// A silent cut past a 32,768 window (16,384 where a stream counts no
-/// input, so only the window sign can see it) ends the job at that turn
-/// with the truncation sentence and the server's fix.
+/// A silent cut past a 32,768 window ends the job at that turn with the
+/// truncation sentence and the server's fix. Where a stream counts no
+/// input, or the server runs a longer prompt whole and counts it all
+/// (exo, vllm-mlx, mlx_lm.server), only the window sign can see it: the
+/// window is 16,384, under the request's bound.
 async fn a_silent_cut(kind: Kind) {
-    let window = if kind == Kind::LocalAi { 16384 } else { 32768 };
+    let window = if kind.counts_no_input() || kind.runs_over() {
+        16384
+    } else {
+        32768
+    };
+    let model = kind.served(MODEL);
     let fake = fake_others::spawn(kind, MODEL, window).await;
     let e = env(kind, fake.url(), window, "  window_budget: false\n");
     let file = crate::truncation::dense_file(&e);
     fake.set_script(crate::truncation::reading(vec![file]));
     let rec = localagents_json(
         &e,
-        &["run", "--model", MODEL, "--json", "Read dense/table.c."],
+        &["run", "--model", &model, "--json", "Read dense/table.c."],
     )
     .await;
     assert_eq!(rec["context"], window, "{kind:?}: {rec}");
-    crate::truncation::caught_at_the_first_cut(
-        kind.backend(),
-        &rec,
-        &fake.seen().truncations,
-        fix(kind),
+    let seen = fake.seen().truncations;
+    if !kind.runs_over() {
+        crate::truncation::caught_at_the_first_cut(kind.backend(), &rec, &seen, fix(kind));
+        return;
+    }
+    // Run whole: caught at the first request over the window, by the
+    // window sign, and nothing after it.
+    assert_eq!(rec["status"], "failed", "{kind:?}: {rec}");
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(fix(kind)),
+        "{rec}"
+    );
+    assert_eq!(rec["model_faults"]["truncated"]["sign"], "window", "{rec}");
+    let over = seen.iter().position(|(_, whole, _)| *whole > window);
+    assert_eq!(
+        over,
+        Some(seen.len() - 1),
+        "{kind:?}: nothing after it: {seen:?}"
     );
 }
 
@@ -130,7 +157,7 @@ async fn every_check(kind: Kind) {
     }
     let small = fake_others::spawn(kind, MODEL, 4096).await;
     let e = env(kind, small.url(), 4096, "");
-    refused_with_the_fix(&e, MODEL, fix(kind)).await;
+    refused_with_the_fix(&e, &kind.served(MODEL), fix(kind)).await;
     assert!(
         small.seen().requests.is_empty(),
         "{kind:?}: a job started: {:?}",

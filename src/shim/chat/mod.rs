@@ -51,19 +51,28 @@ pub enum Wire {
 /// `/v1/messages`.
 pub fn choose(backend: Backend, setting: Option<WireSetting>, slot: Option<u64>) -> Wire {
     let timings = backend == Backend::LlamaCpp;
+    // A gateway (`other`) may front llama.cpp: it keeps llama.cpp's form.
+    let plain = !matches!(backend, Backend::LlamaCpp | Backend::Other);
     let unpinned = Wire::Chat(request::Pin {
         slot: None,
         timings: false,
+        plain,
     });
     if !backend.has_messages() {
         return unpinned;
     }
     match setting {
         Some(WireSetting::Messages) => Wire::Messages,
-        Some(WireSetting::Chat) => Wire::Chat(request::Pin { slot, timings }),
-        None if backend == Backend::LlamaCpp && slot.is_some() => {
-            Wire::Chat(request::Pin { slot, timings })
-        }
+        Some(WireSetting::Chat) => Wire::Chat(request::Pin {
+            slot,
+            timings,
+            plain,
+        }),
+        None if backend == Backend::LlamaCpp && slot.is_some() => Wire::Chat(request::Pin {
+            slot,
+            timings,
+            plain,
+        }),
         None if backend.speaks() == Speaks::Chat => unpinned,
         None => Wire::Messages,
     }
@@ -99,7 +108,13 @@ mod tests {
 
     #[test]
     fn the_wire_is_chat_for_a_llama_cpp_job_with_a_slot_unless_set() {
-        let pin = |slot| Wire::Chat(request::Pin { slot, timings: true });
+        let pin = |slot| {
+            Wire::Chat(request::Pin {
+                slot,
+                timings: true,
+                plain: false,
+            })
+        };
         assert_eq!(choose(Backend::LlamaCpp, None, Some(1)), pin(Some(1)));
         assert_eq!(choose(Backend::LlamaCpp, None, None), Wire::Messages);
         assert_eq!(choose(Backend::Vllm, None, Some(0)), Wire::Messages);
@@ -112,7 +127,8 @@ mod tests {
             choose(Backend::Other, Some(WireSetting::Chat), Some(2)),
             Wire::Chat(request::Pin {
                 slot: Some(2),
-                timings: false
+                timings: false,
+                plain: false,
             })
         );
         // A server without /v1/messages: chat, never pinned, whatever
@@ -120,6 +136,7 @@ mod tests {
         let unpinned = Wire::Chat(request::Pin {
             slot: None,
             timings: false,
+            plain: true,
         });
         for b in [Backend::OpenAi, Backend::MlxLm, Backend::TabbyApi] {
             assert_eq!(choose(b, Some(WireSetting::Messages), Some(1)), unpinned, "{b:?}");

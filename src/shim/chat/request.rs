@@ -166,6 +166,12 @@ pub struct Pin {
     pub slot: Option<u64>,
     /// Ask llama-server for `timings` on every chunk.
     pub timings: bool,
+    /// A server that is not llama.cpp: OpenAI's own order (a user
+    /// message's tool results first, right after the assistant's calls,
+    /// then its text: strict servers and templates refuse a user message
+    /// between the calls and their results) and none of llama.cpp's own
+    /// fields (`top_k`, `chat_template_kwargs`, `thinking_budget_tokens`).
+    pub plain: bool,
 }
 
 /// Why a body could not be turned into a chat-completions request.
@@ -200,11 +206,11 @@ pub fn to_chat(body: &[u8], pin: Pin) -> Result<Vec<u8>, Refused> {
     };
     if let Value::Array(list) = listed {
         for m in list {
-            convert_message(m, &mut messages);
+            convert_message(m, &mut messages, pin.plain);
         }
     }
     out.insert("messages".into(), Value::Array(messages));
-    params(&inc, &mut out);
+    params(&inc, &mut out, pin.plain);
     if let Some(slot) = pin.slot {
         out.insert("id_slot".into(), slot.into());
     }
@@ -254,7 +260,7 @@ pub fn even_billing_stamp(text: &str) -> String {
 /// One message, converted onto `out`: as it is when its content is not a
 /// list (an assistant message without content is left out), else its
 /// text, thinking and calls as one message and its results after it.
-fn convert_message(m: &Value, out: &mut Vec<Value>) {
+fn convert_message(m: &Value, out: &mut Vec<Value>, plain: bool) {
     let msg = Message::deserialize(m).unwrap_or_default();
     let role = msg.role.unwrap_or_default();
     let Some(content) = msg.content else {
@@ -292,6 +298,9 @@ fn convert_message(m: &Value, out: &mut Vec<Value>) {
             })),
             _ => {}
         }
+    }
+    if plain {
+        out.append(&mut results);
     }
     if !parts.is_empty() || !calls.is_empty() || !reasoning.is_empty() {
         let mut new = Map::new();
@@ -365,7 +374,7 @@ fn result_content(content: Option<&Value>) -> Value {
 }
 
 /// The tools, the choice of tool and the sampling settings.
-fn params(inc: &Incoming, out: &mut Map<String, Value>) {
+fn params(inc: &Incoming, out: &mut Map<String, Value>, plain: bool) {
     if let Some(tools) = &inc.tools {
         let list: Vec<Value> = tools
             .iter()
@@ -396,19 +405,20 @@ fn params(inc: &Incoming, out: &mut Map<String, Value>) {
     }
     let max = inc.max_tokens.clone().unwrap_or_else(|| 4096.into());
     out.insert("max_tokens".into(), max);
-    for (key, v) in [
-        ("temperature", &inc.temperature),
-        ("top_p", &inc.top_p),
-        ("top_k", &inc.top_k),
-        ("stream", &inc.stream),
-        ("chat_template_kwargs", &inc.chat_template_kwargs),
+    for (key, v, llama) in [
+        ("temperature", &inc.temperature, false),
+        ("top_p", &inc.top_p, false),
+        ("top_k", &inc.top_k, true),
+        ("stream", &inc.stream, false),
+        ("chat_template_kwargs", &inc.chat_template_kwargs, true),
     ] {
-        if let Some(v) = v {
+        if let Some(v) = v.as_ref().filter(|_| !(plain && llama)) {
             out.insert(key.into(), v.clone());
         }
     }
     if let Some(t) = &inc.thinking
         && t.kind.as_deref() == Some("enabled")
+        && !plain
     {
         out.insert(
             "thinking_budget_tokens".into(),
@@ -456,7 +466,7 @@ mod tests {
             "thinking": {"type": "enabled", "budget_tokens": 1024},
             "metadata": {"user_id": "u"}
         });
-        let out = chat(body, Pin { slot: Some(1), timings: true });
+        let out = chat(body, Pin { slot: Some(1), timings: true, plain: false });
         assert_eq!(
             out,
             json!({
@@ -541,5 +551,34 @@ mod tests {
         ] {
             assert_eq!(even_billing_stamp(t), t);
         }
+    }
+
+    /// For a server that is not llama.cpp (issue 54): a user message's
+    /// tool results go first, right after the calls, then its text, as
+    /// OpenAI's own order has it; and llama.cpp's own fields stay home.
+    #[test]
+    fn a_plain_server_gets_the_results_first_and_no_llama_fields() {
+        let body = json!({"model": "m", "max_tokens": 64, "top_k": 20,
+            "chat_template_kwargs": {"enable_thinking": false},
+            "thinking": {"type": "enabled", "budget_tokens": 512},
+            "messages": [
+                {"role": "user", "content": "Read a."},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "a"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "A"},
+                    {"type": "text", "text": "go on"}]}]});
+        let roles = |v: &Value| -> Vec<String> {
+            v["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_string()).collect()
+        };
+        let llama = chat(body.clone(), Pin::default());
+        assert_eq!(roles(&llama), ["user", "assistant", "user", "tool"]);
+        assert_eq!(llama["top_k"], 20);
+        assert_eq!(llama["thinking_budget_tokens"], 512);
+        let plain = chat(body, Pin { plain: true, ..Pin::default() });
+        assert_eq!(roles(&plain), ["user", "assistant", "tool", "user"]);
+        for k in ["top_k", "chat_template_kwargs", "thinking_budget_tokens"] {
+            assert!(plain.get(k).is_none(), "{k}: {plain}");
+        }
+        assert_eq!(plain["max_tokens"], 64);
     }
 }

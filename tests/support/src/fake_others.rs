@@ -120,6 +120,29 @@ impl Kind {
         }
     }
 
+    /// The id it serves `model` under: KoboldCpp names every model
+    /// `koboldcpp/<name>` (koboldcpp.py:11456 at 1.116.1).
+    pub fn served(self, model: &str) -> String {
+        match self {
+            Kind::KoboldCpp => format!("koboldcpp/{model}"),
+            _ => model.to_string(),
+        }
+    }
+
+    /// Whether it checks no window and runs a longer prompt, counting all
+    /// of it (exo: docs/servers/exo.md §c; vllm-mlx issue #795; mlx_lm,
+    /// mlx-examples#1170); a plain OpenAI server is taken to do the same.
+    /// The others cut it (the rest of this file's header says why).
+    pub fn runs_over(self) -> bool {
+        matches!(self, Kind::Exo | Kind::VllmMlx | Kind::MlxLm | Kind::OpenAi)
+    }
+
+    /// Whether its stream counts no input, so that only the window can
+    /// show a request too long.
+    pub fn counts_no_input(self) -> bool {
+        matches!(self, Kind::LocalAi | Kind::KoboldCpp)
+    }
+
     /// Whether it serves Anthropic's `/v1/messages`.
     fn messages(self) -> bool {
         !matches!(self, Kind::MlxLm | Kind::TabbyApi | Kind::OpenAi)
@@ -132,8 +155,10 @@ impl Kind {
             // LocalAI: input_tokens 0 in a stream (core/http/endpoints/
             // anthropic/messages.go); exo (src/exo/api/adapters/
             // claude.py) and vllm-mlx (server.py:5956-5959, 6172-6177)
-            // likewise.
-            Kind::LocalAi | Kind::Exo | Kind::VllmMlx => Usage::Zero,
+            // likewise; KoboldCpp fakes the stream of a request with tools
+            // with usage 0 unless it runs with --jinja_tools
+            // (koboldcpp.py:7192 at 1.116.1).
+            Kind::LocalAi | Kind::Exo | Kind::VllmMlx | Kind::KoboldCpp => Usage::Zero,
             _ => Usage::NoCache,
         }
     }
@@ -303,6 +328,12 @@ impl Kind {
                     json!({"default_generation_settings": {"n_ctx": w}, "total_slots": 1, "chat_template": ""}),
                 ),
                 ("/health", json!({"status": "healthy", "issues": []})),
+                // endpoints/Kobold/router.py with api_servers [OAI, kobold]:
+                // "Impersonate Koboldcpp".
+                (
+                    "/api/extra/version",
+                    json!({"result": "KoboldCpp", "version": "1.74"}),
+                ),
             ],
             Kind::KoboldCpp => vec![
                 // koboldcpp.py:1446-1464, 6099-6102 at 1.116.1.
@@ -314,12 +345,12 @@ impl Kind {
                 // 6316-6340: llama.cpp's /props, imitated; 6252-6258 Ollama's.
                 (
                     "/props",
-                    json!({"chat_template": "", "id": 0, "id_task": -1, "total_slots": 1, "modalities": {"vision": false, "audio": false}, "model_path": format!("koboldcpp/{m}"), "n_ctx": w, "default_generation_settings": {"n_ctx": w}}),
+                    json!({"chat_template": "", "id": 0, "id_task": -1, "total_slots": 1, "modalities": {"vision": false, "audio": false}, "model_path": m, "n_ctx": w, "default_generation_settings": {"n_ctx": w}}),
                 ),
                 ("/api/version", json!({"version": "0.7.0"})),
                 (
                     "/api/ps",
-                    json!({"models": [{"name": format!("koboldcpp/{m}"), "model": format!("koboldcpp/{m}"), "size": 0, "digest": "", "details": {}}]}),
+                    json!({"models": [{"name": m, "model": m, "size": 0, "digest": "", "details": {}}]}),
                 ),
             ],
             _ => vec![],
@@ -390,7 +421,11 @@ fn answer(st: &OthersState, req: &Value, bytes: usize, usage: Usage) -> Response
             .into_response();
     }
     let whole = super::tokens::count(req);
-    let input = super::tokens::silently_cut(req, whole, st.window);
+    let input = if st.kind.runs_over() {
+        whole
+    } else {
+        super::tokens::silently_cut(req, whole, st.window)
+    };
     st.seen
         .lock()
         .unwrap()
@@ -464,6 +499,7 @@ async fn record(
 /// A stand-in for `kind` serving `model` with a `window` (the one it
 /// says, where it says one; the one it cuts at).
 pub async fn spawn(kind: Kind, model: &str, window: u64) -> FakeOther {
+    let model = &kind.served(model);
     let state = Arc::new(OthersState {
         kind,
         model: model.to_string(),

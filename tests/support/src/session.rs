@@ -136,6 +136,7 @@ pub async fn send_on(url: &str, body: &Value, slot: Option<u64>) -> Turn {
             let pin = localagents::shim::chat::request::Pin {
                 slot: Some(slot),
                 timings: true,
+                plain: false,
             };
             let chat =
                 localagents::shim::chat::request::to_chat(b.to_string().as_bytes(), pin).unwrap();
