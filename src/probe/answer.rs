@@ -337,6 +337,18 @@ pub fn slots(body: &[u8]) -> Option<Vec<Object<Slot>>> {
 
 pub use crate::anthropic::ErrorBody;
 
+/// A `/v1/models` body's entries, for the readers' tests.
+#[cfg(test)]
+pub(super) fn entries(models: &str) -> Vec<ModelEntry> {
+    let list: ModelList = parse(models.as_bytes()).unwrap();
+    list.data
+        .into_value()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.into_value().unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -347,15 +347,7 @@ pub fn guard_note(backend: Backend) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn entries(models: &str) -> Vec<answer::ModelEntry> {
-        let list: answer::ModelList = answer::parse(models.as_bytes()).unwrap();
-        list.data
-            .into_value()
-            .unwrap()
-            .into_iter()
-            .map(|m| m.into_value().unwrap())
-            .collect()
-    }
+    use answer::entries;
 
     /// Ollama's `owned_by` is the model's namespace: a model pulled as
     /// `exo/…` does not make Ollama exo.

@@ -260,15 +260,7 @@ mod tests {
 
     use super::*;
 
-    fn entries(models: &str) -> Vec<answer::ModelEntry> {
-        let list: answer::ModelList = answer::parse(models.as_bytes()).unwrap();
-        list.data
-            .into_value()
-            .unwrap()
-            .into_iter()
-            .map(|m| m.into_value().unwrap())
-            .collect()
-    }
+    use answer::entries;
 
     fn props(body: &str) -> answer::Props {
         answer::parse(body.as_bytes()).unwrap()
