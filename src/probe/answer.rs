@@ -112,7 +112,7 @@ pub enum Owner {
     Vllm,
     /// `llamacpp`, any case, or `llama-swap` in another case.
     LlamaCpp,
-    /// A server that names itself ([`others::owner`](super::others)):
+    /// A server that names itself (`probe/others.rs`):
     /// `sglang`, `exo`, `docker`, `lemonade`, `koboldcpp`, `llamafile`,
     /// `vllm-mlx`, `tabbyAPI`, and Jan's `llama.cpp` (with the dot).
     Server(crate::config::Backend),
