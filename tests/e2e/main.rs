@@ -2537,7 +2537,9 @@ async fn t26_a_resumed_job_restores_its_slot() {
 /// Issue 54: the real llama-server's `/v1/chat/completions` as an
 /// OpenAI-compatible server (`backend: openai`; its window, 16,384, read
 /// from `/v1/models` `meta.n_ctx`). A job succeeds through the real CLI on
-/// the chat wire, never pinned, and every answer the chat wire brings
+/// the chat wire, never pinned (two Bash turns, the tool calls given by
+/// t17's relay, every prompt processed by the real server). A job of the
+/// tiny model itself runs to its end there, and every answer the chat wire brings
 /// back counts at least the truncation guard's bound (no false sign, as
 /// t2 on `/v1/messages`). A brief over the window (20,000 single letters,
 /// each a run and about a token) is refused by the server, which never
@@ -2546,9 +2548,32 @@ async fn t26_a_resumed_job_restores_its_slot() {
 /// as "prompt is too long" with the server's numbers, as t4 on
 /// `/v1/messages`. The runaway guard on this wire is t18's second run; a
 /// silent cut caught on it, tests/it/others.rs against the stand-in.
-#[test]
-fn t27_the_real_servers_chat_endpoint_as_backend_openai() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t27_the_real_servers_chat_endpoint_as_backend_openai() {
     let srv = server::start(&["-c", "16384", "--parallel", "1", "--jinja"]);
+    // A job that succeeds: the relay of t17 in front of the real server
+    // gives the tool calls (the tiny model cannot carry a task), the real
+    // server processes every prompt on its chat endpoint.
+    let relay = relay::start(&srv.url, bash_task(2), false).await;
+    let d = dirs(&relay.url, "    backend: openai\n");
+    let outs = outputs(vec![start_named_job(&d, "alpha", 2)]).await;
+    let (rec, reqs) = job_of(&d, &outs[0]);
+    eprintln!(
+        "t27: a scripted job on backend: openai through the real server: {} in {} s, {} requests",
+        rec["status"],
+        rec["elapsed_s"],
+        reqs.len()
+    );
+    assert_eq!(rec["status"], "succeeded", "{rec}");
+    assert_eq!(rec["context"], 16384, "{rec}");
+    assert!(
+        !reqs.is_empty()
+            && reqs
+                .iter()
+                .all(|r| r["slot"].is_null() && r["upstream_path"] == "/v1/chat/completions"),
+        "the chat endpoint only, never pinned: {reqs:?}"
+    );
+    drop(relay);
     let config = |env: &str| {
         format!(
             "endpoints:\n  real:\n    base_url: {}\n    backend: openai\n    env:\n      CLAUDE_CODE_MAX_OUTPUT_TOKENS: \"64\"\n{env}defaults:\n  max_turns: 2\n  timeout_s: 600\n  setting_sources: []\n  allowed_tools: [Read]\n",
