@@ -214,9 +214,34 @@ fn check_out_blocking(c: &Checkout) -> Result<(), GitError> {
     let mut opts = WorktreeAddOptions::new();
     let reference = branch.into_reference();
     opts.reference(Some(&reference));
-    repo.worktree(&c.job, &c.info.path, Some(&opts))?;
+    add_worktree(&repo, c, &opts)?;
     std::fs::create_dir_all(&c.cwd)?;
     Ok(())
+}
+
+/// `git worktree add`, again after a spurious "already checked out". The
+/// branch is the job's own, made just before, so no worktree holds it;
+/// libgit2 1.9.7 says so anyway while another job's worktree in the same
+/// repository is half made: `git_repository_foreach_worktree`
+/// (src/libgit2/repository.c:3049) assigns the comparison `lookup < 0`,
+/// not the lookup's error, so a worktree whose files are not all written
+/// yet returns 1 from the walk, which `git_branch_is_checked_out` reads
+/// as "checked out" (seen with three jobs checking out at once). The
+/// check comes before the add makes anything, so the add simply runs
+/// again once the other worktree's files are written.
+fn add_worktree(repo: &Repository, c: &Checkout, opts: &WorktreeAddOptions) -> Result<(), GitError> {
+    const TRIES: u32 = 6;
+    let mut tries = 0;
+    loop {
+        match repo.worktree(&c.job, &c.info.path, Some(opts)) {
+            Ok(_) => return Ok(()),
+            Err(e) if tries + 1 < TRIES && e.message().contains("is already checked out") => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25 << tries));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn status_opts() -> StatusOptions {
