@@ -126,11 +126,6 @@ pub fn ran_out(terminal_reason: Option<&str>, text: &str) -> bool {
         || text.starts_with("Prompt is too long")
 }
 
-/// The server's own fix for a window too small, in its words.
-pub fn server_fix(backend: crate::config::Backend, served_id: &str) -> String {
-    backend.window_fix(served_id)
-}
-
 /// The job's error when its session ran out of `window`: the window, what
 /// happened to it, what Claude Code said, and the server's fix.
 pub fn out_of_window(
@@ -177,7 +172,7 @@ mod tests {
             pre_tokens: Some(15_355),
             post_tokens: Some(6_775),
         });
-        let fix = server_fix(crate::config::Backend::LlamaCpp, "m");
+        let fix = crate::config::Backend::LlamaCpp.window_fix("m");
         assert_eq!(
             out_of_window(Some(32_768), &used, said, &fix),
             "the job ran out of its 32,768-token window (compacted once (15,355 → 6,775 tokens last)); Claude Code said: Autocompact is thrashing: the context refilled to the limit within 3 turns of the previous compact, 3 times in a row; restart llama-server with a larger `-c`, or fewer `--parallel` slots (each slot gets `-c` divided by `--parallel`; 65536 a slot is comfortable)"
@@ -187,7 +182,7 @@ mod tests {
             (crate::config::Backend::Ollama, "OLLAMA_CONTEXT_LENGTH"),
             (crate::config::Backend::LmStudio, "lms load m --context-length"),
         ] {
-            assert!(server_fix(b, "m").contains(needle), "{b:?}");
+            assert!(b.window_fix("m").contains(needle), "{b:?}");
         }
     }
 

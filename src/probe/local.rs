@@ -183,12 +183,7 @@ pub fn small_window(backend: Backend, id: &str, window: u64) -> Option<String> {
         .over_window()
         .map(|w| format!(", and {} {w}", backend.title()))
         .unwrap_or_default();
-    let fix = match backend {
-        Backend::LmStudio => format!(
-            "load it with a larger context length: `lms load {id} --context-length 65536` (or the app's model settings)"
-        ),
-        b => b.window_fix(id),
-    };
+    let fix = backend.window_fix(id);
     Some(format!(
         "{id}: window {} tokens per slot, under the {} a delegate needs (Claude Code's fixed prompt and one tool result leave the conversation no room){silently}, so no job starts on it: {fix}",
         crate::fmt::thousands(window),

@@ -362,12 +362,6 @@ static LMS_NKEEP_C: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"keep the first (\d+) tokens.*context length of only (\d+) tokens").expect("regex")
 });
 
-/// LM Studio's fix for a window too small.
-pub fn lms_fix(model: &str) -> String {
-    format!(
-        "load the model with a larger context length: `lms load {model} --context-length 65536` (or the app's model settings)"
-    )
-}
 
 /// The errors of Ollama and LM Studio, each with one sentence, read from
 /// the message (the backend may be undeclared): none for another.
@@ -382,7 +376,7 @@ pub fn local_server(base_url: &str, model: &str, status: u16, msg: &str) -> Opti
             c.get(2).map_or("?", |m| m.as_str()),
             c.get(1).map_or("?", |m| m.as_str()),
             crate::fmt::cut(msg, 160),
-            lms_fix(model)
+            Backend::LmStudio.window_fix(model)
         );
         return Some(fatal(&text, Note::WindowTooSmall));
     }
@@ -434,7 +428,7 @@ pub fn error_in_200(base_url: &str, model: &str, msg: &str) -> Translated {
     } else {
         format!(
             "the model may not be loaded, or its window is too small: {}",
-            lms_fix(model)
+            Backend::LmStudio.window_fix(model)
         )
     };
     let text = format!(

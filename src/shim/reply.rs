@@ -45,8 +45,6 @@ struct Turn {
     /// Its read of the request, on the blocking pool while the request
     /// goes out, and the turn it was sent at.
     reading: Option<(u64, tokio::task::JoinHandle<Option<truncation::Sent>>)>,
-    /// The answer comes on the chat wire ([`chat::answer`] turns it back).
-    chat: bool,
 }
 
 /// The backend's answer as Anthropic SSE bytes (a chat-completions stream
@@ -72,6 +70,12 @@ enum Failure {
 }
 
 impl Turn {
+    /// The answer comes on the chat wire ([`chat::answer`] turns it
+    /// back): the request reached the chat endpoint.
+    fn on_chat(&self) -> bool {
+        self.rec.upstream_path.is_some()
+    }
+
     /// The guard's read of the request sent, once it is done.
     async fn read_sent(&mut self) {
         let Some((turn, reading)) = self.reading.take() else {
@@ -115,7 +119,6 @@ pub(crate) async fn messages(
         started,
         sending: None,
         reading: None,
-        chat: false,
     };
     let (mut out, tools) = match outgoing(&mut t, body) {
         Ok(o) => o,
@@ -162,12 +165,12 @@ pub(crate) async fn messages(
         return relayed(t, resp, tools);
     }
     let bytes = if collect {
-        let up = anthropic_stream(resp, t.chat);
+        let up = anthropic_stream(resp, t.on_chat());
         collect_stream(&t.route, up, t.started, &mut t.rec)
             .await
             .map_err(Failure::Answer)
     } else {
-        let chat = t.chat;
+        let chat = t.on_chat();
         resp.bytes()
             .await
             .map(|b| match chat.then(|| chat::answer::whole(&b)).flatten() {
@@ -240,7 +243,6 @@ async fn upstream(t: &mut Turn, mut out: Bytes, stream: bool) -> Result<reqwest:
                     .push(Note::WaitedForLoad(since.elapsed().as_secs_f64()).into());
             }
             if let Wire::Chat(pin) = wire {
-                t.chat = true;
                 t.rec.slot = pin.slot;
             }
             return Ok(resp);
@@ -402,7 +404,7 @@ fn relayed(t: Turn, resp: reqwest::Response, tools: Option<repair::LazyTools>) -
             r.truncation(&s, Some(read))
         }));
     }
-    let up = anthropic_stream(resp, t.chat);
+    let up = anthropic_stream(resp, t.on_chat());
     let on_done: sse::OnDone =
         Box::new(move |tap: &sse::Tap, report: &repair::Report| streamed(t, tap, report));
     let body = sse::relay(up, relay, route.idle_timeout, on_done);
@@ -426,7 +428,6 @@ fn streamed(t: Turn, tap: &sse::Tap, report: &repair::Report) {
         started,
         sending: _,
         reading: _,
-        chat: _,
     } = t;
     rec.ttft_ms = tap.ttft.map(|d| d.as_millis() as u64);
     rec.usage = tap.usage;

@@ -503,9 +503,6 @@ impl Ledger {
 pub fn fix(backend: &str, model: &str) -> String {
     match backend {
         "ollama" => "give it a larger window: restart it with `OLLAMA_CONTEXT_LENGTH=65536 ollama serve`, or set `PARAMETER num_ctx 65536` in the model's Modelfile".into(),
-        "lmstudio" => format!(
-            "load the model with a larger context length: `lms load {model} --context-length 65536` (or the app's model settings)"
-        ),
         "llama.cpp" => "start llama-server without `--context-shift` and with a larger window per slot (`-c` divided by `-np`)".into(),
         "sglang" => "give it a larger window, and start it without `--allow-auto-truncate`: restart SGLang with a larger `--context-length`".into(),
         b => match crate::config::Backend::parse(b) {

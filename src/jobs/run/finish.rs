@@ -128,7 +128,7 @@ fn out_of_window(
     if !crate::jobs::window::ran_out(r.terminal_reason.as_deref(), text) {
         return None;
     }
-    let fix = crate::jobs::window::server_fix(job.target.backend, rec.served_id());
+    let fix = job.target.backend.window_fix(rec.served_id());
     Some(crate::jobs::window::out_of_window(
         rec.context(),
         rec.window(),

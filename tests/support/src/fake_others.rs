@@ -76,20 +76,22 @@ impl Kind {
 
     /// Its `backend:` name.
     pub fn backend(self) -> &'static str {
+        use localagents::config::Backend as B;
         match self {
-            Kind::Sglang => "sglang",
-            Kind::Exo => "exo",
-            Kind::DockerModelRunner => "docker-model-runner",
-            Kind::Lemonade => "lemonade",
-            Kind::LocalAi => "localai",
-            Kind::Llamafile => "llamafile",
-            Kind::Jan => "jan",
-            Kind::VllmMlx => "vllm-mlx",
-            Kind::MlxLm => "mlx-lm",
-            Kind::TabbyApi => "tabbyapi",
-            Kind::KoboldCpp => "koboldcpp",
-            Kind::OpenAi => "openai",
+            Kind::Sglang => B::Sglang,
+            Kind::Exo => B::Exo,
+            Kind::DockerModelRunner => B::DockerModelRunner,
+            Kind::Lemonade => B::Lemonade,
+            Kind::LocalAi => B::LocalAi,
+            Kind::Llamafile => B::Llamafile,
+            Kind::Jan => B::Jan,
+            Kind::VllmMlx => B::VllmMlx,
+            Kind::MlxLm => B::MlxLm,
+            Kind::TabbyApi => B::TabbyApi,
+            Kind::KoboldCpp => B::KoboldCpp,
+            Kind::OpenAi => B::OpenAi,
         }
+        .as_str()
     }
 
     /// Whether `status` finds its window on the server (else `window:`).
