@@ -170,20 +170,20 @@ pub fn report(state_dir: &Path, input: &[u8]) -> Vec<String> {
     let now = chrono::Utc::now();
     let mut out = Vec::new();
     let mut src = NetSource::default();
-    for id in store.ids_since(Some(now - chrono::Duration::hours(WINDOW_H * 2))) {
-        if out.len() >= MAX_LINES || !valid_id(&id) || sdir.join(&id).exists() {
-            continue;
-        }
-        let Some(b) = store.brief(&id) else {
-            continue;
-        };
-        if !b.status.terminal()
-            || !(b.origin_cwd == cwd
-                || cwd.starts_with(&b.origin_cwd)
-                || b.origin_cwd.starts_with(&cwd))
+    for e in store.recent(Some(now - chrono::Duration::hours(WINDOW_H * 2))) {
+        if out.len() >= MAX_LINES
+            || !valid_id(&e.id)
+            || !e.status.terminal()
+            || !(e.origin_cwd == cwd
+                || cwd.starts_with(&e.origin_cwd)
+                || e.origin_cwd.starts_with(&cwd))
+            || sdir.join(&e.id).exists()
         {
             continue;
         }
+        let Some(b) = store.brief(&e.id) else {
+            continue;
+        };
         let recent = b
             .finished
             .as_deref()

@@ -368,28 +368,28 @@ pub struct CleanupArgs {
     pub force: bool,
 }
 
-/// The records `cleanup_jobs` looks at: job `one`'s, else every job's,
-/// each as it loads. Every record is read: on the blocking pool.
+/// The records `cleanup_jobs` looks at: job `one`'s, else the live jobs'
+/// (which it names and leaves) and those of the ended jobs made before
+/// `cutoff`, from the index, each as it loads. On the blocking pool.
 async fn records_to_clean(
     m: &Manager,
     one: Option<String>,
+    cutoff: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<(String, Result<crate::jobs::JobRecord, crate::jobs::JobError>)>, Error> {
     let store = m.store().clone();
     tokio::task::spawn_blocking(move || -> Result<Vec<_>, Error> {
-        let ids: Vec<String> = match &one {
-            Some(id) => {
-                store.dir(id)?;
-                vec![id.clone()]
+        if let Some(id) = &one {
+            store.dir(id)?;
+            return Ok(vec![(id.clone(), store.load(id))]);
+        }
+        let mut out = store.active();
+        for e in store.ended_before(cutoff) {
+            match store.load(&e.id) {
+                Err(crate::jobs::JobError::NotFound(_)) => {}
+                r => out.push((e.id, r)),
             }
-            None => store.ids(),
-        };
-        Ok(ids
-            .into_iter()
-            .map(|id| {
-                let r = store.load(&id);
-                (id, r)
-            })
-            .collect())
+        }
+        Ok(out)
     })
     .await
     .map_err(stopped)?
@@ -443,6 +443,24 @@ async fn clean_worktree(
     ))
 }
 
+/// Remove an ended job's directory (its savings kept in the book first),
+/// on the blocking pool; a failure is logged with its reason.
+async fn remove_job(m: &Manager, rec: crate::jobs::JobRecord) -> Result<(), ()> {
+    let store = m.store().clone();
+    let r = tokio::task::spawn_blocking(move || store.remove(&rec)).await;
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            tracing::warn!("cannot remove a job's directory: {e}");
+            Err(())
+        }
+        Err(e) => {
+            tracing::warn!("cannot remove a job's directory: {e}");
+            Err(())
+        }
+    }
+}
+
 /// `cleanup_jobs`: remove finished jobs' dirs, and their worktrees and
 /// branches when nothing in them would be lost (or `force`).
 pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport, Error> {
@@ -459,10 +477,10 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
     let mut removed = Vec::new();
     let mut kept = Vec::new();
     let mut skipped = Vec::new();
-    let loaded = records_to_clean(m, a.job_id.clone()).await?;
     let cutoff = chrono::Utc::now()
         .checked_sub_signed(chrono::Duration::days(days as i64))
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let loaded = records_to_clean(m, a.job_id.clone(), cutoff).await?;
     for (id, rec) in loaded {
         let rec = match rec {
             Ok(r) => r,
@@ -501,7 +519,7 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
             }
         }
         if let Ok(dir) = m.store().dir(&id)
-            && (a.dry_run || tokio::fs::remove_dir_all(&dir).await.is_ok())
+            && (a.dry_run || remove_job(m, rec).await.is_ok())
         {
             what.push(format!("job dir {}", dir.display()));
         }

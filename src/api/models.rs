@@ -144,13 +144,13 @@ fn status_notes(ctx: &Context) -> Vec<String> {
 /// whose recent jobs ran away, a line each: what `status` and
 /// `list_models` both say.
 fn recent_fault_lines(ctx: &Context) -> (Vec<String>, Vec<String>) {
-    let store = m_store(ctx);
     let days = crate::jobs::metrics::SLOT_LOSS_DAYS;
-    let slot_losses = crate::jobs::metrics::recent_slot_losses(&store, days)
+    let recent = m_store(ctx).recent(Some(chrono::Utc::now() - chrono::Duration::days(days)));
+    let slot_losses = crate::jobs::metrics::recent_slot_losses(&recent)
         .iter()
         .map(|l| l.line(days))
         .collect();
-    let runaways = crate::jobs::metrics::recent_runaways(&store, days)
+    let runaways = crate::jobs::metrics::recent_runaways(&recent)
         .iter()
         .map(|l| l.line(days))
         .collect();

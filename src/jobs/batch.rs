@@ -150,8 +150,7 @@ pub(super) async fn start(rt: &Arc<Runtime>, args: BatchArgs) -> Result<JobRecor
         super::evict::check_load(&rt.store, &t.probe, &t.resolved.served_id)?;
     }
     let id = new_job_id().map_err(JobError::from)?;
-    let dir = rt.store.dir(&id)?;
-    crate::paths::private_dir_all(&dir).map_err(JobError::from)?;
+    let dir = rt.store.create(&id)?;
     let rec = JobRecord::new_batch(
         &id,
         &dir,

@@ -12,6 +12,19 @@ use serde::Deserialize;
 
 use super::status::Status;
 
+/// Ids are `YYYYMMDD-HHMMSS-xxxxxxxx`; nothing else reaches the filesystem.
+pub fn valid_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 24
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'-'
+        && b[9..15].iter().all(u8::is_ascii_digit)
+        && b[15] == b'-'
+        && b[16..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
 /// Largest `job.json` read (a record lists its files: generous).
 pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -147,6 +160,9 @@ pub struct RecordBrief {
     pub metrics: Option<BriefMetrics>,
     #[serde(default)]
     pub tool_use_id: Option<String>,
+    /// A lost job's delegate was looked for and stopped.
+    #[serde(default)]
+    pub reaped: bool,
     #[serde(default)]
     pub model_faults: Option<BriefFaults>,
 }
@@ -184,15 +200,4 @@ pub struct BriefMetrics {
 pub struct BriefWorktree {
     pub branch: String,
     pub kept: bool,
-}
-
-/// What a scan over recent jobs reads (`status`, `doctor`, the model
-/// list): their ids and their records' briefs. [`super::store::Store`] is
-/// the one that has them; a scan names this trait so that it sits below
-/// the store (whose records carry the scan's figures).
-pub trait Briefs {
-    /// The ids of jobs created at or after `since`, newest first.
-    fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String>;
-    /// The brief of job `id`'s record, when it reads.
-    fn brief(&self, id: &str) -> Option<RecordBrief>;
 }

@@ -19,9 +19,9 @@ use crate::probe::load;
 /// `(job id, model)`.
 fn users(store: &Store, endpoint: &str, models: &[String]) -> Vec<(String, String)> {
     store
-        .ids()
+        .active()
         .into_iter()
-        .filter_map(|id| store.load(&id).ok())
+        .filter_map(|(_, r)| r.ok())
         .filter(|r| matches!(r.status(), Status::Running | Status::Queued))
         .filter(|r| r.endpoint() == endpoint && models.iter().any(|m| m == r.served_id()))
         .map(|r| (r.id().to_string(), r.served_id().to_string()))

@@ -144,10 +144,16 @@ impl Manager {
         self.rt.held(id).is_some() || self.store.load_raw(id).is_ok()
     }
 
-    /// The ids of the jobs created since `since` (all with `None`),
-    /// newest first ([`Store::ids_since`]).
-    pub fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String> {
-        self.store.ids_since(since)
+    /// The records of the live jobs of every process (and those lost and
+    /// not yet reaped), newest first, this process's own as it holds them
+    /// ([`Store::active`]). It reads their records: async callers run it
+    /// on the blocking pool.
+    pub fn active(&self) -> Vec<JobRecord> {
+        self.store
+            .active()
+            .into_iter()
+            .filter_map(|(id, r)| self.rt.held(&id).or(r.ok()))
+            .collect()
     }
 
     /// The disk, for what reads or removes the whole store off the async
@@ -268,7 +274,7 @@ impl Manager {
         }
 
         let id = new_job_id().map_err(JobError::from)?;
-        let dir = self.store.dir(&id)?;
+        let dir = self.store.create(&id)?;
         let (brief, agents_file) = (JobDir::at(&dir).task(), JobDir::at(&dir).agents());
         let task = plan.task.clone();
         // What of the profile the job uses, and its definition for the

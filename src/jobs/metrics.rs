@@ -334,13 +334,12 @@ impl SlotLosses {
 /// endpoints with any, in the order first seen (newest job first). Jobs
 /// pinned to their slot (the chat wire) are left out: `-sps` would not
 /// have helped them, and each one's own note says what took its slot.
-pub fn recent_slot_losses(store: &impl super::dir::Briefs, days: i64) -> Vec<SlotLosses> {
+pub fn recent_slot_losses(recent: &[super::index::Entry]) -> Vec<SlotLosses> {
     let mut out: Vec<SlotLosses> = Vec::new();
-    for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
-        let Some(b) = store.brief(&id) else { continue };
-        let Some(m) = b.metrics.filter(|m| m.slot_losses > 0 && m.slot.is_none()) else {
+    for b in recent {
+        if b.slot_losses == 0 || b.slot.is_some() {
             continue;
-        };
+        }
         let at = match out.iter().position(|l| l.endpoint == b.endpoint) {
             Some(i) => i,
             None => {
@@ -355,8 +354,8 @@ pub fn recent_slot_losses(store: &impl super::dir::Briefs, days: i64) -> Vec<Slo
         };
         let l = &mut out[at];
         l.jobs += 1;
-        l.turns += m.slot_losses;
-        l.reprocessed_tokens += m.reprocessed_tokens;
+        l.turns += b.slot_losses;
+        l.reprocessed_tokens += b.reprocessed_tokens;
     }
     out
 }
@@ -391,27 +390,19 @@ impl Runaways {
 
 /// Runaways per endpoint over the jobs of the last `days` days, the
 /// endpoints with any, newest job first.
-pub fn recent_runaways(store: &impl super::dir::Briefs, days: i64) -> Vec<Runaways> {
+pub fn recent_runaways(recent: &[super::index::Entry]) -> Vec<Runaways> {
     let mut out: Vec<Runaways> = Vec::new();
-    for id in store.ids_since(Some(chrono::Utc::now() - chrono::Duration::days(days))) {
-        let Some(b) = store.brief(&id) else { continue };
-        let Some(r) = b
-            .model_faults
-            .and_then(|f| f.runaway_output)
-            .filter(|r| r.count > 0)
-        else {
-            continue;
-        };
+    for b in recent.iter().filter(|b| b.runaways > 0) {
         match out.iter_mut().find(|l| l.endpoint == b.endpoint) {
             Some(l) => {
                 l.jobs += 1;
-                l.answers += r.count;
+                l.answers += b.runaways;
             }
             None => out.push(Runaways {
                 endpoint: b.endpoint.clone(),
                 jobs: 1,
-                answers: r.count,
-                why: r.why,
+                answers: b.runaways,
+                why: b.runaway_why.clone(),
             }),
         }
     }

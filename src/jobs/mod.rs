@@ -14,9 +14,12 @@ pub mod accept;
 pub mod admit;
 pub mod args;
 pub mod batch;
+pub mod book;
+pub mod daylog;
 pub mod dir;
 pub mod evict;
 pub mod faults;
+pub mod index;
 pub mod job;
 mod keeper;
 pub mod lease;
@@ -41,8 +44,9 @@ pub mod window;
 pub use metrics::JobMetrics;
 pub use record::{
     Isolation, JobError, JobKind, JobRecord, MAX_RESULT_BYTES, Prepare, Status, new_job_id,
-    preparing_line, valid_id,
+    preparing_line,
 };
+pub use dir::valid_id;
 pub use store::{Store, UnreadableJob};
 pub use summary::{JobListItem, JobSummary, PathList, WorktreeSummary};
 

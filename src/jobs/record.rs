@@ -163,19 +163,6 @@ pub fn new_job_id() -> std::io::Result<String> {
     ))
 }
 
-/// Ids are `YYYYMMDD-HHMMSS-xxxxxxxx`; nothing else reaches the filesystem.
-pub fn valid_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    b.len() == 24
-        && b[..8].iter().all(u8::is_ascii_digit)
-        && b[8] == b'-'
-        && b[9..15].iter().all(u8::is_ascii_digit)
-        && b[15] == b'-'
-        && b[16..]
-            .iter()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-}
-
 /// How a job was isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

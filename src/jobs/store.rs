@@ -9,7 +9,9 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::dir::{self, JobDir, MAX_RECORD_BYTES, RecordBrief};
-use super::record::{JobError, JobRecord, Status, valid_id};
+use super::dir::valid_id;
+use super::index::{self, Entry, Index};
+use super::record::{JobError, JobRecord, Status};
 use crate::process;
 
 /// Is the process that owns a running job still there? By identity when it
@@ -34,30 +36,54 @@ pub struct UnreadableJob {
     pub error: String,
 }
 
-/// The job directories under a state dir.
+/// The job directories under a state dir, and their index.
 #[derive(Debug, Clone)]
 pub struct Store {
     pub root: PathBuf,
+    index: Index,
 }
 
 impl Store {
     pub fn new(state_dir: &Path) -> Store {
         Store {
             root: state_dir.join("jobs"),
+            index: Index::new(state_dir),
         }
+    }
+
+    /// Make a new job's directory (the index sees it made).
+    pub fn create(&self, id: &str) -> Result<PathBuf, JobError> {
+        let dir = self.dir(id)?;
+        self.index.create(id).map_err(|source| JobError::Write { dir, source })
     }
 
     pub fn dir(&self, id: &str) -> Result<PathBuf, JobError> {
         Ok(self.job_dir(id)?.path().to_path_buf())
     }
 
+    /// Write a record. A live job has its place in the index before its
+    /// record says so; an ended one's line (and its line in the savings
+    /// book) follows its record.
     pub fn save(&self, rec: &JobRecord) -> Result<(), JobError> {
         let dir = self.job_dir(rec.id())?;
-        let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
-        crate::paths::write_atomic_bare(&dir.record(), &bytes).map_err(|source| JobError::Write {
+        let failed = |source| JobError::Write {
             dir: dir.path().to_path_buf(),
             source,
-        })
+        };
+        let active = index::stays_active(rec.status(), rec.reaped());
+        if active {
+            self.index.activate(rec.id()).map_err(failed)?;
+        }
+        let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
+        crate::paths::write_atomic_bare(&dir.record(), &bytes).map_err(failed)?;
+        if rec.status().terminal() {
+            let brief: RecordBrief = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+            let entry = Entry::of(&brief, dir.path());
+            self.index
+                .settle(&entry, &index::book_line(&entry), active)
+                .map_err(failed)?;
+        }
+        Ok(())
     }
 
     /// [`Store::save`] where the job goes on whatever happens (a progress
@@ -140,7 +166,8 @@ impl Store {
         // pool, never on an async worker.
         let me = self.clone();
         let lost = tokio::task::spawn_blocking(move || {
-            me.ids()
+            me.index
+                .active()
                 .into_iter()
                 .filter_map(|id| me.load(&id).ok())
                 .filter(|r| r.status() == Status::Lost && !r.reaped())
@@ -162,29 +189,111 @@ impl Store {
         reaped
     }
 
-    /// Every job id, newest first.
-    pub fn ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| valid_id(n))
-            .collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
-        ids
+    /// The records of the jobs the index keeps active (live, lost and
+    /// not reaped, or not readable), newest first, each as it loads. One
+    /// whose record ended (a crash came between its record and its line)
+    /// gets its line now; one whose directory is gone is forgotten.
+    pub fn active(&self) -> Vec<(String, Result<JobRecord, JobError>)> {
+        self.active_through(&|_| None)
     }
 
-    /// The ids of jobs created at or after `since` (all, with `None`),
-    /// newest first. Ids start with their UTC creation time, so older ones
-    /// are never read.
-    pub fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String> {
-        let mut ids = self.ids();
-        if let Some(since) = since {
-            let oldest = since.format("%Y%m%d-%H%M%S").to_string();
-            ids.retain(|id| id.as_str() >= oldest.as_str());
+    fn active_through(
+        &self,
+        held: &dyn Fn(&str) -> Option<JobRecord>,
+    ) -> Vec<(String, Result<JobRecord, JobError>)> {
+        let mut out = Vec::new();
+        for id in self.index.active() {
+            let r = held(&id).map_or_else(|| self.load(&id), Ok);
+            match &r {
+                Ok(rec) if !index::stays_active(rec.status(), rec.reaped()) => {
+                    // Its end was written but not its line: saved again,
+                    // which writes the line and ends its active file.
+                    self.save_or_log(rec);
+                }
+                Err(JobError::NotFound(_)) if !self.root.join(&id).exists() => {
+                    if let Err(e) = self.index.forget(&id) {
+                        tracing::warn!("cannot update the jobs index: {e}");
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            out.push((id, r));
         }
-        ids
+        out
+    }
+
+    /// The jobs made at or after `since` (all with `None`), newest first,
+    /// as the index keeps them: the ended ones by their last line, the
+    /// active ones from their records.
+    pub fn recent(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<Entry> {
+        let oldest = since.map(|t| t.format("%Y%m%d-%H%M%S").to_string());
+        let young = |id: &str| oldest.as_deref().is_none_or(|o| id >= o);
+        let mut out: Vec<Entry> = self
+            .index
+            .active()
+            .into_iter()
+            .filter(|id| young(id))
+            .filter_map(|id| {
+                let b = self.brief(&id)?;
+                Some(Entry::of(&b, &self.root.join(&id)))
+            })
+            .collect();
+        let live: std::collections::HashSet<String> = out.iter().map(|e| e.id.clone()).collect();
+        out.extend(
+            self.index
+                .since(since)
+                .into_iter()
+                .filter(|e| young(&e.id) && !live.contains(&e.id)),
+        );
+        out.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+        out
+    }
+
+    /// What the savings add up for the jobs made at or after `since`: the
+    /// savings book's line of each ended job (which outlives its record),
+    /// and each live job's figures as its record has them now.
+    pub fn kept(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<super::book::Line> {
+        let state = self.root.parent().unwrap_or(&self.root);
+        let mut by_id: std::collections::BTreeMap<String, super::book::Line> =
+            super::book::since(state, since)
+                .into_iter()
+                .map(|l| (l.id.clone(), l))
+                .collect();
+        for id in self.index.active() {
+            if let Some(b) = self.brief(&id) {
+                let e = Entry::of(&b, &self.root.join(&id));
+                by_id.insert(id, index::book_line(&e));
+            }
+        }
+        by_id.into_values().rev().collect()
+    }
+
+    /// The ended jobs made before `before`, oldest first, by their last
+    /// line in the index (what retention and `cleanup_jobs` look at).
+    pub fn ended_before(&self, before: chrono::DateTime<chrono::Utc>) -> Vec<Entry> {
+        let oldest = before.format("%Y%m%d-%H%M%S").to_string();
+        let mut out = Vec::new();
+        self.index.walk(None, |e| {
+            if e.id < oldest {
+                out.push(e);
+            }
+            true
+        });
+        out.reverse();
+        out
+    }
+
+    /// Remove an ended job's directory, its line in the savings book made
+    /// sure of first (the index's part, [`Index::remove`]).
+    pub fn remove(&self, rec: &JobRecord) -> Result<(), JobError> {
+        let dir = self.dir(rec.id())?;
+        let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+        let brief: RecordBrief = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        let entry = Entry::of(&brief, &dir);
+        self.index
+            .remove(&entry, &index::book_line(&entry))
+            .map_err(|source| JobError::Write { dir, source })
     }
 
     /// Records, newest first (unreadable ones skipped: [`Store::scan`]
@@ -205,7 +314,9 @@ impl Store {
     }
 
     /// [`Store::scan`], where `held` answers for a job before its record
-    /// on disk (the records a process holds in memory).
+    /// on disk (the records a process holds in memory). The active jobs
+    /// are read from their records; the ended ones come from the index,
+    /// newest day first, until `limit` of them match.
     pub fn scan_through(
         &self,
         status: Option<Status>,
@@ -213,24 +324,41 @@ impl Store {
         held: impl Fn(&str) -> Option<JobRecord>,
     ) -> (Vec<JobRecord>, Vec<UnreadableJob>) {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
-        for id in self.ids() {
-            match held(&id).map_or_else(|| self.load(&id), Ok) {
-                Ok(r) if status.is_none_or(|s| r.status() == s) => {
-                    out.push(r);
-                    if out.len() >= limit {
-                        break;
-                    }
-                }
+        let mut keep = |id: String, r: Result<JobRecord, JobError>, out: &mut Vec<JobRecord>| {
+            match r {
+                Ok(r) if status.is_none_or(|s| r.status() == s) => out.push(r),
                 Ok(_) | Err(JobError::NotFound(_)) => {}
-                Err(e) if bad.len() < limit => bad.push(UnreadableJob {
+                Err(e) => bad.push(UnreadableJob {
                     path: self.root.join(&id).join("job.json"),
                     id,
                     status: "unreadable".into(),
                     error: e.to_string(),
                 }),
-                Err(_) => {}
             }
+        };
+        let active = self.active_through(&held);
+        let seen: std::collections::HashSet<String> =
+            active.iter().map(|(id, _)| id.clone()).collect();
+        for (id, r) in active {
+            keep(id, r, &mut out);
         }
+        let live_only = status.is_some_and(|s| !s.terminal());
+        let mut ended = Vec::new();
+        if !live_only {
+            self.index.walk(None, |e| {
+                if seen.contains(&e.id) || status.is_some_and(|s| e.status != s) {
+                    return true;
+                }
+                let r = held(&e.id).map_or_else(|| self.load(&e.id), Ok);
+                keep(e.id, r, &mut ended);
+                ended.len() < limit
+            });
+        }
+        out.extend(ended);
+        out.sort_unstable_by(|a, b| b.id().cmp(a.id()));
+        out.truncate(limit);
+        bad.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+        bad.truncate(limit);
         (out, bad)
     }
 }
@@ -251,16 +379,6 @@ impl Store {
         let dir = self.job_dir(id).ok()?;
         let bytes = crate::paths::read_capped(&dir.record(), MAX_RECORD_BYTES).ok()?;
         serde_json::from_slice(&bytes).ok()
-    }
-}
-
-impl dir::Briefs for Store {
-    fn ids_since(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<String> {
-        Store::ids_since(self, since)
-    }
-
-    fn brief(&self, id: &str) -> Option<RecordBrief> {
-        Store::brief(self, id)
     }
 }
 

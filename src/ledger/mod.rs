@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::jobs::{Store, valid_id};
+use crate::jobs::Store;
 use crate::wire::Usage;
 
 /// What every figure means, in one sentence (shown with the totals).
@@ -282,31 +282,16 @@ fn found_since(
     let store = Store::new(state_dir);
     let mut rows: Vec<Row> = Vec::new();
     let mut found: Vec<Found> = Vec::new();
-    for id in store.ids_since(cutoff) {
-        if !valid_id(&id) {
+    // The savings book: a line per ended job, kept after its record goes
+    // (and the live jobs' figures as they stand).
+    for b in store.kept(cutoff) {
+        if b.endpoint.is_empty() || b.created.is_empty() || !after(&b.created, cutoff) {
             continue;
         }
-        let Some(b) = store.brief(&id) else {
-            continue;
-        };
-        if b.endpoint.is_empty() || b.created.is_empty() {
-            continue;
-        }
-        let dir = store.root.join(&id);
-        if !after(&b.created, cutoff) {
-            continue;
-        }
-        // A record without usage (a job lost before it wrote it): its
-        // request log has the figures.
-        let usage = if b.usage == Usage::default() {
-            crate::jobs::metrics::from_log(&dir).usage
-        } else {
-            b.usage
-        };
         found.push((
             row_of(&mut rows, &b.served_id, &b.endpoint),
-            usage,
-            Some((id.clone(), b.tool_use_id.clone())),
+            b.usage,
+            Some((b.id.clone(), b.tool_use_id.clone())),
             day_of(&b.created),
         ));
     }

@@ -131,11 +131,11 @@ fn endpoint_findings(
         }
         out.push((level, line));
     }
-    let store = crate::jobs::Store::new(&ctx.state_dir);
-    let losses =
-        crate::jobs::metrics::recent_slot_losses(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
-    let runaways =
-        crate::jobs::metrics::recent_runaways(&store, crate::jobs::metrics::SLOT_LOSS_DAYS);
+    let recent = crate::jobs::Store::new(&ctx.state_dir).recent(Some(
+        chrono::Utc::now() - chrono::Duration::days(crate::jobs::metrics::SLOT_LOSS_DAYS),
+    ));
+    let losses = crate::jobs::metrics::recent_slot_losses(&recent);
+    let runaways = crate::jobs::metrics::recent_runaways(&recent);
     for st in crate::registry::builtin_answered(config, probes) {
         if !st.up {
             if config.endpoints_are_builtin() {

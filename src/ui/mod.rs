@@ -217,14 +217,10 @@ fn not_found(ui: &Ui, message: &str) -> Response {
 /// The running and queued jobs with their progress, and the recent ones.
 fn jobs_html(ui: &Ui) -> String {
     let m = &ui.manager;
-    // A live job is younger than the longest timeout (its time queued
-    // counts toward it): older records are not read each tick.
-    let oldest = chrono::Utc::now() - chrono::Duration::seconds(api::MAX_TIMEOUT_S as i64);
+    // The index keeps the live jobs apart: no other record is read each
+    // tick.
     let mut active = Vec::new();
-    for id in m.ids_since(Some(oldest)) {
-        let Ok(record) = m.record(&id) else {
-            continue;
-        };
+    for record in m.active() {
         if !matches!(record.status(), Status::Running | Status::Queued) {
             continue;
         }
