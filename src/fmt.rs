@@ -21,6 +21,20 @@ pub fn thousands(n: u64) -> String {
 
 /// The first `n` characters of `s` (a character is never split), without
 /// a mark: for a field whose whole text is elsewhere (a record's task).
+/// "812 B", "47.1 KB", "1.6 MB", "2.3 GB" (powers of 1,000).
+pub fn bytes(n: u64) -> String {
+    let f = n as f64;
+    if n < 1_000 {
+        format!("{n} B")
+    } else if n < 1_000_000 {
+        format!("{:.1} KB", f / 1e3)
+    } else if n < 1_000_000_000 {
+        format!("{:.1} MB", f / 1e6)
+    } else {
+        format!("{:.1} GB", f / 1e9)
+    }
+}
+
 pub fn first_chars(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }

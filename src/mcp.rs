@@ -442,7 +442,7 @@ impl ServerHandler for Server {
 /// Serve MCP on stdin/stdout until the client disconnects or a signal
 /// arrives; then stop this process's jobs (no orphans).
 pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
-    let server = Server::new(ctx);
+    let server = Server::new(ctx.clone());
     let manager = server.manager();
     let service = server
         .serve(stdio::stdio())
@@ -457,6 +457,8 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     // path too; it sends nothing where it could cost anything).
     let warm = manager.clone();
     let prewarm = tokio::spawn(async move { warm.prewarm().await });
+    // Old ended jobs go in the background, never on a request's path.
+    let retention = crate::api::retention::spawn(&manager, &ctx, crate::api::retention::SERVE_DELAY);
     let ended = tokio::select! {
         r = service.waiting() => r.map(drop),
         _ = crate::signals::wait_for_shutdown() => Ok(()),
@@ -464,6 +466,7 @@ pub async fn serve_stdio(ctx: Context) -> anyhow::Result<()> {
     // A prewarm still under way stops here (its capture's claude with it:
     // the guard ends when the task drops the lifeline).
     prewarm.abort();
+    retention.abort();
     manager.shutdown().await;
     ended?;
     Ok(())

@@ -333,7 +333,7 @@ pub struct Removed {
 }
 
 /// A job whose worktree holds work that is nowhere else: kept.
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, JsonSchema)]
 pub struct KeptWork {
     pub job_id: String,
     pub branch: String,

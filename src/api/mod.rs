@@ -15,6 +15,7 @@ mod jobs;
 mod models;
 mod oneshot;
 mod page;
+pub mod retention;
 mod serve;
 
 use std::process::ExitCode;

@@ -98,6 +98,10 @@ pub struct StatusReport {
     pub notes: Vec<String>,
     /// The ledger's line for the last 7 days.
     pub savings: String,
+    /// What retention did last, and the state dir's size then.
+    pub retention: Option<super::retention::RetentionReport>,
+    /// The same in one line.
+    pub retention_line: String,
 }
 
 /// `localagents status`: probe every endpoint, then read the eval results,
@@ -106,11 +110,12 @@ pub struct StatusReport {
 pub async fn status(ctx: &Context) -> Result<StatusReport, Error> {
     let (_, status) = registry::status(&ctx.discovery()).await?;
     let (c, endpoints) = (ctx.clone(), status.endpoints.clone());
-    let (evals, notes, savings) = tokio::task::spawn_blocking(move || {
+    let (evals, notes, savings, retention) = tokio::task::spawn_blocking(move || {
         (
             crate::eval::lines(&c.state_dir, &endpoints),
             status_notes(&c),
             savings_line(&c),
+            super::retention::last(&c.state_dir),
         )
     })
     .await
@@ -120,6 +125,8 @@ pub async fn status(ctx: &Context) -> Result<StatusReport, Error> {
         evals,
         notes,
         savings,
+        retention_line: super::retention::line(retention.as_ref()),
+        retention,
     })
 }
 

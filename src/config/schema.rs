@@ -105,8 +105,13 @@ pub(super) struct DefaultsShape {
     pub window_budget: Option<bool>,
     pub clear_tool_results: Option<String>,
     pub nudges: Option<u32>,
+    pub keep_days: Option<u32>,
     pub otel: Option<super::otel::OtelShape>,
 }
+
+/// Days an ended job is kept by default: as long as Claude Code keeps its
+/// own sessions (`cleanupPeriodDays`).
+pub const DEFAULT_KEEP_DAYS: u32 = 30;
 
 /// Env values may be written as numbers or booleans; they become strings.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -321,6 +326,9 @@ pub struct Defaults {
     pub prewarm: bool,
     /// Fix rounds after a failed acceptance command.
     pub fix_rounds: u32,
+    /// Days an ended job is kept before retention removes it (0: kept
+    /// for ever); work not merged is never removed.
+    pub keep_days: u32,
     /// Longest run of one acceptance command.
     pub acceptance_timeout_s: u64,
     /// Longest wait for a server to load (or wake) a job's model.
@@ -454,6 +462,7 @@ impl Default for Defaults {
             queue: true,
             prewarm: true,
             fix_rounds: 2,
+            keep_days: DEFAULT_KEEP_DAYS,
             acceptance_timeout_s: 600,
             load_timeout_s: 300,
             backend_fail_s: 120,

@@ -67,8 +67,25 @@ pub fn append(dir: &Path, day: &str, lines: &[Vec<u8>]) -> std::io::Result<()> {
         buf.extend_from_slice(l);
         buf.push(b'\n');
     }
+    #[cfg(debug_assertions)]
+    cut_for_a_test(&mut f, dir, &buf);
     f.write_all(&buf).map_err(named)?;
     f.sync_data().map_err(named)
+}
+
+/// In a debug build only, with `LOCALAGENTS_TEST_CUT_INDEX_WRITE` set:
+/// write half of an index line and wait to be killed, so that a test can
+/// SIGKILL a process in the middle of the write (tests/it/history.rs).
+#[cfg(debug_assertions)]
+fn cut_for_a_test(f: &mut std::fs::File, dir: &Path, buf: &[u8]) {
+    if std::env::var_os("LOCALAGENTS_TEST_CUT_INDEX_WRITE").is_none() || !dir.ends_with("days") {
+        return;
+    }
+    let _ = f.write_all(&buf[..buf.len() / 2]);
+    let _ = f.sync_data();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
 }
 
 /// What a day file holds: its lines that read, and whether a whole line

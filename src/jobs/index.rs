@@ -264,8 +264,15 @@ impl Index {
         let _lock = self.lock()?;
         let was_fresh = self.fresh();
         book::ensure(&self.state, std::slice::from_ref(line))?;
+        // Moved out of `jobs/` in one step, then deleted: a process stopped
+        // in the middle leaves a whole job or none, and the rest of it in
+        // `trash/`, which the next removal empties.
         let dir = self.jobs().join(&entry.id);
-        match std::fs::remove_dir_all(&dir) {
+        let trash = self.state.join("trash");
+        crate::paths::private_dir_all(&trash).map_err(io_named(&trash))?;
+        let binned = trash.join(&entry.id);
+        let _ = std::fs::remove_dir_all(&binned);
+        match std::fs::rename(&dir, &binned) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_named(&dir)(e)),
             _ => {}
         }
@@ -274,7 +281,8 @@ impl Index {
         if was_fresh {
             self.restamp()?;
         }
-        Ok(())
+        drop(_lock);
+        empty_trash(&trash)
     }
 
     /// Job `id`'s `active/` file was stale (its record ended and its line
@@ -487,6 +495,18 @@ impl Index {
         );
         Ok(built)
     }
+}
+
+/// Delete what `trash/` holds (jobs already out of `jobs/`).
+fn empty_trash(trash: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(trash).map_err(io_named(trash))?.flatten() {
+        let p = e.path();
+        match std::fs::remove_dir_all(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_named(&p)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The savings book's line of an entry.

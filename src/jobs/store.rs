@@ -255,12 +255,15 @@ impl Store {
     /// and each live job's figures as its record has them now.
     pub fn kept(&self, since: Option<chrono::DateTime<chrono::Utc>>) -> Vec<super::book::Line> {
         let state = self.root.parent().unwrap_or(&self.root);
+        // The index first: a rebuild gives the book the lines of the jobs
+        // that ended before it existed.
+        let active = self.index.active();
         let mut by_id: std::collections::BTreeMap<String, super::book::Line> =
             super::book::since(state, since)
                 .into_iter()
                 .map(|l| (l.id.clone(), l))
                 .collect();
-        for id in self.index.active() {
+        for id in active {
             if let Some(b) = self.brief(&id) {
                 let e = Entry::of(&b, &self.root.join(&id));
                 by_id.insert(id, index::book_line(&e));
@@ -405,5 +408,73 @@ mod tests {
         let store = Store::new(Path::new("/tmp/x"));
         assert!(matches!(store.dir("../x"), Err(JobError::BadId(_))));
         assert!(matches!(store.load("nope"), Err(JobError::BadId(_))));
+    }
+
+    /// One job made, started and ended by this process.
+    fn write_one(store: &Store) {
+        let id = new_job_id().unwrap();
+        let dir = store.create(&id).unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("job-fresh.json")).unwrap();
+        v["id"] = serde_json::json!(id);
+        v["log_dir"] = serde_json::json!(dir);
+        v["status"] = serde_json::json!("running");
+        store.save(&serde_json::from_value(v.clone()).unwrap()).unwrap();
+        v["status"] = serde_json::json!("succeeded");
+        store.save(&serde_json::from_value(v).unwrap()).unwrap();
+    }
+
+    /// Issue 55: two processes writing jobs at once lose none, in the
+    /// index (kept current: nothing had to be rebuilt) or in the savings
+    /// book. The test binary runs itself twice as the writers.
+    #[test]
+    fn two_processes_writing_jobs_at_once_lose_none() {
+        const JOBS: usize = 150;
+        if let Some(dir) = std::env::var_os("LOCALAGENTS_TEST_WRITER") {
+            let store = Store::new(Path::new(&dir));
+            for _ in 0..JOBS {
+                write_one(&store);
+            }
+            return;
+        }
+        let state = tempfile::tempdir().unwrap();
+        let me = std::env::current_exe().unwrap();
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                std::process::Command::new(&me)
+                    .args([
+                        "--exact",
+                        "jobs::store::tests::two_processes_writing_jobs_at_once_lose_none",
+                        "--nocapture",
+                    ])
+                    .env("LOCALAGENTS_TEST_WRITER", state.path())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for w in writers {
+            let out = w.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let index = Index::new(state.path());
+        assert!(index.fresh(), "the writers kept the index current");
+        let ended = index.since(None);
+        assert_eq!(ended.len(), 2 * JOBS, "ended jobs in the index");
+        assert!(ended.iter().all(|e| e.status == Status::Succeeded));
+        assert!(index.active().is_empty(), "{:?}", index.active());
+        assert_eq!(
+            super::super::book::since(state.path(), None).len(),
+            2 * JOBS,
+            "jobs in the savings book"
+        );
+        let store = Store::new(state.path());
+        assert_eq!(store.list(None, 1000).len(), 2 * JOBS);
     }
 }

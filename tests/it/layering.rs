@@ -156,9 +156,9 @@ fn the_check_catches_an_upward_import() {
 const ORDERS: &[(&str, &[&str])] = &[("jobs", JOBS_ORDER), ("ui", UI_ORDER), ("shim", SHIM_ORDER)];
 
 const JOBS_ORDER: &[&str] = &[
-    "pending", "window", "limits", "lease", "saved", "accept", "faults", "status", "dir", "review", "daylog", "book", "index",
-    "metrics", "record", "store", "keeper", "evict", "args", "policy", "plan", "job", "runtime",
-    "admit", "prewarm", "run", "batch", "summary", "manager", "mod",
+    "pending", "window", "limits", "lease", "saved", "accept", "faults", "status", "dir", "review",
+    "daylog", "book", "index", "metrics", "record", "store", "keeper", "evict", "args", "policy",
+    "plan", "job", "runtime", "admit", "prewarm", "run", "batch", "summary", "manager", "mod",
 ];
 const UI_ORDER: &[&str] = &["html", "chart", "page", "mod"];
 const SHIM_ORDER: &[&str] = &[

@@ -16,6 +16,7 @@ mod finish;
 mod first_contact;
 mod fold_prop;
 mod harness_rules;
+mod history;
 mod jobs;
 mod large_tree;
 mod layering;

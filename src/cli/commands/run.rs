@@ -35,7 +35,9 @@ impl From<RunCmd> for RunArgs {
 }
 
 pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
-    let manager = Manager::new(ctx);
+    let manager = Manager::new(ctx.clone());
+    // Old ended jobs go in the background while the job runs.
+    let retention = api::retention::spawn(&manager, &ctx, std::time::Duration::ZERO);
     let json = args.json;
     let run_args = RunArgs::from(args);
     // The spinner shows once the job has started.
@@ -75,6 +77,7 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    retention.finish(std::time::Duration::from_secs(10)).await;
     let end = match ran {
         Ok(end) => end,
         Err(e) => return Ok(fail(&e)),

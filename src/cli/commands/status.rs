@@ -25,6 +25,7 @@ pub async fn run(ctx: &Context, json: bool) -> anyhow::Result<ExitStatus> {
             writeln!(out, "{line}")?;
         }
         writeln!(out, "{}", report.savings)?;
+        writeln!(out, "{}", report.retention_line)?;
     }
     Ok(ExitStatus::Success)
 }

@@ -96,6 +96,23 @@ pub const LEAN_PROFILE: &str = "---\nname: lean-delegate\ndescription: A delegat
 
 /// [`long_job`], run as the [`LEAN_PROFILE`] subagent when `lean`.
 pub async fn long_job_as(job: Job, window: u64, extra: &str, env: &str, lean: bool) -> LongRun {
+    long_job_by(None, job, window, extra, env, lean).await
+}
+
+/// [`long_job`] run by the localagents binary `bin` (another build, for a
+/// before-and-after figure).
+pub async fn long_job_from(bin: &Path, job: Job, window: u64) -> LongRun {
+    long_job_by(Some(bin), job, window, "", "", false).await
+}
+
+async fn long_job_by(
+    bin: Option<&Path>,
+    job: Job,
+    window: u64,
+    extra: &str,
+    env: &str,
+    lean: bool,
+) -> LongRun {
     let fake = fake_llama::spawn(fake_llama::LlamaOpts {
         alias: "gemma3-270m".into(),
         n_ctx: window,
@@ -104,7 +121,11 @@ pub async fn long_job_as(job: Job, window: u64, extra: &str, env: &str, lean: bo
         ..Default::default()
     })
     .await;
-    let harness = Harness::new().config(&format!(
+    let mut harness = Harness::new();
+    if let Some(b) = bin {
+        harness = harness.bin(b);
+    }
+    let harness = harness.config(&format!(
         "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n{}defaults:\n  max_turns: 300\n  timeout_s: 1200\n{extra}",
         fake.url(),
         if env.is_empty() { String::new() } else { format!("    env:\n{env}") }
