@@ -438,6 +438,8 @@ mod tests {
             return;
         }
         let state = tempfile::tempdir().unwrap();
+        // The index is current before the writers start (a reader built it).
+        Index::new(state.path()).rebuild().unwrap();
         let me = std::env::current_exe().unwrap();
         let writers: Vec<_> = (0..2)
             .map(|_| {

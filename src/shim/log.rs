@@ -1,6 +1,13 @@
 //! `requests.jsonl` (one line per request through the shim) and, when
 //! dumping is on, `requests_full.jsonl` (the whole folded body).
 //!
+//! A conversation is sent whole on every turn and only grows at its end,
+//! so the dump keeps a body once: each later body of the same path is
+//! written as what it shares with the one before (the bytes at its start
+//! and at its end) and the bytes between. A long job's dump grows with
+//! what the conversation added, not with its length times its turns;
+//! [`dump_bodies`] gives every body back whole.
+//!
 //! Lines are appended under a mutex; each is written whole with one
 //! `write_all`, so concurrent requests never interleave inside a line.
 //! API keys never reach these files: the shim adds the key on the way out
@@ -33,6 +40,8 @@ pub struct RequestLog {
     tokens: AtomicU64,
     /// The `stop_reason` of the last answered `/v1/messages` request.
     last_stop: Mutex<Option<String>>,
+    /// The last body dumped per path, for the next one's delta.
+    last_body: Mutex<std::collections::HashMap<String, Vec<u8>>>,
     /// The job's telemetry, when it is on: each `/v1/messages` record is
     /// also its span and metrics ([`crate::otel`]).
     trace: Option<crate::otel::JobTrace>,
@@ -52,6 +61,7 @@ impl RequestLog {
             messages: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
             last_stop: Mutex::new(None),
+            last_body: Mutex::new(Default::default()),
             trace: None,
         }
     }
@@ -144,22 +154,192 @@ impl RequestLog {
         }
     }
 
-    /// Append a folded body to `requests_full.jsonl` (only when dumping).
+    /// Append a folded body to `requests_full.jsonl` (only when dumping):
+    /// whole, or as its difference from the path's last body when they
+    /// share at least half of it.
     pub fn dump_body(&self, ts: &str, path: &str, body: &[u8]) {
         if !self.dump {
             return;
         }
-        let mut line = Vec::with_capacity(body.len() + 64);
-        line.extend_from_slice(
-            format!("{{\"ts\":\"{ts}\",\"path\":\"{path}\",\"body\":").as_bytes(),
-        );
-        line.extend_from_slice(body);
-        line.extend_from_slice(b"}\n");
+        let delta = self.last_body.lock().ok().and_then(|mut last| {
+            let d = last.get(path).and_then(|prev| Delta::of(prev, body));
+            last.insert(path.to_string(), body.to_vec());
+            d
+        });
+        let mut line = match delta {
+            Some(d) => serde_json::to_vec(&DumpLine {
+                ts: ts.to_string(),
+                path: path.to_string(),
+                body: None,
+                same: Some(Same {
+                    prefix: d.prefix,
+                    suffix: d.suffix,
+                }),
+                middle: Some(d.middle),
+            })
+            .unwrap_or_default(),
+            None => {
+                let mut l = Vec::with_capacity(body.len() + 64);
+                l.extend_from_slice(
+                    format!("{{\"ts\":\"{ts}\",\"path\":\"{path}\",\"body\":").as_bytes(),
+                );
+                l.extend_from_slice(body);
+                l.push(b'}');
+                l
+            }
+        };
+        line.push(b'\n');
         self.write_line(1, "requests_full.jsonl", &line);
     }
+}
+
+/// A line of `requests_full.jsonl`: a whole `body`, or `same` and
+/// `middle` over the path's body before it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DumpLine {
+    #[serde(default)]
+    ts: String,
+    #[serde(default)]
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    body: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    same: Option<Same>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    middle: Option<String>,
+}
+
+/// Bytes a body shares with the one before: at its start and at its end.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy)]
+struct Same {
+    prefix: usize,
+    suffix: usize,
+}
+
+/// A body as the one before it with its middle replaced.
+struct Delta {
+    prefix: usize,
+    suffix: usize,
+    middle: String,
+}
+
+impl Delta {
+    /// The difference of `body` from `prev`, when they share at least half
+    /// of `body` and the cut falls between characters.
+    fn of(prev: &[u8], body: &[u8]) -> Option<Delta> {
+        let mut prefix = prev.iter().zip(body).take_while(|(a, b)| a == b).count();
+        let room = prev.len().min(body.len()) - prefix;
+        let mut suffix = prev
+            .iter()
+            .rev()
+            .zip(body.iter().rev())
+            .take(room)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let text = std::str::from_utf8(body).ok()?;
+        while !text.is_char_boundary(prefix) {
+            prefix -= 1;
+        }
+        while !text.is_char_boundary(body.len() - suffix) {
+            suffix -= 1;
+        }
+        if (prefix + suffix) * 2 < body.len() {
+            return None;
+        }
+        Some(Delta {
+            prefix,
+            suffix,
+            middle: text[prefix..body.len() - suffix].to_string(),
+        })
+    }
+}
+
+/// A body of a dump, whole again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpedBody {
+    pub ts: String,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+/// Every body of a `requests_full.jsonl`, whole, in order. A line that
+/// does not read, or a delta whose body before it is missing, is skipped.
+pub fn dump_bodies(bytes: &[u8]) -> Vec<DumpedBody> {
+    let mut last: std::collections::HashMap<String, Vec<u8>> = Default::default();
+    let mut out = Vec::new();
+    for l in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(d) = serde_json::from_slice::<DumpLine>(l) else {
+            continue;
+        };
+        let body = match (d.body, d.same, d.middle) {
+            (Some(b), _, _) => b.get().as_bytes().to_vec(),
+            (None, Some(s), Some(m)) => {
+                let Some(prev) = last.get(&d.path) else { continue };
+                let Some(end) = prev.len().checked_sub(s.suffix).filter(|e| *e >= s.prefix) else {
+                    continue;
+                };
+                let mut b = Vec::with_capacity(s.prefix + m.len() + s.suffix);
+                b.extend_from_slice(&prev[..s.prefix]);
+                b.extend_from_slice(m.as_bytes());
+                b.extend_from_slice(&prev[end..]);
+                b
+            }
+            _ => continue,
+        };
+        last.insert(d.path.clone(), body.clone());
+        out.push(DumpedBody {
+            ts: d.ts,
+            path: d.path,
+            body,
+        });
+    }
+    out
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.
 pub fn now_ts() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dump_keeps_a_growing_body_once_and_gives_every_body_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RequestLog::new(dir.path(), true);
+        let mut sent = Vec::new();
+        let mut msgs = Vec::new();
+        for i in 0..200 {
+            msgs.push(format!("{{\"role\":\"user\",\"content\":\"turn {i} é {}\"}}", "x".repeat(300)));
+            let tools = ",\"tool\"".repeat(2000);
+            let body = format!(
+                "{{\"model\":\"m\",\"messages\":[{}],\"tools\":[\"t\"{tools}]}}",
+                msgs.join(",")
+            );
+            log.dump_body("2026-12-06T00:00:00.000Z", "/v1/messages", body.as_bytes());
+            sent.push(body.into_bytes());
+        }
+        let bytes = std::fs::read(dir.path().join("requests_full.jsonl")).unwrap();
+        let whole: usize = sent.iter().map(Vec::len).sum();
+        let largest = sent.last().unwrap().len();
+        assert!(
+            bytes.len() < largest + 200 * 1024,
+            "{} bytes for bodies of {whole} in all",
+            bytes.len()
+        );
+        let back = dump_bodies(&bytes);
+        assert_eq!(back.len(), 200);
+        for (b, s) in back.iter().zip(&sent) {
+            assert_eq!(&b.body, s);
+        }
+    }
+
+    #[test]
+    fn a_body_unlike_the_one_before_is_kept_whole() {
+        assert!(Delta::of(b"{\"a\":1}", b"{\"zzzzzzzzzzz\":2}").is_none());
+        let d = Delta::of("{\"a\":\"é\"}".as_bytes(), "{\"a\":\"éé\"}".as_bytes()).unwrap();
+        assert!(d.middle.chars().all(|c| c == 'é'), "{}", d.middle);
+    }
 }

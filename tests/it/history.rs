@@ -331,3 +331,107 @@ async fn the_index_survives_deletion_corruption_and_a_sigkill_in_its_write() {
     assert!(!text.contains("garbage"), "rebuilt: {text}");
     c.cancel().await.unwrap();
 }
+
+/// A job of 200 model turns (the real CLI, the fake llama-server), its
+/// bodies dumped: the dump keeps each body once (under the largest body
+/// plus 4 KB a request, where it held every body whole before), every body
+/// reads back as the server got it, and `job log` shows every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_200_requests_keeps_its_request_log_bounded_and_job_log_shows_every_request() {
+    use crate::support::script;
+    const TURNS: usize = 200;
+    let fake = fake_llama::spawn(crate::jobs::strict_fake_opts()).await;
+    fake.set_script(std::sync::Arc::new(|req| {
+        let n = script::tool_results(req);
+        if n < TURNS - 1 {
+            script::Reply::Tool {
+                name: "Bash".into(),
+                input: json!({"command": format!("echo step {n}")}),
+            }
+        } else {
+            script::Reply::Text("done".into())
+        }
+    }));
+    let e = Harness::new().config(&format!(
+        "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\ndefaults:\n  max_turns: 400\n  timeout_s: 900\n  dump_requests: true\n  prewarm: false\n",
+        fake.url()
+    ));
+    git::repo(e.work());
+    let v = localagents_json(
+        &e,
+        &["run", "--model", "gemma3-270m", "--json", "Run the steps."],
+    )
+    .await;
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    let dir = PathBuf::from(v["log_dir"].as_str().unwrap());
+    let dump = std::fs::read(dir.join("requests_full.jsonl")).unwrap();
+    let bodies = localagents::shim::log::dump_bodies(&dump);
+    let sent: Vec<Value> = fake.bodies();
+    let messages: Vec<&localagents::shim::log::DumpedBody> =
+        bodies.iter().filter(|b| b.path == "/v1/messages").collect();
+    assert_eq!(messages.len(), TURNS, "every request is in the dump");
+    // The dump is the folded body before the last changes on its way out
+    // (llama.cpp gets no `cache_control`, no `is_error: false`): each body
+    // read back has the turns the server got, in their order.
+    let turns = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| format!("{} {}", m["role"], m["content"].to_string().len().min(1)))
+            .collect()
+    };
+    for (b, s) in messages.iter().zip(&sent) {
+        let b: Value = serde_json::from_slice(&b.body).unwrap();
+        assert_eq!(turns(&b), turns(s), "a body read back has the turns sent");
+        let last = |v: &Value| {
+            v["messages"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .to_string()
+        };
+        let step = last(s).split("step ").nth(1).map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        });
+        if let Some(n) = step {
+            assert!(last(&b).contains(&format!("step {n}")), "{}", last(&b));
+        }
+    }
+    let largest = bodies.iter().map(|b| b.body.len()).max().unwrap();
+    let whole: usize = bodies.iter().map(|b| b.body.len()).sum();
+    let bound = largest + 4096 * bodies.len();
+    assert!(
+        dump.len() < bound,
+        "the dump holds {} bytes, over its bound of {bound} (the bodies whole: {whole})",
+        dump.len()
+    );
+    // job_log pages through every request.
+    let c = serve(&e, Some(Path::new("/bin/true"))).await;
+    let (mut offset, mut shown, mut total) = (0u64, 0usize, 0u64);
+    loop {
+        let (err, page) = call(
+            &c,
+            "job_log",
+            json!({"job_id": v["id"], "stream": "requests", "offset": offset, "tail_lines": 50}),
+        )
+        .await;
+        assert!(!err, "{page}");
+        total = page["total_lines"].as_u64().unwrap();
+        shown += page["text"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"path\":\"/v1/messages\""))
+            .count();
+        match page["next_offset"].as_u64() {
+            Some(n) => offset = n,
+            None => break,
+        }
+    }
+    assert_eq!(shown, TURNS, "job_log shows every request ({total} lines)");
+    c.cancel().await.unwrap();
+}

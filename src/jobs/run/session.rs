@@ -72,10 +72,13 @@ impl Live<'_, '_> {
             }
             crate::fmt::last_chars(&String::from_utf8_lossy(&buf), 2000)
         });
+        let events = JobDir::at(rec.log_dir()).events();
         let mut follow = Follow {
             offered: rec.offered_tools(),
             calls: Default::default(),
-            events: open_log(&JobDir::at(rec.log_dir()).events()),
+            // A resumed job's events go on after its earlier sessions'.
+            events_bytes: tokio::fs::metadata(&events).await.map_or(0, |m| m.len()),
+            events: open_log(&events),
             transcript: open_log(&JobDir::at(rec.log_dir()).transcript()),
             result: None,
             said: None,
@@ -278,6 +281,8 @@ struct Follow {
     /// Tool calls whose result has not come yet: id → what it was.
     calls: std::collections::HashMap<String, String>,
     events: Option<tokio::fs::File>,
+    /// Bytes written to `events.jsonl` by this session.
+    events_bytes: u64,
     transcript: Option<tokio::fs::File>,
     result: Option<runner::ResultEvent>,
     /// The assistant's last words (its last text that was not blank).
@@ -296,7 +301,9 @@ impl Follow {
     /// the record and the transcript. `Some` when the session must stop (a
     /// tool it was offered is missing).
     async fn line(&mut self, rec: &mut JobRecord, line: &str) -> Option<Halt> {
-        append(&mut self.events, "events.jsonl", &[line]).await;
+        let kept = runner::event_to_keep(line, self.events_bytes);
+        self.events_bytes += kept.len() as u64 + 1;
+        append(&mut self.events, "events.jsonl", &[kept]).await;
         let info = runner::parse_event(line);
         if let Some(s) = info.session_id {
             rec.session_named(s);
