@@ -139,6 +139,25 @@ pub fn write_atomic_bare(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// The bytes free to this user and the size of the file system that
+/// holds `dir` (`statvfs`).
+pub fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a zeroed struct
+    // statvfs fills; nothing else is passed.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}
+
 /// An exclusive advisory lock (`flock`) on a lock file, held until it is
 /// dropped or its process ends (however it ends: the kernel releases it).
 #[derive(Debug)]

@@ -371,5 +371,59 @@ fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> 
             ),
         )),
     }
+    if let Ok((free, total)) = crate::paths::disk_space(&ctx.state_dir) {
+        let keep_days = crate::config::load(&ctx.discovery())
+            .map(|l| l.config.defaults.keep_days)
+            .unwrap_or(crate::config::DEFAULT_KEEP_DAYS);
+        out.push(disk_check(&ctx.state_dir, free, total, keep_days));
+    }
     out
+}
+
+/// Below this much free, or [`DISK_LOW_PERCENT`] of the disk, `doctor`
+/// warns.
+const DISK_LOW_BYTES: u64 = 2_000_000_000;
+const DISK_LOW_PERCENT: u64 = 5;
+
+/// The state dir's disk: ok, or nearly full with what to do.
+fn disk_check(dir: &std::path::Path, free: u64, total: u64, keep_days: u32) -> (Level, String) {
+    let pct = free.saturating_mul(100).checked_div(total).unwrap_or(0);
+    let said = format!(
+        "the disk of the state dir {} has {} free ({pct}% of {})",
+        dir.display(),
+        crate::fmt::bytes(free),
+        crate::fmt::bytes(total)
+    );
+    if free >= DISK_LOW_BYTES && pct >= DISK_LOW_PERCENT {
+        return (Level::Ok, said);
+    }
+    let retention = if keep_days == 0 {
+        "set defaults.keep_days (0 now keeps every job) so that retention removes old jobs".to_string()
+    } else {
+        format!("lower defaults.keep_days (now {keep_days}) so that retention removes more old jobs")
+    };
+    (
+        Level::Warn,
+        format!(
+            "{said}: nearly full, and a job whose record or logs cannot be written loses what it did; free space there, or {retention}"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nearly_full_disk_is_a_warning_with_what_to_do() {
+        let dir = std::path::Path::new("/s");
+        let (l, t) = disk_check(dir, 50_000_000_000, 100_000_000_000, 30);
+        assert_eq!(l, Level::Ok, "{t}");
+        let (l, t) = disk_check(dir, 900_000_000, 100_000_000_000, 30);
+        assert_eq!(l, Level::Warn);
+        assert!(t.contains("900.0 MB free") && t.contains("now 30"), "{t}");
+        let (l, t) = disk_check(dir, 3_000_000_000, 100_000_000_000, 0);
+        assert_eq!(l, Level::Warn, "3% free: {t}");
+        assert!(t.contains("0 now keeps every job"), "{t}");
+    }
 }
