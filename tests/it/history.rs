@@ -433,6 +433,9 @@ async fn a_job_of_200_requests_keeps_its_request_log_bounded_and_job_log_shows_e
             None => break,
         }
     }
-    assert_eq!(shown, TURNS, "job_log shows every request (pages of {total:?} lines)");
+    assert_eq!(
+        shown, TURNS,
+        "job_log shows every request (pages of {total:?} lines)"
+    );
     c.cancel().await.unwrap();
 }
