@@ -320,6 +320,20 @@ fn apply_job_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &mut
     }
 }
 
+/// `defaults.keep_days`: at most a century.
+fn apply_keep_days(defaults: &mut Defaults, d: &DefaultsShape, warnings: &mut Vec<String>) {
+    if let Some(v) = d.keep_days {
+        if v <= 36_500 {
+            defaults.keep_days = v;
+        } else {
+            warnings.push(format!(
+                "defaults.keep_days = {v} is over 36500 (a century); using {} (0 keeps every job)",
+                super::schema::DEFAULT_KEEP_DAYS
+            ));
+        }
+    }
+}
+
 /// The `defaults` that bound what a job may do: roots, sandbox, rounds,
 /// load and acceptance timeouts, the loop guard, thinking.
 fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &mut Vec<String>) {
@@ -347,16 +361,7 @@ fn apply_guard_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &m
             warnings.push(format!("defaults.fix_rounds = {v} is over 10; using 2"));
         }
     }
-    if let Some(v) = d.keep_days {
-        if v <= 36_500 {
-            defaults.keep_days = v;
-        } else {
-            warnings.push(format!(
-                "defaults.keep_days = {v} is over 36500 (a century); using {} (0 keeps every job)",
-                super::schema::DEFAULT_KEEP_DAYS
-            ));
-        }
-    }
+    apply_keep_days(defaults, d, warnings);
     if let Some(v) = d.acceptance_timeout_s {
         defaults.acceptance_timeout_s = v.clamp(1, 7 * 24 * 3600);
     }

@@ -138,6 +138,7 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
             .map(|n| n.as_str().unwrap().to_string()),
     );
     printed.push(savings.to_string());
+    printed.push(st["retention_line"].as_str().unwrap().to_string());
     let tail: Vec<&str> = text
         .lines()
         .rev()
@@ -148,7 +149,7 @@ async fn savings_add_up_the_request_logs_at_the_configured_prices() {
         .collect();
     assert_eq!(
         tail, printed,
-        "the text's last lines are the JSON's evals, notes and savings"
+        "the text's last lines are the JSON's evals, notes, savings and retention"
     );
     let out = localagents(&e, &["savings", "--since", "all", "--json"]).await;
     let all: Value = serde_json::from_slice(&out.stdout).unwrap();
