@@ -27,6 +27,9 @@ use serde_json::Value;
 
 use crate::config::{Config, Endpoint};
 
+mod kept;
+pub use kept::{EVENT_LINE_MAX, EVENTS_CAP, event_to_keep};
+
 pub use crate::process::GRACE;
 
 /// What is needed to start one delegate.
@@ -604,77 +607,6 @@ fn system_event(s: events::System, info: &mut EventInfo) {
     }
 }
 
-/// The most bytes of one event `events.jsonl` keeps whole: a larger one
-/// (a long tool result, a Write of a big file) is kept as a stub with its
-/// type, its size and its first kilobyte. The delegate and the model saw
-/// it whole; the stub keeps a long job's events from growing without
-/// bound.
-pub const EVENT_LINE_MAX: usize = 16 * 1024;
-
-/// Past this many bytes of a job's `events.jsonl`, every event over a
-/// kilobyte is kept as a stub without its head.
-pub const EVENTS_CAP: u64 = 8 << 20;
-
-/// What a stub keeps of an event: its type.
-#[derive(serde::Deserialize, Default)]
-struct EventKind {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    subtype: Option<String>,
-}
-
-/// An event kept as a stub.
-#[derive(serde::Serialize)]
-struct EventStub<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subtype: Option<&'a str>,
-    localagents_cut: CutNote,
-}
-
-#[derive(serde::Serialize)]
-struct CutNote {
-    /// The event's size.
-    bytes: usize,
-    /// Its first kilobyte, as text.
-    head: String,
-}
-
-/// The line `events.jsonl` keeps for an event, when `kept` bytes are
-/// already there: the event itself, or its stub when it is over
-/// [`EVENT_LINE_MAX`] (a kilobyte past [`EVENTS_CAP`]). The session's
-/// own `system` events and its `result` are always kept whole: the job's
-/// end reads them.
-pub fn event_to_keep(line: &str, kept: u64) -> std::borrow::Cow<'_, str> {
-    let full = kept >= EVENTS_CAP;
-    let limit = if full { 1024 } else { EVENT_LINE_MAX };
-    if line.len() <= limit {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let k: EventKind = serde_json::from_str(line).unwrap_or_default();
-    if k.kind == "result" || k.kind == "system" {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let stub = EventStub {
-        kind: if k.kind.is_empty() { "unknown" } else { &k.kind },
-        subtype: k.subtype.as_deref(),
-        localagents_cut: CutNote {
-            bytes: line.len(),
-            head: if full {
-                String::new()
-            } else {
-                crate::fmt::first_chars(line, 1024)
-            },
-        },
-    };
-    match serde_json::to_string(&stub) {
-        Ok(s) => std::borrow::Cow::Owned(s),
-        Err(_) => std::borrow::Cow::Borrowed(line),
-    }
-}
-
 /// Read one stream-json line.
 pub fn parse_event(line: &str) -> EventInfo {
     use events::{Block, Event};
@@ -775,27 +707,6 @@ pub fn parse_event(line: &str) -> EventInfo {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_large_event_is_kept_as_a_stub_and_the_result_whole() {
-        let big = format!(
-            "{{\"type\":\"user\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"content\":\"{}\"}}]}}}}",
-            "a".repeat(40_000)
-        );
-        let kept = event_to_keep(&big, 0);
-        assert!(kept.len() < 2_000, "{}", kept.len());
-        let v: serde_json::Value = serde_json::from_str(&kept).unwrap();
-        assert_eq!(v["type"], "user");
-        assert_eq!(v["localagents_cut"]["bytes"], big.len());
-        let result = format!("{{\"type\":\"result\",\"result\":\"{}\"}}", "r".repeat(40_000));
-        assert_eq!(event_to_keep(&result, 0), result);
-        let small = "{\"type\":\"assistant\",\"message\":{}}";
-        assert_eq!(event_to_keep(small, 0), small);
-        // Past the cap, a kilobyte is the most an event keeps.
-        let mid = format!("{{\"type\":\"assistant\",\"x\":\"{}\"}}", "m".repeat(3_000));
-        assert_eq!(event_to_keep(&mid, 0), mid);
-        assert!(event_to_keep(&mid, EVENTS_CAP).len() < 200);
-    }
 
     use super::*;
 
