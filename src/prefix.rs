@@ -156,50 +156,62 @@ pub async fn capture_first_request(
         Err(e) => Err(format!("cannot start {} ({e})", launch.claude.display())),
         Ok(mut child) => {
             let pgid = child.id().unwrap_or(0);
-            // Drain the pipes so claude never blocks on them.
-            let out = child.stdout().take();
-            let err = child.stderr().take();
-            let drain = tokio::spawn(async move {
-                use tokio::io::AsyncReadExt;
-                if let Some(mut o) = out {
-                    let _ = tokio::io::copy(&mut o, &mut tokio::io::sink()).await;
-                }
-                // Keep the first 64 KiB (its last line is reported), read
-                // the rest into nothing so claude never blocks on the pipe.
-                let mut e = Vec::new();
-                if let Some(mut s) = err {
-                    let _ = (&mut s).take(64 * 1024).read_to_end(&mut e).await;
-                    let _ = tokio::io::copy(&mut s, &mut tokio::io::sink()).await;
-                }
-                String::from_utf8_lossy(&e).into_owned()
-            });
-            // A bool at once: the watch guard must not live across an await.
-            let got = tokio::time::timeout(limit, rx.wait_for(|s| *s))
-                .await
-                .is_ok_and(|r| r.is_ok());
+            // Drain the pipes so claude never blocks on them, keeping the
+            // first 64 KiB of each (their last lines are reported).
+            let (out, err) = (kept(child.stdout().take()), kept(child.stderr().take()));
+            // The first request, or claude's end if it comes first (a
+            // wrapper that prints and exits, a broken install): a bool at
+            // once, the watch guard must not live across an await.
+            let ended = tokio::select! {
+                _ = tokio::time::timeout(limit, rx.wait_for(|s| *s)) => None,
+                status = child.inner_mut().wait() => Some(status),
+            };
+            let got = *rx.borrow();
             crate::process::stop_group(pgid, Duration::from_secs(2)).await;
             let _ = child.inner_mut().wait().await;
-            let stderr = drain.await.unwrap_or_default();
-            match got {
-                true => cap
+            let (stdout, stderr) = (out.await.unwrap_or_default(), err.await.unwrap_or_default());
+            let last = |t: &str| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string);
+            let words = last(&stderr).or_else(|| last(&stdout));
+            match (got, ended) {
+                (true, _) => cap
                     .first
                     .lock()
                     .ok()
                     .and_then(|f| f.clone())
                     .ok_or_else(|| "no request recorded".to_string()),
-                false => Err(format!(
+                (false, Some(status)) => Err(format!(
+                    "{} exited ({}) before it sent a request{}: it is not a working Claude Code CLI; run `{} -p hi` to see why, then reinstall Claude Code (npm install -g @anthropic-ai/claude-code) or set defaults.claude_path to the real CLI",
+                    launch.claude.display(),
+                    status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+                    words.map(|w| format!(", saying: {w}")).unwrap_or_default(),
+                    launch.claude.display(),
+                )),
+                (false, None) => Err(format!(
                     "claude sent no request within {} s{}",
                     limit.as_secs(),
-                    match stderr.lines().last() {
-                        Some(l) => format!(": {l}"),
-                        None => String::new(),
-                    }
+                    words.map(|w| format!(": {w}")).unwrap_or_default()
                 )),
             }
         }
     };
     server.abort();
     result
+}
+
+/// Read a pipe to its end, keeping its first 64 KiB as text.
+fn kept<R>(pipe: Option<R>) -> tokio::task::JoinHandle<String>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut kept = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = (&mut p).take(64 * 1024).read_to_end(&mut kept).await;
+            let _ = tokio::io::copy(&mut p, &mut tokio::io::sink()).await;
+        }
+        String::from_utf8_lossy(&kept).into_owned()
+    })
 }
 
 /// The launch of a delegate for `config`'s defaults in `cwd`, as a job

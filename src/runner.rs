@@ -30,6 +30,18 @@ use crate::config::{Config, Endpoint};
 mod kept;
 pub use kept::{EVENT_LINE_MAX, EVENTS_CAP, event_to_keep};
 
+/// The Claude Code versions localagents is tested with: from the pinned
+/// one (scripts/install-claude.sh) to the newest the weekly run of npm's
+/// `latest` passed (.github/workflows/ci.yml). The README states them, and
+/// `doctor` names a version outside them.
+pub const TESTED_CLAUDE: (&str, &str) = ("2.1.328", "2.1.328");
+
+/// `2.1.328` as numbers, from `claude --version`'s first word.
+pub fn claude_version(said: &str) -> Option<Vec<u64>> {
+    let word = said.split_whitespace().next()?;
+    word.split('.').map(|p| p.parse().ok()).collect()
+}
+
 pub use crate::process::GRACE;
 
 /// What is needed to start one delegate.

@@ -62,6 +62,17 @@ pub fn session_env(
     env
 }
 
+/// What a standalone shim's session needs to start without an Anthropic
+/// login: Claude Code refuses to run with neither a login nor a credential
+/// ("Not logged in · Please run /login"), and a user who points it at a
+/// local server may have none. `ANTHROPIC_AUTH_TOKEN` is the variable
+/// Ollama's and LM Studio's own Claude Code guides set. The shim never
+/// sends what arrives in it (nor any key or login) upstream; the job
+/// runner sets its own placeholder key on the delegate instead.
+pub fn standalone_credential() -> (String, String) {
+    ("ANTHROPIC_AUTH_TOKEN".into(), "localagents-shim".into())
+}
+
 /// Claude Code's stream watchdog ends a request whose stream has sent no
 /// event for `CLAUDE_STREAM_IDLE_TIMEOUT_MS` (never less than 300 s in
 /// 2.1.328). A local server's long prefill is silent for longer than that

@@ -82,6 +82,7 @@ pub fn shim_settings_env(target: &Target, port: u16) -> Vec<(String, String)> {
         crate::shim::first_byte_timeout(d.first_byte_timeout_s, r.context)
             .max(Duration::from_secs(d.stream_idle_timeout_s)),
     ));
+    env.push(crate::session_env::standalone_credential());
     env
 }
 
@@ -120,6 +121,7 @@ impl ShimServing {
         env.push(crate::session_env::stream_idle_env(
             self.reg.route.longest_silence(),
         ));
+        env.push(crate::session_env::standalone_credential());
         env
     }
 }

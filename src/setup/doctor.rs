@@ -20,28 +20,62 @@ pub enum Level {
 
 /// `localagents doctor`: every check, in order.
 pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
-    let mut out = vec![claude_finding(ctx)];
+    let mut all = Vec::new();
+    doctor_each(ctx, &mut |l, s| all.push((l, s))).await;
+    all
+}
+
+/// The findings made so far, each handed on as soon as its check ends.
+struct Said<'a> {
+    out: Vec<(Level, String)>,
+    emit: &'a mut (dyn FnMut(Level, String) + Send),
+}
+
+impl Said<'_> {
+    /// Hand on what the last checks found.
+    fn flush(&mut self) {
+        for (l, s) in self.out.drain(..) {
+            (self.emit)(l, s);
+        }
+    }
+}
+
+/// [`doctor`], each finding given to `emit` as soon as its check ends, in
+/// the same order: a check that waits (the fixed prompt's capture, a
+/// probe) never holds back the lines before it.
+pub async fn doctor_each(ctx: &Context, emit: &mut (dyn FnMut(Level, String) + Send)) {
+    let mut said = Said {
+        out: vec![claude_finding(ctx)],
+        emit,
+    };
+    said.flush();
     let loaded = match config::load(&ctx.discovery()) {
         Ok(l) => l,
         Err(e) => {
-            out.push((Level::Fail, format!("config: {e}")));
-            return finish(ctx, out);
+            said.out.push((Level::Fail, format!("config: {e}")));
+            said.out = finish(ctx, std::mem::take(&mut said.out));
+            return said.flush();
         }
     };
-    config_findings(&loaded, &mut out);
+    config_findings(&loaded, &mut said.out);
+    said.flush();
     let otel = loaded.config.defaults.otel.clone().unwrap_or_default();
     for l in crate::otel::check::lines(&otel).await {
-        out.push((if l.warn { Level::Warn } else { Level::Ok }, l.text));
+        said.out.push((if l.warn { Level::Warn } else { Level::Ok }, l.text));
     }
+    said.flush();
     if let Ok(bin) = claude_bin(ctx) {
-        out.push(fixed_prompt_line(
+        said.out.push(fixed_prompt_line(
             &crate::prefix::measure(&loaded.config, &bin).await,
         ));
+        said.flush();
     }
     let probes = probe::probe_all(&loaded.config).await;
-    out.extend(slot_saving(&loaded.config, &probes).await);
-    endpoint_findings(ctx, &loaded.config, probes, &mut out);
-    finish(ctx, out)
+    said.out.extend(slot_saving(&loaded.config, &probes).await);
+    endpoint_findings(ctx, &loaded.config, probes, &mut said.out);
+    said.flush();
+    said.out = finish(ctx, std::mem::take(&mut said.out));
+    said.flush();
 }
 
 /// On each plain llama-server that is up (where jobs are pinned to their
@@ -72,14 +106,12 @@ fn claude_finding(ctx: &Context) -> (Level, String) {
         Ok(bin) => {
             let (ok, v) = run_claude(&bin, &["--version"]);
             if ok {
-                (
-                    Level::Ok,
-                    format!(
-                        "claude CLI {} ({})",
-                        v.lines().next().unwrap_or(""),
-                        bin.display()
-                    ),
-                )
+                let first = v.lines().next().unwrap_or("");
+                let said = format!("claude CLI {first} ({})", bin.display());
+                match version_note(first) {
+                    None => (Level::Ok, said),
+                    Some(note) => (Level::Warn, format!("{said}: {note}")),
+                }
             } else {
                 (
                     Level::Fail,
@@ -91,6 +123,26 @@ fn claude_finding(ctx: &Context) -> (Level, String) {
             }
         }
         Err(why) => (Level::Fail, why),
+    }
+}
+
+/// What `doctor` says of a Claude Code version outside the tested range
+/// ([`crate::runner::TESTED_CLAUDE`]), in one sentence with how to pin;
+/// `None` inside it.
+fn version_note(first_line: &str) -> Option<String> {
+    let (lo, hi) = crate::runner::TESTED_CLAUDE;
+    let range = format!("localagents is tested with Claude Code {lo} to {hi}");
+    let pin = format!("npm install -g @anthropic-ai/claude-code@{hi}");
+    let Some(v) = crate::runner::claude_version(first_line) else {
+        return Some(format!("its version does not read as one ({range}): if jobs misbehave, install a tested one: {pin}"));
+    };
+    let (lo_v, hi_v) = (crate::runner::claude_version(lo)?, crate::runner::claude_version(hi)?);
+    if v > hi_v {
+        Some(format!("newer than the versions tested ({range}): where a session compacts, what its stream says and how it counts its window may differ; if jobs misbehave, pin a tested one: {pin} (or set defaults.claude_path to it)"))
+    } else if v < lo_v {
+        Some(format!("older than the versions tested ({range}): update it: {pin}"))
+    } else {
+        None
     }
 }
 
@@ -413,6 +465,18 @@ fn disk_check(dir: &std::path::Path, free: u64, total: u64, keep_days: u32) -> (
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_outside_the_tested_range_is_named_with_how_to_pin() {
+        let (lo, hi) = crate::runner::TESTED_CLAUDE;
+        assert_eq!(version_note(&format!("{lo} (Claude Code)")), None);
+        assert_eq!(version_note(&format!("{hi} (Claude Code)")), None);
+        let newer = version_note("99.0.1 (Claude Code)").unwrap();
+        assert!(newer.contains("newer") && newer.contains(&format!("@anthropic-ai/claude-code@{hi}")), "{newer}");
+        let older = version_note("1.0.0 (Claude Code)").unwrap();
+        assert!(older.contains("older"), "{older}");
+        assert!(version_note("a wrapper").unwrap().contains("does not read"));
+    }
 
     #[test]
     fn a_nearly_full_disk_is_a_warning_with_what_to_do() {

@@ -200,3 +200,58 @@ fn prerequisites_name_the_compiler_and_ci_checks_for_it() {
         ".ci/run checks for the compiler"
     );
 }
+
+/// Issue 56: a `claude` that is not a working CLI (a wrapper that prints
+/// a version and exits, a broken install). `doctor` prints its first line
+/// while the later checks still run, names the version outside the tested
+/// range with how to pin, and answers as soon as that `claude` ends, with
+/// its last words and the fix, where it waited its full minute before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_a_claude_that_exits_early_and_a_version_outside_the_range() {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let dir = tempfile::tempdir().unwrap();
+    let stand_in = dir.path().join("claude");
+    std::fs::write(
+        &stand_in,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo '99.1.0 (Claude Code)'; exit 0; fi\necho 'wrapper: no real claude here' >&2\nsleep 8\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let h = Harness::new()
+        .config("endpoints:\n  box:\n    base_url: http://127.0.0.1:9\n")
+        .claude(&stand_in);
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::from(h.command(["doctor"]))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).await.unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first line came before doctor ended: {first}"
+    );
+    assert!(
+        first.starts_with("warn  claude CLI 99.1.0 (Claude Code)")
+            && first.contains("newer than the versions tested")
+            && first.contains("npm install -g @anthropic-ai/claude-code@"),
+        "{first}"
+    );
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).await.unwrap();
+    child.wait().await.unwrap();
+    assert!(
+        rest.contains("before it sent a request, saying: wrapper: no real claude here")
+            && rest.contains("exit status: 3")
+            && rest.contains("reinstall Claude Code"),
+        "{rest}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(45),
+        "doctor waited for a claude that had ended: {:?}",
+        started.elapsed()
+    );
+}

@@ -1668,3 +1668,22 @@ fn the_prose_file_names_a_wrong_shape() {
         }
     }
 }
+
+/// Issue 56: the README states the Claude Code versions localagents is
+/// tested with, as `doctor` reads them (src/runner.rs `TESTED_CLAUDE`),
+/// and the pin scripts/install-claude.sh installs is the newest of them.
+#[test]
+fn the_readme_and_the_pin_state_the_tested_claude_versions() {
+    let (lo, hi) = localagents::runner::TESTED_CLAUDE;
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let said = format!("tested with Claude Code {lo} to {hi}");
+    assert!(
+        readme.replace('\n', " ").contains(&said),
+        "the README does not say {said:?}"
+    );
+    let script = std::fs::read_to_string(root().join("scripts/install-claude.sh")).unwrap();
+    assert!(
+        script.contains(&format!("VERSION=\"${{CLAUDE_CODE_VERSION:-{hi}}}\"")),
+        "scripts/install-claude.sh does not pin {hi}"
+    );
+}

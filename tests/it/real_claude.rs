@@ -485,3 +485,142 @@ fn the_kit_finds_the_cli_where_install_claude_puts_it() {
     }
     assert_eq!(claude::cached(), Some(printed));
 }
+
+/// `  export K=V` lines of the shim's stderr, up to its "serving" line;
+/// the rest is drained by a thread, so the shim never blocks on it.
+fn printed_env(stderr: impl std::io::Read + Send + 'static) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    while let Some(line) = lines.next() {
+        let line = line.unwrap();
+        if line.starts_with("serving until interrupted") {
+            std::thread::spawn(move || lines.for_each(drop));
+            return env;
+        }
+        if let Some((k, v)) = line
+            .trim()
+            .strip_prefix("export ")
+            .and_then(|kv| kv.split_once('='))
+        {
+            let v = match v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+                Some(q) => q.replace("'\\''", "'"),
+                None => v.to_string(),
+            };
+            env.push((k.to_string(), v));
+        }
+    }
+    panic!("the shim ended before it served: {env:?}");
+}
+
+/// Issue 56: `localagents shim` for a user with no Anthropic login. The
+/// env it prints runs the real CLI under a HOME that has no login and no
+/// key (without its `ANTHROPIC_AUTH_TOKEN`, claude says "Not logged in"),
+/// and so does its `--settings` JSON, each through the shim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_env_and_settings_run_claude_without_a_login() {
+    let fake = fake_llama::spawn(fake_llama::LlamaOpts {
+        alias: "gemma3-270m".into(),
+        n_ctx: 32768,
+        ..Default::default()
+    })
+    .await;
+    fake.set_script(script::text("hello from the local model"));
+    let (h, home, work, _state) = dirs();
+    let cfg = config_for(h.dir(), fake.url());
+    let h = h.config_file(&cfg);
+    let args = ["--model", "gemma3-270m", "--max-turns", "2"];
+
+    // The printed env.
+    let mut child = h
+        .command(["shim", "--model", "gemma3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn shim");
+    let _stdout = child.stdout.take().unwrap();
+    let env = printed_env(child.stderr.take().unwrap());
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "ANTHROPIC_AUTH_TOKEN" && !v.is_empty()),
+        "{env:?}"
+    );
+    let without: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| k != "ANTHROPIC_AUTH_TOKEN")
+        .cloned()
+        .collect();
+    let run = claude::run(
+        claude::command_without_key(&home, &work, &without, &args, "Say hello."),
+        Duration::from_secs(90),
+    )
+    .await;
+    let said = serde_json::to_string(&run.events).unwrap() + &run.stderr;
+    assert!(said.contains("Not logged in"), "the control: {said}");
+    let run = claude::run(
+        claude::command_without_key(&home, &work, &env, &args, "Say hello."),
+        Duration::from_secs(90),
+    )
+    .await;
+    let result = run
+        .result()
+        .unwrap_or_else(|| panic!("no result event; stderr: {}", run.stderr));
+    assert_eq!(result["subtype"], "success", "{result}\n{}", run.stderr);
+    assert!(
+        result["result"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the local model"),
+        "{result}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The --settings JSON, for a shim on a fixed port without a token.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let fixed = ["--port", port.as_str(), "--no-token"];
+    let out = h
+        .command(
+            ["shim", "--model", "gemma3", "--print-settings"]
+                .iter()
+                .chain(&fixed),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let settings = String::from_utf8(out.stdout).unwrap();
+    let mut child = h
+        .command(["shim", "--model", "gemma3"].iter().chain(&fixed))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn shim");
+    let _stdout = child.stdout.take().unwrap();
+    printed_env(child.stderr.take().unwrap());
+    let before = fake.bodies().len();
+    let mut with_settings = vec!["--settings", settings.trim()];
+    with_settings.extend(args);
+    let run = claude::run(
+        claude::command_without_key(&home, &work, &[], &with_settings, "Say hello."),
+        Duration::from_secs(90),
+    )
+    .await;
+    let result = run
+        .result()
+        .unwrap_or_else(|| panic!("no result event; stderr: {}", run.stderr));
+    assert_eq!(result["subtype"], "success", "{result}\n{}", run.stderr);
+    assert!(
+        fake.bodies().len() > before,
+        "the session went through the shim"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -21,11 +21,11 @@ pub fn setup(ctx: &Context, root: Option<&Path>) -> anyhow::Result<ExitStatus> {
     Ok(status(crate::setup::setup(ctx, root, &mut out)?))
 }
 
+/// `localagents doctor`: each line printed as its check ends.
 pub async fn doctor(ctx: &Context) -> anyhow::Result<ExitStatus> {
-    let checks = crate::setup::doctor(ctx).await;
-    let mut out = anstream::stdout().lock();
     let mut failed = false;
-    for (lvl, msg) in checks {
+    let mut written: std::io::Result<()> = Ok(());
+    crate::setup::doctor_each(ctx, &mut |lvl, msg| {
         let tag = match lvl {
             Level::Ok => format!("{GREEN}ok  {GREEN:#}"),
             Level::Warn => format!("{YELLOW}warn{YELLOW:#}"),
@@ -34,8 +34,13 @@ pub async fn doctor(ctx: &Context) -> anyhow::Result<ExitStatus> {
                 format!("{RED}fail{RED:#}")
             }
         };
-        writeln!(out, "{tag}  {msg}")?;
-    }
+        if written.is_ok() {
+            let mut out = anstream::stdout().lock();
+            written = writeln!(out, "{tag}  {msg}").and_then(|()| out.flush());
+        }
+    })
+    .await;
+    written?;
     Ok(if failed {
         ExitStatus::Failure
     } else {

@@ -82,7 +82,7 @@ pub async fn run(ctx: &Context, args: ShimArgs) -> anyhow::Result<ExitStatus> {
     )?;
     writeln!(
         err,
-        "(if claude asks you to log in, also export ANTHROPIC_API_KEY=local; the shim never forwards it)"
+        "(ANTHROPIC_AUTH_TOKEN lets claude start without an Anthropic login; the shim never forwards it, nor any key or login)"
     )?;
     writeln!(err, "serving until interrupted (Ctrl-C)")?;
     drop(err);

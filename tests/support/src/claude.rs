@@ -86,11 +86,26 @@ pub fn command(
     args: &[&str],
     prompt: &str,
 ) -> tokio::process::Command {
+    let mut c = command_without_key(home, cwd, env, args, prompt);
+    if !env.iter().any(|(k, _)| k == "ANTHROPIC_API_KEY") {
+        c.env("ANTHROPIC_API_KEY", "placeholder-not-a-key");
+    }
+    c
+}
+
+/// [`command`] as a user with no Anthropic credential at all: no key is
+/// set, and `home` holds no login. Only `env` can let claude start.
+pub fn command_without_key(
+    home: &Path,
+    cwd: &Path,
+    env: &[(String, String)],
+    args: &[&str],
+    prompt: &str,
+) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(binary());
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
-        .env("ANTHROPIC_API_KEY", "placeholder-not-a-key")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_AUTOUPDATER", "1")
         .env("DISABLE_TELEMETRY", "1")
