@@ -155,7 +155,33 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
         Some(1),
         "a failed check fails the command: {text}"
     );
-    assert!(text.contains("ok    claude CLI 2.1.328"), "{text}");
+    // The CLI the tests run (the pinned one, or the weekly run's latest):
+    // ok inside the tested range, a warning naming the range outside it.
+    let version = String::from_utf8(
+        std::process::Command::new(crate::support::claude::binary())
+            .arg("--version")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let version = version.lines().next().unwrap().to_string();
+    let (lo, hi) = localagents::runner::TESTED_CLAUDE;
+    let tested = [lo, hi]
+        .iter()
+        .any(|v| version.starts_with(&format!("{v} ")));
+    if tested {
+        assert!(
+            text.contains(&format!("ok    claude CLI {version}")),
+            "{text}"
+        );
+    } else {
+        assert!(
+            text.contains(&format!("warn  claude CLI {version}"))
+                && text.contains("than the versions tested"),
+            "{text}"
+        );
+    }
     assert!(
         text.contains(
             "warn  endpoint box (llama.cpp): up, serves gemma3-270m (12288/slot); under 16,384 per slot"
