@@ -5,7 +5,7 @@
 # (@anthropic-ai/claude-code-<os>-<cpu>[-musl], file `claude` in each), the
 # one npm installs for this machine: chosen here by `uname -s`/`uname -m`.
 set -eu
-VERSION="${CLAUDE_CODE_VERSION:-2.1.328}"
+VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 DIR="${XDG_CACHE_HOME:-$HOME/.cache}/localagents-claude/$VERSION"
 case "$(uname -s)" in
   Linux) os=linux ;;

@@ -34,7 +34,7 @@ pub use kept::{EVENT_LINE_MAX, EVENTS_CAP, event_to_keep};
 /// one (scripts/install-claude.sh) to the newest the weekly run of npm's
 /// `latest` passed (.github/workflows/ci.yml). The README states them, and
 /// `doctor` names a version outside them.
-pub const TESTED_CLAUDE: (&str, &str) = ("2.1.328", "2.1.328");
+pub const TESTED_CLAUDE: (&str, &str) = ("2.1.328", "2.1.332");
 
 /// `2.1.328` as numbers, from `claude --version`'s first word.
 pub fn claude_version(said: &str) -> Option<Vec<u64>> {

@@ -167,9 +167,9 @@ async fn doctor_says_ok_warn_fail_with_the_fix() {
     .unwrap();
     let version = version.lines().next().unwrap().to_string();
     let (lo, hi) = localagents::runner::TESTED_CLAUDE;
-    let tested = [lo, hi]
-        .iter()
-        .any(|v| version.starts_with(&format!("{v} ")));
+    let num = |v: &str| localagents::runner::claude_version(v).unwrap();
+    let tested =
+        localagents::runner::claude_version(&version).is_some_and(|v| v >= num(lo) && v <= num(hi));
     if tested {
         assert!(
             text.contains(&format!("ok    claude CLI {version}")),

@@ -1686,4 +1686,5 @@ fn the_readme_and_the_pin_state_the_tested_claude_versions() {
         script.contains(&format!("VERSION=\"${{CLAUDE_CODE_VERSION:-{hi}}}\"")),
         "scripts/install-claude.sh does not pin {hi}"
     );
+    assert_eq!(crate::support::claude::PINNED, hi, "the test kit's pin");
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-pub const PINNED: &str = "2.1.328";
+pub const PINNED: &str = "2.1.332";
 
 /// The claude binary: `$LOCALAGENTS_CLAUDE`, else the pinned install in
 /// ~/.cache, else `claude` on PATH. Panics with the install command when
