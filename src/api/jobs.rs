@@ -447,18 +447,10 @@ async fn clean_worktree(
 /// on the blocking pool; a failure is logged with its reason.
 async fn remove_job(m: &Manager, rec: crate::jobs::JobRecord) -> Result<(), ()> {
     let store = m.store().clone();
-    let r = tokio::task::spawn_blocking(move || store.remove(&rec)).await;
-    match r {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => {
-            tracing::warn!("cannot remove a job's directory: {e}");
-            Err(())
-        }
-        Err(e) => {
-            tracing::warn!("cannot remove a job's directory: {e}");
-            Err(())
-        }
-    }
+    let r = tokio::task::spawn_blocking(move || store.remove(&rec).map_err(|e| e.to_string()))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    r.map_err(|e| tracing::warn!("cannot remove a job's directory: {e}"))
 }
 
 /// `cleanup_jobs`: remove finished jobs' dirs, and their worktrees and

@@ -73,9 +73,8 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry of a record's brief; a record without usage (a job lost
-    /// before it wrote it) takes the sum of its request log, in `dir`.
-    pub fn of(b: &RecordBrief, dir: &Path) -> Entry {
+    /// The entry of a record's brief, its usage as the record has it.
+    pub fn of(b: &RecordBrief) -> Entry {
         let m = b.metrics.as_ref();
         let r = b.model_faults.as_ref().and_then(|f| f.runaway_output.as_ref());
         Entry {
@@ -87,11 +86,7 @@ impl Entry {
             endpoint: b.endpoint.clone(),
             served_id: b.served_id.clone(),
             origin_cwd: b.origin_cwd.clone(),
-            usage: if b.usage == Usage::default() {
-                logged_usage(dir)
-            } else {
-                b.usage
-            },
+            usage: b.usage,
             tool_use_id: b.tool_use_id.clone(),
             slot_losses: m.map_or(0, |m| m.slot_losses),
             reprocessed_tokens: m.map_or(0, |m| m.reprocessed_tokens),
@@ -99,6 +94,16 @@ impl Entry {
             runaways: r.map_or(0, |r| r.count),
             runaway_why: r.map(|r| r.why.clone()).unwrap_or_default(),
         }
+    }
+
+    /// The entry with the usage the savings count: a record without any
+    /// (a job lost before it wrote it) takes the sum of its request log,
+    /// in `dir`.
+    pub fn with_logged_usage(mut self, dir: &Path) -> Entry {
+        if self.usage == Usage::default() {
+            self.usage = logged_usage(dir);
+        }
+        self
     }
 }
 
@@ -419,7 +424,7 @@ impl Index {
                     .days
                     .entry(daylog::day_of_id(&id).to_string())
                     .or_default()
-                    .push(Entry::of(&b, &dir)),
+                    .push(Entry::of(&b).with_logged_usage(&dir)),
                 // Live, or a record that does not read (yet): read each time.
                 _ => s.active.push(id),
             }

@@ -78,7 +78,7 @@ impl Store {
         crate::paths::write_atomic_bare(&dir.record(), &bytes).map_err(failed)?;
         if rec.status().terminal() {
             let brief: RecordBrief = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
-            let entry = Entry::of(&brief, dir.path());
+            let entry = Entry::of(&brief).with_logged_usage(dir.path());
             self.index
                 .settle(&entry, &index::book_line(&entry), active)
                 .map_err(failed)?;
@@ -236,7 +236,7 @@ impl Store {
             .filter(|id| young(id))
             .filter_map(|id| {
                 let b = self.brief(&id)?;
-                Some(Entry::of(&b, &self.root.join(&id)))
+                Some(Entry::of(&b))
             })
             .collect();
         let live: std::collections::HashSet<String> = out.iter().map(|e| e.id.clone()).collect();
@@ -265,7 +265,7 @@ impl Store {
                 .collect();
         for id in active {
             if let Some(b) = self.brief(&id) {
-                let e = Entry::of(&b, &self.root.join(&id));
+                let e = Entry::of(&b).with_logged_usage(&self.root.join(&id));
                 by_id.insert(id, index::book_line(&e));
             }
         }
@@ -293,7 +293,7 @@ impl Store {
         let dir = self.dir(rec.id())?;
         let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         let brief: RecordBrief = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
-        let entry = Entry::of(&brief, &dir);
+        let entry = Entry::of(&brief).with_logged_usage(&dir);
         self.index
             .remove(&entry, &index::book_line(&entry))
             .map_err(|source| JobError::Write { dir, source })
