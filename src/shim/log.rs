@@ -161,7 +161,11 @@ impl RequestLog {
         if !self.dump {
             return;
         }
-        let delta = self.last_body.lock().ok().and_then(|mut last| {
+        // Held until the line is written: two requests dumped at once put
+        // their lines in the order their differences were taken, which is
+        // the order `dump_bodies` reads them back in.
+        let mut last = self.last_body.lock().ok();
+        let delta = last.as_mut().and_then(|last| {
             let d = last.get(path).and_then(|prev| Delta::of(prev, body));
             last.insert(path.to_string(), body.to_vec());
             d
@@ -190,6 +194,7 @@ impl RequestLog {
         };
         line.push(b'\n');
         self.write_line(1, "requests_full.jsonl", &line);
+        drop(last);
     }
 }
 
@@ -334,6 +339,42 @@ mod tests {
         for (b, s) in back.iter().zip(&sent) {
             assert_eq!(&b.body, s);
         }
+    }
+
+    /// Two requests dumped at once (a job's main turn and a side request
+    /// of Claude Code's) each give their body back whole: a line is in
+    /// the file in the order its difference was taken.
+    #[test]
+    fn bodies_dumped_at_once_from_two_threads_each_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::sync::Arc::new(RequestLog::new(dir.path(), true));
+        let body = |who: &str, i: usize| {
+            let tools = ",\"tool\"".repeat(500);
+            let turns: Vec<String> = (0..=i).map(|t| format!("\"{who} {t}\"")).collect();
+            format!("{{\"messages\":[{}],\"tools\":[\"t\"{tools}]}}", turns.join(","))
+        };
+        let threads: Vec<_> = ["alpha", "beta"]
+            .into_iter()
+            .map(|who| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    for i in 0..400 {
+                        log.dump_body("2026-12-06T00:00:00.000Z", "/v1/messages", body(who, i).as_bytes());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let sent: std::collections::HashSet<Vec<u8>> = ["alpha", "beta"]
+            .into_iter()
+            .flat_map(|who| (0..400).map(move |i| body(who, i).into_bytes()))
+            .collect();
+        let back = dump_bodies(&std::fs::read(dir.path().join("requests_full.jsonl")).unwrap());
+        assert_eq!(back.len(), 800);
+        let wrong = back.iter().filter(|b| !sent.contains(&b.body)).count();
+        assert_eq!(wrong, 0, "bodies read back that were never sent");
     }
 
     #[test]
