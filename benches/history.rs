@@ -73,15 +73,15 @@ async fn run() {
     })
     .await;
     let (template, short_after) = short_job(&after, &fake).await;
-    let short_before = match &before {
-        Some(b) => Some(short_job(b, &fake).await.1),
-        None => None,
-    };
     let part = std::env::var("LOCALAGENTS_HISTORY_PART").unwrap_or_default();
     if part != "disk" {
         table(&before, &after, &template).await;
     }
     if part != "table" {
+        let short_before = match &before {
+            Some(b) => Some(short_job(b, &fake).await.1),
+            None => None,
+        };
         disk(&before, &after, short_before, short_after).await;
     }
 }
@@ -99,7 +99,7 @@ async fn table(before: &Option<PathBuf>, after: &Path, template: &Template) {
     for &n in SIZES {
         let state = tempfile::tempdir().expect("a state dir");
         populate(state.path(), n, template);
-        let disk = du(&state.path().join("jobs"));
+        let disk = localagents::paths::dir_bytes(&state.path().join("jobs"));
         for (name, bin) in [
             ("before", before.clone()),
             ("after", Some(after.to_path_buf())),
@@ -301,22 +301,6 @@ fn populate(state: &Path, n: usize, t: &Template) {
             }
         }
     }
-}
-
-fn du(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else {
-                total += m.len();
-            }
-        }
-    }
-    total
 }
 
 fn ms(d: Duration) -> f64 {

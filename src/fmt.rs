@@ -19,8 +19,6 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-/// The first `n` characters of `s` (a character is never split), without
-/// a mark: for a field whose whole text is elsewhere (a record's task).
 /// "812 B", "47.1 KB", "1.6 MB", "2.3 GB" (powers of 1,000).
 pub fn bytes(n: u64) -> String {
     let f = n as f64;
@@ -35,6 +33,8 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// The first `n` characters of `s` (a character is never split), without
+/// a mark: for a field whose whole text is elsewhere (a record's task).
 pub fn first_chars(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }

@@ -285,6 +285,7 @@ impl Server {
             job_id: p.job_id,
             dry_run: p.dry_run.unwrap_or(true),
             force: p.force,
+            ..api::CleanupArgs::default()
         };
         api::cleanup_jobs(&self.manager, &args).await.map(Reply)
     }

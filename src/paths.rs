@@ -139,6 +139,25 @@ pub fn write_atomic_bare(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// The bytes of the files under `dir`, every level down (a link is not
+/// followed: its own size counts); what cannot be read counts nothing.
+/// Blocking: a walk of the tree.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let mut bytes = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                bytes = bytes.saturating_add(m.len());
+            }
+        }
+    }
+    bytes
+}
+
 /// The bytes free to this user and the size of the file system that
 /// holds `dir` (`statvfs`).
 pub fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {

@@ -166,27 +166,23 @@ pub async fn capture_first_request(
                 _ = tokio::time::timeout(limit, rx.wait_for(|s| *s)) => None,
                 status = child.inner_mut().wait() => Some(status),
             };
-            let got = *rx.borrow();
+            // The handler records the body before it says so on `seen`.
+            let first = cap.first.lock().ok().and_then(|f| f.clone());
             crate::process::stop_group(pgid, Duration::from_secs(2)).await;
             let _ = child.inner_mut().wait().await;
             let (stdout, stderr) = (out.await.unwrap_or_default(), err.await.unwrap_or_default());
             let last = |t: &str| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string);
             let words = last(&stderr).or_else(|| last(&stdout));
-            match (got, ended) {
-                (true, _) => cap
-                    .first
-                    .lock()
-                    .ok()
-                    .and_then(|f| f.clone())
-                    .ok_or_else(|| "no request recorded".to_string()),
-                (false, Some(status)) => Err(format!(
+            match (first, ended) {
+                (Some(body), _) => Ok(body),
+                (None, Some(status)) => Err(format!(
                     "{} exited ({}) before it sent a request{}: it is not a working Claude Code CLI; run `{} -p hi` to see why, then reinstall Claude Code (npm install -g @anthropic-ai/claude-code) or set defaults.claude_path to the real CLI",
                     launch.claude.display(),
                     status.map_or_else(|e| e.to_string(), |s| s.to_string()),
                     words.map(|w| format!(", saying: {w}")).unwrap_or_default(),
                     launch.claude.display(),
                 )),
-                (false, None) => Err(format!(
+                (None, None) => Err(format!(
                     "claude sent no request within {} s{}",
                     limit.as_secs(),
                     words.map(|w| format!(": {w}")).unwrap_or_default()

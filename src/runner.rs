@@ -719,7 +719,6 @@ pub fn parse_event(line: &str) -> EventInfo {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     #[test]

@@ -366,6 +366,9 @@ pub struct CleanupArgs {
     pub dry_run: bool,
     /// Remove worktrees with unmerged or uncommitted work too.
     pub force: bool,
+    /// Leave the live jobs without a word in `skipped` (retention: they
+    /// are never its business).
+    pub unnamed_live: bool,
 }
 
 /// The records `cleanup_jobs` looks at: job `one`'s, else the live jobs'
@@ -484,7 +487,9 @@ pub async fn cleanup_jobs(m: &Manager, a: &CleanupArgs) -> Result<CleanupReport,
             }
         };
         if !rec.status().terminal() {
-            skipped.push(format!("{id}: still {}", rec.status().as_str()));
+            if !a.unnamed_live {
+                skipped.push(format!("{id}: still {}", rec.status().as_str()));
+            }
             continue;
         }
         if job_id.is_none() {

@@ -61,8 +61,9 @@ pub const DEFAULT_TAIL_LINES: usize = 80;
 pub const DEFAULT_DIFF_BYTES: usize = 20_000;
 /// `cleanup_jobs` default age.
 pub const DEFAULT_CLEANUP_DAYS: u64 = 7;
-/// Longest age `cleanup_jobs` takes (a century).
-pub const MAX_CLEANUP_DAYS: u64 = 36_500;
+/// Longest age `cleanup_jobs` takes (a century): `defaults.keep_days`'
+/// longest, which retention passes it.
+pub const MAX_CLEANUP_DAYS: u64 = crate::config::MAX_KEEP_DAYS as u64;
 pub use crate::jobs::manager::MAX_TIMEOUT_S;
 
 /// How a command ended, as the process exit code (uv's `ExitStatus`).

@@ -10,6 +10,12 @@
 //! async workers) and writes what it did to `<state>/retention.json`,
 //! which `status` reads: a user sees what went, what stayed and why, and
 //! what the history costs on disk.
+//!
+//! That report also says when the last pass was: every `serve` (one per
+//! Claude Code session) and every `run` share the state dir, so a pass is
+//! made only when the last one, by any of them, is [`RETENTION_EVERY`] old
+//! or was made with another `keep_days`. A session's start does not walk
+//! the whole history again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,7 +29,7 @@ use super::{CleanupArgs, Context, KeptWork, Manager, cleanup_jobs};
 /// during it.
 pub const SERVE_DELAY: Duration = Duration::from_secs(5);
 
-/// How often `serve` runs it again.
+/// How often a pass is made, by whichever `serve` or `run` comes first.
 pub const RETENTION_EVERY: Duration = Duration::from_secs(6 * 3600);
 
 /// Jobs kept or skipped named in the report (the rest are counted).
@@ -58,18 +64,7 @@ fn report_path(state_dir: &Path) -> PathBuf {
 /// Bytes and job directories under a state dir: a walk that follows no
 /// link (blocking: call it off the async workers).
 pub fn state_size(state_dir: &Path) -> (u64, u64) {
-    let mut bytes = 0u64;
-    let mut stack = vec![state_dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else {
-                bytes = bytes.saturating_add(m.len());
-            }
-        }
-    }
+    let bytes = crate::paths::dir_bytes(state_dir);
     let jobs = std::fs::read_dir(state_dir.join("jobs"))
         .into_iter()
         .flatten()
@@ -89,26 +84,30 @@ async fn measured(state_dir: &Path) -> (u64, u64) {
 /// One run: remove the ended jobs made more than `keep_days` days ago
 /// (none with 0), measure the state dir, and write the report.
 pub async fn run_once(m: &Manager, keep_days: u32) -> RetentionReport {
-    let state = m.store().root.parent().map(Path::to_path_buf).unwrap_or_default();
-    let (before, _) = measured(&state).await;
+    let state = state_dir(m);
+    let (before, jobs_before) = measured(&state).await;
     let (mut removed, mut kept, mut skipped) = (0u64, Vec::new(), Vec::new());
     if keep_days > 0 {
         let args = CleanupArgs {
             older_than_days: Some(u64::from(keep_days)),
+            unnamed_live: true,
             ..CleanupArgs::default()
         };
         match cleanup_jobs(m, &args).await {
             Ok(r) => {
                 removed = r.removed.len() as u64;
                 kept = r.kept;
-                // Live jobs are named by cleanup_jobs; retention leaves
-                // them without a word.
-                skipped = r.skipped.into_iter().filter(|s| !s.contains(": still ")).collect();
+                skipped = r.skipped;
             }
             Err(e) => skipped.push(format!("retention did not run: {e}")),
         }
     }
-    let (after, jobs) = measured(&state).await;
+    // Measured again only when something went.
+    let (after, jobs) = if removed == 0 {
+        (before, jobs_before)
+    } else {
+        measured(&state).await
+    };
     let kept_total = kept.len() as u64;
     kept.truncate(NAMED);
     skipped.truncate(NAMED);
@@ -135,45 +134,67 @@ pub async fn run_once(m: &Manager, keep_days: u32) -> RetentionReport {
     report
 }
 
-/// Retention running in a task of its own ([`spawn`]).
-pub struct Retention {
-    handle: tokio::task::JoinHandle<()>,
-    first: tokio::sync::watch::Receiver<bool>,
+fn state_dir(m: &Manager) -> PathBuf {
+    m.store().root.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-impl Retention {
-    /// Let the first run end, for at most `limit` (`run` does, when its
-    /// job is over: a short job still has its history kept short), then
-    /// stop it. A removal stopped half way leaves a whole job or none
-    /// ([`crate::jobs::index::Index::remove`]).
-    pub async fn finish(mut self, limit: Duration) {
-        let _ = tokio::time::timeout(limit, self.first.wait_for(|done| *done)).await;
-        self.handle.abort();
-    }
+/// `defaults.keep_days` in the user's config now (its default when the
+/// config does not load).
+fn keep_days(ctx: &Context) -> u32 {
+    crate::config::load(&ctx.discovery())
+        .map(|l| l.config.defaults.keep_days)
+        .unwrap_or(crate::config::DEFAULT_KEEP_DAYS)
+}
 
-    /// Stop it now (`serve`'s shutdown).
-    pub fn abort(&self) {
-        self.handle.abort();
+/// How long until a pass is due after `last`: none (zero) when there is no
+/// last pass, when it kept another number of days, or when it is
+/// [`RETENTION_EVERY`] old or says a time to come (a clock set back).
+fn until_due(last: Option<&RetentionReport>, keep_days: u32, now: chrono::DateTime<chrono::Utc>) -> Duration {
+    let Some(last) = last.filter(|l| l.keep_days == keep_days) else {
+        return Duration::ZERO;
+    };
+    let Ok(at) = chrono::DateTime::parse_from_rfc3339(&last.at) else {
+        return Duration::ZERO;
+    };
+    match (now - at.with_timezone(&chrono::Utc)).to_std() {
+        Ok(age) => RETENTION_EVERY.saturating_sub(age),
+        Err(_) => Duration::ZERO,
     }
 }
 
-/// Run retention after `delay`, then every [`RETENTION_EVERY`], in a task
-/// of its own (`serve`, `run`); `defaults.keep_days` is read each time.
-pub fn spawn(m: &std::sync::Arc<Manager>, ctx: &Context, delay: Duration) -> Retention {
+/// A pass if one is due ([`until_due`]), else how long until one is.
+async fn pass_if_due(m: &Manager, ctx: &Context) -> Result<RetentionReport, Duration> {
+    let keep_days = keep_days(ctx);
+    let state = state_dir(m);
+    let last = tokio::task::spawn_blocking(move || last(&state)).await.ok().flatten();
+    match until_due(last.as_ref(), keep_days, chrono::Utc::now()) {
+        wait if wait.is_zero() => Ok(run_once(m, keep_days).await),
+        wait => Err(wait),
+    }
+}
+
+/// What `run` does beside its job: a pass if one is due. It is awaited
+/// when the job is over, for a short while, then stopped: a removal
+/// stopped half way leaves a whole job or none
+/// ([`crate::jobs::index::Index::remove`]).
+pub async fn run_if_due(m: &Manager, ctx: &Context) -> Option<RetentionReport> {
+    pass_if_due(m, ctx).await.ok()
+}
+
+/// `serve`'s retention, in a task of its own: after `delay`, a pass
+/// whenever one is due (by this or any other process), checked again
+/// when it would be; `defaults.keep_days` is read each time.
+pub fn spawn(m: &std::sync::Arc<Manager>, ctx: &Context, delay: Duration) -> tokio::task::JoinHandle<()> {
     let (m, ctx) = (m.clone(), ctx.clone());
-    let (tx, first) = tokio::sync::watch::channel(false);
-    let handle = tokio::spawn(async move {
+    tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         loop {
-            let keep_days = crate::config::load(&ctx.discovery())
-                .map(|l| l.config.defaults.keep_days)
-                .unwrap_or(crate::config::DEFAULT_KEEP_DAYS);
-            run_once(&m, keep_days).await;
-            let _ = tx.send(true);
-            tokio::time::sleep(RETENTION_EVERY).await;
+            // After a pass, a full period: one whose report could not be
+            // written is not made again at once.
+            let wait = pass_if_due(&m, &ctx).await.map_or_else(|wait| wait, |_| RETENTION_EVERY);
+            tokio::time::sleep(wait).await;
         }
-    });
-    Retention { handle, first }
+    })
 }
 
 /// The last run's report, when there is one that reads.
@@ -216,4 +237,42 @@ pub fn line(r: Option<&RetentionReport>) -> String {
         s.push_str(&format!("; left: {why}"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(at: &str, keep_days: u32) -> RetentionReport {
+        RetentionReport {
+            at: at.into(),
+            keep_days,
+            removed: 0,
+            freed_bytes: 0,
+            kept: Vec::new(),
+            kept_total: 0,
+            skipped: Vec::new(),
+            state_bytes: 0,
+            jobs: 0,
+        }
+    }
+
+    #[test]
+    fn a_pass_is_due_once_a_period_whoever_made_the_last() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-06T12:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        // Never run, or unreadable: now.
+        assert_eq!(until_due(None, 30, now), Duration::ZERO);
+        assert_eq!(until_due(Some(&report("yesterday", 30)), 30, now), Duration::ZERO);
+        // An hour ago: the rest of the period.
+        let hour_ago = report("2026-12-06T11:00:00.000Z", 30);
+        assert_eq!(until_due(Some(&hour_ago), 30, now), RETENTION_EVERY - Duration::from_secs(3600));
+        // Another keep_days in the config since: now.
+        assert_eq!(until_due(Some(&hour_ago), 7, now), Duration::ZERO);
+        // A period ago or more, or a time to come: now.
+        assert_eq!(until_due(Some(&report("2026-12-06T06:00:00Z", 30)), 30, now), Duration::ZERO);
+        assert_eq!(until_due(Some(&report("2026-12-05T00:00:00Z", 30)), 30, now), Duration::ZERO);
+        assert_eq!(until_due(Some(&report("2027-01-01T00:00:00Z", 30)), 30, now), Duration::ZERO);
+    }
 }

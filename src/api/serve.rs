@@ -73,15 +73,20 @@ pub async fn run_job(
 /// The model settings of a shim at `port` that is started separately
 /// (`localagents shim --print-settings`): its session environment.
 pub fn shim_settings_env(target: &Target, port: u16) -> Vec<(String, String)> {
-    let r = &target.resolved;
-    let url = format!("http://127.0.0.1:{port}");
     let d = &target.config.defaults;
-    let mut env =
-        crate::session_env::session_env(&url, &r.served_id, r.context, crate::session_env::WindowRule::of(d));
-    env.push(crate::session_env::stream_idle_env(
-        crate::shim::first_byte_timeout(d.first_byte_timeout_s, r.context)
-            .max(Duration::from_secs(d.stream_idle_timeout_s)),
-    ));
+    let idle = crate::shim::first_byte_timeout(d.first_byte_timeout_s, target.resolved.context)
+        .max(Duration::from_secs(d.stream_idle_timeout_s));
+    standalone_env(&format!("http://127.0.0.1:{port}"), target, idle)
+}
+
+/// The environment of a Claude Code session through a shim at `url` that
+/// may go `idle` between two bytes: the model and its window, the stream
+/// timeout, and a credential that keeps the CLI from asking for a login.
+fn standalone_env(url: &str, target: &Target, idle: Duration) -> Vec<(String, String)> {
+    let r = &target.resolved;
+    let rule = crate::session_env::WindowRule::of(&target.config.defaults);
+    let mut env = crate::session_env::session_env(url, &r.served_id, r.context, rule);
+    env.push(crate::session_env::stream_idle_env(idle));
     env.push(crate::session_env::standalone_credential());
     env
 }
@@ -114,15 +119,7 @@ impl ShimServing {
 
     /// The session environment that points claude at this shim.
     pub fn session_env(&self, target: &Target) -> Vec<(String, String)> {
-        let r = &target.resolved;
-        let rule = crate::session_env::WindowRule::of(&target.config.defaults);
-        let mut env =
-            crate::session_env::session_env(&self.reg.base_url, &r.served_id, r.context, rule);
-        env.push(crate::session_env::stream_idle_env(
-            self.reg.route.longest_silence(),
-        ));
-        env.push(crate::session_env::standalone_credential());
-        env
+        standalone_env(&self.reg.base_url, target, self.reg.route.longest_silence())
     }
 }
 

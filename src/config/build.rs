@@ -323,11 +323,12 @@ fn apply_job_defaults(defaults: &mut Defaults, d: &DefaultsShape, warnings: &mut
 /// `defaults.keep_days`: at most a century.
 fn apply_keep_days(defaults: &mut Defaults, d: &DefaultsShape, warnings: &mut Vec<String>) {
     if let Some(v) = d.keep_days {
-        if v <= 36_500 {
+        if v <= super::schema::MAX_KEEP_DAYS {
             defaults.keep_days = v;
         } else {
             warnings.push(format!(
-                "defaults.keep_days = {v} is over 36500 (a century); using {} (0 keeps every job)",
+                "defaults.keep_days = {v} is over {} (a century); using {} (0 keeps every job)",
+                super::schema::MAX_KEEP_DAYS,
                 super::schema::DEFAULT_KEEP_DAYS
             ));
         }

@@ -39,7 +39,7 @@ mod wire;
 pub use backend::{Counts, Speaks};
 pub use build::check_base_url;
 pub use schema::{
-    BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_KEEP_DAYS, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER,
+    BUILTIN_NEXT_PORT_NAME, Backend, Config, DEFAULT_KEEP_DAYS, DEFAULT_RUNAWAY_LIMIT, DEFAULT_SESSION_HEADER, MAX_KEEP_DAYS,
     ClearToolResults, Defaults, Endpoint, ModelEntry, Thinking, WireSetting, home_path,
     key_safe_url,
 };

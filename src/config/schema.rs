@@ -113,6 +113,10 @@ pub(super) struct DefaultsShape {
 /// own sessions (`cleanupPeriodDays`).
 pub const DEFAULT_KEEP_DAYS: u32 = 30;
 
+/// The longest `defaults.keep_days` (a century): `cleanup_jobs`' longest
+/// age too, which retention passes it to.
+pub const MAX_KEEP_DAYS: u32 = 36_500;
+
 /// Env values may be written as numbers or booleans; they become strings.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]

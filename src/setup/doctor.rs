@@ -18,13 +18,6 @@ pub enum Level {
     Fail,
 }
 
-/// `localagents doctor`: every check, in order.
-pub async fn doctor(ctx: &Context) -> Vec<(Level, String)> {
-    let mut all = Vec::new();
-    doctor_each(ctx, &mut |l, s| all.push((l, s))).await;
-    all
-}
-
 /// The findings made so far, each handed on as soon as its check ends.
 struct Said<'a> {
     out: Vec<(Level, String)>,
@@ -40,9 +33,9 @@ impl Said<'_> {
     }
 }
 
-/// [`doctor`], each finding given to `emit` as soon as its check ends, in
-/// the same order: a check that waits (the fixed prompt's capture, a
-/// probe) never holds back the lines before it.
+/// `localagents doctor`: every check, in order, each finding given to
+/// `emit` as soon as its check ends: a check that waits (the fixed
+/// prompt's capture, a probe) never holds back the lines before it.
 pub async fn doctor_each(ctx: &Context, emit: &mut (dyn FnMut(Level, String) + Send)) {
     let mut said = Said {
         out: vec![claude_finding(ctx)],
@@ -53,7 +46,7 @@ pub async fn doctor_each(ctx: &Context, emit: &mut (dyn FnMut(Level, String) + S
         Ok(l) => l,
         Err(e) => {
             said.out.push((Level::Fail, format!("config: {e}")));
-            said.out = finish(ctx, std::mem::take(&mut said.out));
+            finish(ctx, crate::config::DEFAULT_KEEP_DAYS, &mut said.out);
             return said.flush();
         }
     };
@@ -74,7 +67,7 @@ pub async fn doctor_each(ctx: &Context, emit: &mut (dyn FnMut(Level, String) + S
     said.out.extend(slot_saving(&loaded.config, &probes).await);
     endpoint_findings(ctx, &loaded.config, probes, &mut said.out);
     said.flush();
-    said.out = finish(ctx, std::mem::take(&mut said.out));
+    finish(ctx, loaded.config.defaults.keep_days, &mut said.out);
     said.flush();
 }
 
@@ -401,7 +394,7 @@ pub fn fixed_prompt_line(m: &Result<crate::prefix::FixedPrompt, String>) -> (Lev
     }
 }
 
-fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> {
+fn finish(ctx: &Context, keep_days: u32, out: &mut Vec<(Level, String)>) {
     match Command::new("git").arg("--version").output() {
         Ok(o) if o.status.success() => out.push((Level::Ok, String::from_utf8_lossy(&o.stdout).trim().to_string())),
         _ => out.push((Level::Warn, "git is not on PATH: delegates cannot commit or inspect history (worktree isolation itself works without it)".into())),
@@ -424,12 +417,8 @@ fn finish(ctx: &Context, mut out: Vec<(Level, String)>) -> Vec<(Level, String)> 
         )),
     }
     if let Ok((free, total)) = crate::paths::disk_space(&ctx.state_dir) {
-        let keep_days = crate::config::load(&ctx.discovery())
-            .map(|l| l.config.defaults.keep_days)
-            .unwrap_or(crate::config::DEFAULT_KEEP_DAYS);
         out.push(disk_check(&ctx.state_dir, free, total, keep_days));
     }
-    out
 }
 
 /// Below this much free, or [`DISK_LOW_PERCENT`] of the disk, `doctor`

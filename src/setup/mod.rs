@@ -20,7 +20,7 @@ use crate::api::Context;
 use crate::config;
 
 pub use bringup::{BringupAction, bringup};
-pub use doctor::{Level, doctor, doctor_each, fixed_prompt_line};
+pub use doctor::{Level, doctor_each, fixed_prompt_line};
 
 /// The starter config written by `setup`.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../models.example.yaml");

@@ -21,30 +21,21 @@ fn old_id(days_ago: i64, n: u32) -> String {
 /// A record of job `id` written by hand: `status`, some tokens, `extra`
 /// fields over the rest.
 fn record(state: &Path, id: &str, status: &str, extra: Value) {
-    let dir = state.join("jobs").join(id);
-    std::fs::create_dir_all(&dir).unwrap();
     let created = chrono::NaiveDateTime::parse_from_str(&id[..15], "%Y%m%d-%H%M%S")
         .unwrap()
         .and_utc()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string();
-    let mut rec = json!({
-        "id": id, "task": format!("task of {id}"), "model": "gemma3-270m", "served_id": "gemma3-270m",
-        "endpoint": "box", "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
-        "isolation": "none", "status": status, "created": created,
-        "started": created, "finished": if status == "running" || status == "queued" { Value::Null } else { json!(created) },
-        "elapsed_s": 60.0, "session_id": "s", "result": "done", "error": null, "num_turns": 1,
-        "tool_calls": 0, "usage": {"input": 1000, "cache_read": 20000, "output": 300},
-        "files_touched": [], "files_changed": [], "worktree": null, "last_activity": null,
-        "log_dir": dir, "context": 32768, "queued_note": null, "metrics": null,
-        "permission_mode": "acceptEdits", "max_turns": 10, "timeout_s": 60,
-        "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
-        "resumed_from": null, "pid": null, "owner_pid": std::process::id()
+    let mut fields = json!({
+        "status": status, "created": created, "started": created,
+        "finished": if status == "running" || status == "queued" { Value::Null } else { json!(created) },
+        "usage": {"input": 1000, "cache_read": 20000, "output": 300},
+        "owner_pid": std::process::id()
     });
     for (k, v) in extra.as_object().unwrap() {
-        rec[k] = v.clone();
+        fields[k] = v.clone();
     }
-    std::fs::write(dir.join("job.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
+    crate::support::write_job_record_with(state, id, fields);
 }
 
 /// A worktree of `repo` on job `id`'s branch, as a kept job leaves it.

@@ -13,19 +13,22 @@ use crate::support::harness::Harness;
 use crate::support::script;
 use crate::support::{claude, fake_llama, until};
 
+/// A child process, killed and reaped on drop: at a failed assertion too.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A running `localagents shim` process; killed on drop.
 struct ShimProc {
-    child: Child,
+    _child: Killed,
     url: String,
     // Drains the pipe so the shim never blocks on a full stderr.
     _stderr: std::thread::JoinHandle<String>,
-}
-
-impl Drop for ShimProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_shim(h: &Harness, model: &str) -> ShimProc {
@@ -51,7 +54,7 @@ fn start_shim(h: &Harness, model: &str) -> ShimProc {
         "first line is the URL: {url:?}"
     );
     ShimProc {
-        child,
+        _child: Killed(child),
         url,
         _stderr: stderr,
     }
@@ -537,8 +540,9 @@ async fn the_printed_env_and_settings_run_claude_without_a_login() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn shim");
-    let _stdout = child.stdout.take().unwrap();
-    let env = printed_env(child.stderr.take().unwrap());
+    let (_stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let shim = Killed(child);
+    let env = printed_env(stderr);
     assert!(
         env.iter()
             .any(|(k, v)| k == "ANTHROPIC_AUTH_TOKEN" && !v.is_empty()),
@@ -572,8 +576,7 @@ async fn the_printed_env_and_settings_run_claude_without_a_login() {
             .contains("hello from the local model"),
         "{result}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(shim);
 
     // The --settings JSON, for a shim on a fixed port without a token.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -603,8 +606,9 @@ async fn the_printed_env_and_settings_run_claude_without_a_login() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn shim");
-    let _stdout = child.stdout.take().unwrap();
-    printed_env(child.stderr.take().unwrap());
+    let (_stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let _shim = Killed(child);
+    printed_env(stderr);
     let before = fake.bodies().len();
     let mut with_settings = vec!["--settings", settings.trim()];
     with_settings.extend(args);
@@ -621,6 +625,4 @@ async fn the_printed_env_and_settings_run_claude_without_a_login() {
         fake.bodies().len() > before,
         "the session went through the shim"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }

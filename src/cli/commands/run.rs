@@ -36,8 +36,12 @@ impl From<RunCmd> for RunArgs {
 
 pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     let manager = Manager::new(ctx.clone());
-    // Old ended jobs go in the background while the job runs.
-    let retention = api::retention::spawn(&manager, &ctx, std::time::Duration::ZERO);
+    // Old ended jobs go in the background while the job runs (when a pass
+    // is due).
+    let mut retention = {
+        let (m, ctx) = (manager.clone(), ctx.clone());
+        tokio::spawn(async move { api::retention::run_if_due(&m, &ctx).await })
+    };
     let json = args.json;
     let run_args = RunArgs::from(args);
     // The spinner shows once the job has started.
@@ -77,7 +81,8 @@ pub async fn run(ctx: Context, args: RunCmd) -> anyhow::Result<ExitStatus> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    retention.finish(std::time::Duration::from_secs(10)).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), &mut retention).await;
+    retention.abort();
     let end = match ran {
         Ok(end) => end,
         Err(e) => return Ok(fail(&e)),

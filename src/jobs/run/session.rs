@@ -281,7 +281,8 @@ struct Follow {
     /// Tool calls whose result has not come yet: id → what it was.
     calls: std::collections::HashMap<String, String>,
     events: Option<tokio::fs::File>,
-    /// Bytes written to `events.jsonl` by this session.
+    /// Bytes in `events.jsonl`, earlier sessions' included (its cap is
+    /// the job's).
     events_bytes: u64,
     transcript: Option<tokio::fs::File>,
     result: Option<runner::ResultEvent>,

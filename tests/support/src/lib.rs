@@ -440,9 +440,14 @@ pub fn wait_job_gone(
 /// `localagents` of this version writes it: for tests that need many jobs
 /// without running them.
 pub fn write_job_record(state: &std::path::Path, id: &str) {
+    write_job_record_with(state, id, serde_json::json!({}));
+}
+
+/// [`write_job_record`] with the fields of `over` in place of its own.
+pub fn write_job_record_with(state: &std::path::Path, id: &str, over: serde_json::Value) {
     let dir = state.join("jobs").join(id);
     std::fs::create_dir_all(&dir).expect("job dir");
-    let rec = serde_json::json!({
+    let mut rec = serde_json::json!({
         "id": id, "task": format!("task of {id}"), "model": "gemma3-270m", "served_id": "gemma3-270m",
         "endpoint": "box", "base_url": "http://127.0.0.1:1", "cwd": "/tmp", "origin_cwd": "/tmp",
         "isolation": "none", "status": "succeeded", "created": "2026-12-01T00:00:00.000Z",
@@ -455,6 +460,9 @@ pub fn write_job_record(state: &std::path::Path, id: &str) {
         "allowed_tools": [], "disallowed_tools": [], "system_prompt_append": null,
         "resumed_from": null, "pid": null, "owner_pid": 1
     });
+    for (k, v) in over.as_object().expect("an object of fields") {
+        rec[k] = v.clone();
+    }
     std::fs::write(
         dir.join("job.json"),
         serde_json::to_vec(&rec).expect("json"),

@@ -96,17 +96,17 @@ pub const LEAN_PROFILE: &str = "---\nname: lean-delegate\ndescription: A delegat
 
 /// [`long_job`], run as the [`LEAN_PROFILE`] subagent when `lean`.
 pub async fn long_job_as(job: Job, window: u64, extra: &str, env: &str, lean: bool) -> LongRun {
-    long_job_by(None, job, window, extra, env, lean).await
+    long_job_by(&crate::bin(), job, window, extra, env, lean).await
 }
 
 /// [`long_job`] run by the localagents binary `bin` (another build, for a
 /// before-and-after figure).
 pub async fn long_job_from(bin: &Path, job: Job, window: u64) -> LongRun {
-    long_job_by(Some(bin), job, window, "", "", false).await
+    long_job_by(bin, job, window, "", "", false).await
 }
 
 async fn long_job_by(
-    bin: Option<&Path>,
+    bin: &Path,
     job: Job,
     window: u64,
     extra: &str,
@@ -121,11 +121,7 @@ async fn long_job_by(
         ..Default::default()
     })
     .await;
-    let mut harness = Harness::new();
-    if let Some(b) = bin {
-        harness = harness.bin(b);
-    }
-    let harness = harness.config(&format!(
+    let harness = Harness::new().bin(bin).config(&format!(
         "endpoints:\n  box:\n    base_url: {}\n    backend: llama.cpp\n{}defaults:\n  max_turns: 300\n  timeout_s: 1200\n{extra}",
         fake.url(),
         if env.is_empty() { String::new() } else { format!("    env:\n{env}") }
